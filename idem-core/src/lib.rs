@@ -1,0 +1,41 @@
+//! The core of [idem](https://github.com/idem-rs/idem): atomic stores for stopping
+//! duplicate submissions, one-time tokens, idempotency records and distributed locks.
+//!
+//! Most applications use `idem-axum`, which builds on this crate. Use `idem-core`
+//! directly to call a [`Store`] yourself, outside an HTTP handler.
+//!
+//! A duplicate guard is only as good as the step that decides "first or repeat". A
+//! check-then-act ("is there an order already? no → insert") lets two concurrent requests
+//! both pass the check. Every decision here is therefore **one atomic operation in a store
+//! that all instances share**: `SET key owner NX PX ttl`, a `DEL` that returns 1 exactly
+//! once, a Lua compare-and-delete.
+//!
+//! - [`Store`]: the operations, as a trait.
+//! - [`MemoryStore`]: the embedded default, for one process; bounded in memory.
+//! - `RedisStore` (feature `redis`, on by default): for many processes, Redis Cluster
+//!   included.
+//! - [`Key`], [`Owner`], [`Fingerprint`]: what a store is addressed with. Anything a client
+//!   sends is hashed into them, so no input can name another key.
+//!
+//! ```
+//! use std::time::Duration;
+//! use idem_core::{Key, MemoryStore, Store};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
+//! let store = MemoryStore::new();
+//! let token = Key::hashed(["form-token", "client-42", "k3JhbmRvbQ"]);
+//! store.put_token(&token, Duration::from_secs(600)).await?;
+//! assert!(store.consume_token(&token).await?, "the first post consumes the token");
+//! assert!(!store.consume_token(&token).await?, "a second post is refused");
+//! # Ok(()) }
+//! ```
+
+mod key;
+pub mod store;
+
+pub use key::{Fingerprint, Key, KeyError, Owner};
+pub use store::{
+    Acquire, Begin, Fencing, FencingToken, MemoryStore, MemoryStoreBuilder, Store, StoreError,
+};
+#[cfg(feature = "redis")]
+pub use store::{RedisSetupError, RedisStore, RedisStoreBuilder};

@@ -1,0 +1,317 @@
+//! [`MemoryStore`]: the embedded default, for one process.
+
+mod reaper;
+mod shard;
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use self::reaper::Reaper;
+use self::shard::{Entries, Full, Shard};
+use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
+use crate::key::{Fingerprint, Key, Owner};
+
+/// Shards split the lock so concurrent requests on different keys rarely wait on each
+/// other; 64 is plenty for the cores a single process has.
+const SHARDS: usize = 64;
+
+/// Reminders each operation looks at on its way, so expired entries go even between
+/// reaper passes, at a bounded cost per operation.
+const RECLAIM_PER_OPERATION: usize = 4;
+
+/// An in-process [`Store`]: the default when an application runs as one instance.
+///
+/// Every operation is one critical section under a shard's mutex; no lock is held across
+/// an `.await`. Memory is bounded: at most [`capacity`](MemoryStoreBuilder::with_capacity)
+/// entries (default 1,000,000) are held. When a new entry would pass it, expired entries
+/// are reclaimed first, and if the store is still full the operation fails with
+/// [`StoreError::Capacity`] — a flood of unique keys cannot grow memory without bound, and
+/// live keys are never evicted to make room (evicting one would let a duplicate through).
+///
+/// Expired entries are also reclaimed by a background thread every
+/// [`reclaim_interval`](MemoryStoreBuilder::with_reclaim_interval) (default 1 s), and map
+/// capacity is given back once most entries are gone. The thread stops when the last
+/// clone of the store is dropped.
+///
+/// Fencing tokens come from one counter for the whole store, so they grow strictly for
+/// every key, also across expiry, and need no memory per key.
+///
+/// Clones share the same data.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_core::{Acquire, Fencing, Key, MemoryStore, Owner, Store};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
+/// let store = MemoryStore::new();
+/// let key = Key::new("checkout:cart-42").unwrap();
+/// let first = store.acquire(&key, &Owner::random(), Duration::from_secs(30), Fencing::Off).await?;
+/// let second = store.acquire(&key, &Owner::random(), Duration::from_secs(30), Fencing::Off).await?;
+/// assert_eq!(first, Acquire::Acquired { fence: None });
+/// assert!(matches!(second, Acquire::Held { .. }));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+    _reaper: Option<Arc<Reaper>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::collections::hash_map::RandomState,
+    entries: Entries,
+    last_fence: AtomicU64,
+}
+
+impl Shared {
+    fn shard(&self, key: &Key) -> MutexGuard<'_, Shard> {
+        // `SHARDS` is a power of two, so the low bits pick the shard.
+        let index = self.hasher.hash_one(key) as usize & (SHARDS - 1);
+        lock(&self.shards[index])
+    }
+
+    /// Removes every expired entry and returns spare map capacity.
+    fn reclaim_all(&self) {
+        for shard in &*self.shards {
+            let mut shard = lock(shard);
+            shard.reclaim(Instant::now(), &self.entries, usize::MAX);
+            shard.shrink();
+        }
+    }
+
+    fn draw_fence(&self) -> FencingToken {
+        FencingToken::new(self.last_fence.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // Nothing in a shard's critical sections panics half-way through a change, so a
+    // poisoned shard is still consistent.
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl MemoryStore {
+    /// A store with the default settings.
+    ///
+    /// ```
+    /// let store = idem_core::MemoryStore::new();
+    /// assert_eq!(store.capacity(), 1_000_000);
+    /// ```
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// A builder to set capacity and reclaim interval.
+    ///
+    /// ```
+    /// let store = idem_core::MemoryStore::builder().with_capacity(10_000).build();
+    /// assert_eq!(store.capacity(), 10_000);
+    /// ```
+    pub fn builder() -> MemoryStoreBuilder {
+        MemoryStoreBuilder::default()
+    }
+
+    /// The most entries the store holds.
+    pub fn capacity(&self) -> usize {
+        self.shared.entries.capacity()
+    }
+
+    /// Entries held now, counting expired ones not reclaimed yet.
+    ///
+    /// ```
+    /// assert_eq!(idem_core::MemoryStore::new().entry_count(), 0);
+    /// ```
+    pub fn entry_count(&self) -> usize {
+        self.shared.entries.held()
+    }
+
+    /// Runs `op` on `key`'s shard.
+    fn with_shard<T>(&self, key: &Key, op: impl FnOnce(&mut Shard, Instant, &Entries) -> T) -> T {
+        let now = Instant::now();
+        let mut shard = self.shared.shard(key);
+        shard.reclaim(now, &self.shared.entries, RECLAIM_PER_OPERATION);
+        op(&mut shard, now, &self.shared.entries)
+    }
+
+    /// Runs `op`, which may add an entry, on `key`'s shard; if the store is full, reclaims
+    /// every expired entry and tries once more.
+    fn with_room<T>(
+        &self,
+        key: &Key,
+        op: impl Fn(&mut Shard, Instant, &Entries) -> Result<T, Full>,
+    ) -> Result<T, StoreError> {
+        self.with_shard(key, &op).or_else(|Full| {
+            self.shared.reclaim_all();
+            self.with_shard(key, &op)
+                .map_err(|Full| StoreError::Capacity {
+                    capacity: self.capacity(),
+                })
+        })
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn kept(ttl: Duration) -> Duration {
+    Duration::from_millis(ttl_millis(ttl))
+}
+
+impl Store for MemoryStore {
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+    ) -> Result<Acquire, StoreError> {
+        let ttl = kept(ttl);
+        let draw = || (fencing == Fencing::On).then(|| self.shared.draw_fence());
+        self.with_room(key, |shard, now, entries| {
+            shard.acquire(key, owner, ttl, draw, now, entries)
+        })
+    }
+
+    async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        Ok(self.with_shard(key, |shard, now, entries| {
+            shard.release(key, owner, now, entries)
+        }))
+    }
+
+    async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
+        let ttl = kept(ttl);
+        Ok(self.with_shard(key, |shard, now, _| shard.renew(key, owner, ttl, now)))
+    }
+
+    async fn remaining(&self, key: &Key) -> Result<Option<Duration>, StoreError> {
+        Ok(self.with_shard(key, |shard, now, _| shard.remaining(key, now)))
+    }
+
+    async fn put_token(&self, key: &Key, ttl: Duration) -> Result<(), StoreError> {
+        let ttl = kept(ttl);
+        self.with_room(key, |shard, now, entries| {
+            shard.put_token(key, ttl, now, entries)
+        })
+    }
+
+    async fn consume_token(&self, key: &Key) -> Result<bool, StoreError> {
+        Ok(self.with_shard(key, |shard, now, entries| {
+            shard.consume_token(key, now, entries)
+        }))
+    }
+
+    async fn begin_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, StoreError> {
+        let lease = kept(lease);
+        self.with_room(key, |shard, now, entries| {
+            shard.begin_record(key, owner, fingerprint, lease, now, entries)
+        })
+    }
+
+    async fn complete_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let retention = kept(retention);
+        Ok(self.with_shard(key, |shard, now, _| {
+            shard.complete_record(key, owner, response, retention, now)
+        }))
+    }
+
+    async fn renew_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let lease = kept(lease);
+        Ok(self.with_shard(key, |shard, now, _| {
+            shard.renew_record(key, owner, lease, now)
+        }))
+    }
+
+    async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        Ok(self.with_shard(key, |shard, now, entries| {
+            shard.abandon_record(key, owner, now, entries)
+        }))
+    }
+}
+
+/// Settings for a [`MemoryStore`]; made by [`MemoryStore::builder`].
+#[derive(Debug, Clone)]
+pub struct MemoryStoreBuilder {
+    capacity: usize,
+    reclaim_interval: Duration,
+}
+
+impl Default for MemoryStoreBuilder {
+    fn default() -> Self {
+        Self {
+            capacity: 1_000_000,
+            reclaim_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl MemoryStoreBuilder {
+    /// The most entries held at once (default 1,000,000; at least 1).
+    ///
+    /// ```
+    /// let store = idem_core::MemoryStore::builder().with_capacity(500).build();
+    /// assert_eq!(store.capacity(), 500);
+    /// ```
+    pub fn with_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity.max(1);
+        self
+    }
+
+    /// How often the background thread reclaims expired entries (default 1 s; at least
+    /// 1 ms).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let store = idem_core::MemoryStore::builder()
+    ///     .with_reclaim_interval(Duration::from_millis(100))
+    ///     .build();
+    /// ```
+    pub fn with_reclaim_interval(mut self, every: Duration) -> Self {
+        self.reclaim_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The store, with its reaper thread started.
+    ///
+    /// ```
+    /// let store = idem_core::MemoryStore::builder().build();
+    /// ```
+    pub fn build(self) -> MemoryStore {
+        let shared = Arc::new(Shared {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: Default::default(),
+            entries: Entries::new(self.capacity),
+            last_fence: AtomicU64::new(0),
+        });
+        let reaper = Reaper::spawn(Arc::downgrade(&shared), self.reclaim_interval);
+        MemoryStore {
+            shared,
+            _reaper: reaper.map(Arc::new),
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! One shard of a [`MemoryStore`](super::MemoryStore): the entries whose keys hash to it,
+//! and a heap of when they expire. Every method is one critical section, run under the
+//! shard's mutex.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::key::{Fingerprint, Key, Owner};
+use crate::store::{Acquire, Begin, FencingToken};
+
+/// The store holds as many entries as its capacity allows.
+#[derive(Debug)]
+pub(super) struct Full;
+
+/// Counts entries across all shards against the capacity.
+#[derive(Debug)]
+pub(super) struct Entries {
+    held: AtomicUsize,
+    capacity: usize,
+}
+
+impl Entries {
+    pub(super) fn new(capacity: usize) -> Self {
+        Self {
+            held: AtomicUsize::new(0),
+            capacity,
+        }
+    }
+
+    pub(super) fn held(&self) -> usize {
+        self.held.load(AtomicOrdering::Relaxed)
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn try_add(&self) -> Result<(), Full> {
+        let before = self.held.fetch_add(1, AtomicOrdering::Relaxed);
+        if before < self.capacity {
+            Ok(())
+        } else {
+            self.held.fetch_sub(1, AtomicOrdering::Relaxed);
+            Err(Full)
+        }
+    }
+
+    fn remove(&self, count: usize) {
+        if count > 0 {
+            self.held.fetch_sub(count, AtomicOrdering::Relaxed);
+        }
+    }
+}
+
+/// `ttl` from `now`. Callers pass TTLs already cut to a century (`ttl_millis`), so this
+/// cannot overflow.
+fn deadline(now: Instant, ttl: Duration) -> Instant {
+    now + ttl
+}
+
+#[derive(Debug)]
+pub(super) struct Lock {
+    owner: Owner,
+    expires_at: Instant,
+    fence: Option<FencingToken>,
+}
+
+#[derive(Debug)]
+pub(super) struct Record {
+    fingerprint: Fingerprint,
+    state: RecordState,
+    expires_at: Instant,
+}
+
+#[derive(Debug)]
+enum RecordState {
+    InProgress { owner: Owner },
+    Completed { response: Bytes },
+}
+
+trait Expiring {
+    fn expires_at(&self) -> Instant;
+}
+
+impl Expiring for Lock {
+    fn expires_at(&self) -> Instant {
+        self.expires_at
+    }
+}
+
+impl Expiring for Record {
+    fn expires_at(&self) -> Instant {
+        self.expires_at
+    }
+}
+
+/// A token is nothing but its expiry.
+impl Expiring for Instant {
+    fn expires_at(&self) -> Instant {
+        *self
+    }
+}
+
+/// Looks up an entry that has not expired.
+fn live<'m, V: Expiring>(
+    map: &'m mut HashMap<Key, V>,
+    key: &Key,
+    now: Instant,
+) -> Option<&'m mut V> {
+    map.get_mut(key).filter(|v| v.expires_at() > now)
+}
+
+/// Removes the entry under `key` if it has expired by `now`.
+fn remove_expired<V: Expiring>(map: &mut HashMap<Key, V>, key: &Key, now: Instant) -> bool {
+    if map.get(key).is_some_and(|v| v.expires_at() <= now) {
+        map.remove(key);
+        true
+    } else {
+        false
+    }
+}
+
+fn shrink_if_sparse<V>(map: &mut HashMap<Key, V>) {
+    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Space {
+    Lock,
+    Token,
+    Record,
+}
+
+/// "The entry `key` in `space` may expire at `at`." Entries renewed or removed since are
+/// recognised when the reminder comes due, so reminders are never updated in place.
+#[derive(Debug)]
+struct Due {
+    at: Instant,
+    space: Space,
+    key: Key,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.at.cmp(&other.at)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Shard {
+    locks: HashMap<Key, Lock>,
+    tokens: HashMap<Key, Instant>,
+    records: HashMap<Key, Record>,
+    due: BinaryHeap<Reverse<Due>>,
+}
+
+impl Shard {
+    fn remind(&mut self, at: Instant, space: Space, key: &Key) {
+        self.due.push(Reverse(Due {
+            at,
+            space,
+            key: key.clone(),
+        }));
+    }
+
+    /// Removes entries that expired by `now`, looking at no more than `limit` reminders.
+    pub(super) fn reclaim(&mut self, now: Instant, entries: &Entries, limit: usize) {
+        let mut removed = 0;
+        for _ in 0..limit {
+            match self.due.peek() {
+                Some(Reverse(due)) if due.at <= now => {}
+                _ => break,
+            }
+            let Some(Reverse(due)) = self.due.pop() else {
+                break;
+            };
+            let expired = match due.space {
+                Space::Lock => remove_expired(&mut self.locks, &due.key, now),
+                Space::Token => remove_expired(&mut self.tokens, &due.key, now),
+                Space::Record => remove_expired(&mut self.records, &due.key, now),
+            };
+            removed += usize::from(expired);
+        }
+        entries.remove(removed);
+    }
+
+    /// Gives memory back once most entries are gone (after a flood has expired).
+    pub(super) fn shrink(&mut self) {
+        shrink_if_sparse(&mut self.locks);
+        shrink_if_sparse(&mut self.tokens);
+        shrink_if_sparse(&mut self.records);
+        if self.due.capacity() > 64 && self.due.len() * 4 < self.due.capacity() {
+            self.due.shrink_to(self.due.len() * 2);
+        }
+    }
+
+    pub(super) fn acquire(
+        &mut self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        draw_fence: impl FnOnce() -> Option<FencingToken>,
+        now: Instant,
+        entries: &Entries,
+    ) -> Result<Acquire, Full> {
+        let expires_at = deadline(now, ttl);
+        match self.locks.entry(key.clone()) {
+            Entry::Occupied(mut occupied) => {
+                let lock = occupied.get_mut();
+                if lock.expires_at > now {
+                    let remaining = lock.expires_at - now;
+                    return Ok(if lock.owner == *owner {
+                        Acquire::Reentered {
+                            remaining,
+                            fence: lock.fence,
+                        }
+                    } else {
+                        Acquire::Held { remaining }
+                    });
+                }
+                let fence = draw_fence();
+                *lock = Lock {
+                    owner: owner.clone(),
+                    expires_at,
+                    fence,
+                };
+                self.remind(expires_at, Space::Lock, key);
+                Ok(Acquire::Acquired { fence })
+            }
+            Entry::Vacant(vacant) => {
+                entries.try_add()?;
+                let fence = draw_fence();
+                vacant.insert(Lock {
+                    owner: owner.clone(),
+                    expires_at,
+                    fence,
+                });
+                self.remind(expires_at, Space::Lock, key);
+                Ok(Acquire::Acquired { fence })
+            }
+        }
+    }
+
+    pub(super) fn release(
+        &mut self,
+        key: &Key,
+        owner: &Owner,
+        now: Instant,
+        entries: &Entries,
+    ) -> bool {
+        let ours = live(&mut self.locks, key, now).is_some_and(|lock| lock.owner == *owner);
+        if ours {
+            self.locks.remove(key);
+            entries.remove(1);
+        }
+        ours
+    }
+
+    pub(super) fn renew(&mut self, key: &Key, owner: &Owner, ttl: Duration, now: Instant) -> bool {
+        let expires_at = deadline(now, ttl);
+        match live(&mut self.locks, key, now) {
+            Some(lock) if lock.owner == *owner => {
+                lock.expires_at = expires_at;
+                self.remind(expires_at, Space::Lock, key);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) fn remaining(&mut self, key: &Key, now: Instant) -> Option<Duration> {
+        live(&mut self.locks, key, now).map(|lock| lock.expires_at - now)
+    }
+
+    pub(super) fn put_token(
+        &mut self,
+        key: &Key,
+        ttl: Duration,
+        now: Instant,
+        entries: &Entries,
+    ) -> Result<(), Full> {
+        let expires_at = deadline(now, ttl);
+        match self.tokens.entry(key.clone()) {
+            Entry::Occupied(mut occupied) => {
+                occupied.insert(expires_at);
+            }
+            Entry::Vacant(vacant) => {
+                entries.try_add()?;
+                vacant.insert(expires_at);
+            }
+        }
+        self.remind(expires_at, Space::Token, key);
+        Ok(())
+    }
+
+    pub(super) fn consume_token(&mut self, key: &Key, now: Instant, entries: &Entries) -> bool {
+        match self.tokens.remove(key) {
+            Some(expires_at) => {
+                entries.remove(1);
+                expires_at > now
+            }
+            None => false,
+        }
+    }
+
+    pub(super) fn begin_record(
+        &mut self,
+        key: &Key,
+        owner: &Owner,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+        now: Instant,
+        entries: &Entries,
+    ) -> Result<Begin, Full> {
+        let expires_at = deadline(now, lease);
+        let started = Record {
+            fingerprint: *fingerprint,
+            state: RecordState::InProgress {
+                owner: owner.clone(),
+            },
+            expires_at,
+        };
+        match self.records.entry(key.clone()) {
+            Entry::Occupied(mut occupied) => {
+                let record = occupied.get_mut();
+                if record.expires_at > now {
+                    return Ok(if record.fingerprint != *fingerprint {
+                        Begin::Mismatch
+                    } else {
+                        match &record.state {
+                            RecordState::InProgress { .. } => Begin::InProgress {
+                                remaining: record.expires_at - now,
+                            },
+                            RecordState::Completed { response } => Begin::Completed {
+                                response: response.clone(),
+                            },
+                        }
+                    });
+                }
+                *record = started;
+            }
+            Entry::Vacant(vacant) => {
+                entries.try_add()?;
+                vacant.insert(started);
+            }
+        }
+        self.remind(expires_at, Space::Record, key);
+        Ok(Begin::Started)
+    }
+
+    /// The in-progress record under `key`, if `owner` began it and its lease holds.
+    fn in_progress_of(&mut self, key: &Key, owner: &Owner, now: Instant) -> Option<&mut Record> {
+        live(&mut self.records, key, now).filter(
+            |record| matches!(&record.state, RecordState::InProgress { owner: o } if o == owner),
+        )
+    }
+
+    pub(super) fn complete_record(
+        &mut self,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+        retention: Duration,
+        now: Instant,
+    ) -> bool {
+        let expires_at = deadline(now, retention);
+        let Some(record) = self.in_progress_of(key, owner, now) else {
+            return false;
+        };
+        record.state = RecordState::Completed { response };
+        record.expires_at = expires_at;
+        self.remind(expires_at, Space::Record, key);
+        true
+    }
+
+    pub(super) fn renew_record(
+        &mut self,
+        key: &Key,
+        owner: &Owner,
+        lease: Duration,
+        now: Instant,
+    ) -> bool {
+        let expires_at = deadline(now, lease);
+        let Some(record) = self.in_progress_of(key, owner, now) else {
+            return false;
+        };
+        record.expires_at = expires_at;
+        self.remind(expires_at, Space::Record, key);
+        true
+    }
+
+    pub(super) fn abandon_record(
+        &mut self,
+        key: &Key,
+        owner: &Owner,
+        now: Instant,
+        entries: &Entries,
+    ) -> bool {
+        if self.in_progress_of(key, owner, now).is_none() {
+            return false;
+        }
+        self.records.remove(key);
+        entries.remove(1);
+        true
+    }
+}

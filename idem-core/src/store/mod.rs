@@ -1,0 +1,295 @@
+//! The [`Store`] trait: the atomic operations every guard in idem is built from, and the
+//! stores that implement it.
+//!
+//! Each operation is **one atomic step in the store**: one command or one Lua script in
+//! Redis, one critical section in memory. That is the whole point: a check-then-act in the
+//! caller ("is it taken? no → take it") lets two concurrent requests both pass the check.
+//!
+//! | capability | operations |
+//! |---|---|
+//! | anti-repeat window, locks | [`acquire`](Store::acquire), [`release`](Store::release), [`renew`](Store::renew), [`remaining`](Store::remaining) |
+//! | one-time form tokens | [`put_token`](Store::put_token), [`consume_token`](Store::consume_token) |
+//! | idempotency records | [`begin_record`](Store::begin_record), [`complete_record`](Store::complete_record), [`renew_record`](Store::renew_record), [`abandon_record`](Store::abandon_record) |
+//!
+//! Locks, tokens and records live in separate spaces: the same [`Key`] used for a lock and
+//! for a token names two different entries.
+//!
+//! Durations are kept to the millisecond; a TTL below one millisecond counts as one, and
+//! one above a century as a century.
+
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::key::{Fingerprint, Key, Owner};
+
+pub use self::memory::{MemoryStore, MemoryStoreBuilder};
+#[cfg(feature = "redis")]
+pub use self::redis::{RedisSetupError, RedisStore, RedisStoreBuilder};
+
+/// A shared store of short-lived keys with atomic operations.
+///
+/// Implemented by [`MemoryStore`] (one process) and `RedisStore` (feature `redis`: many
+/// processes). Every implementation passes the same conformance suite (`tests/` in the
+/// repository). Clones of a store share its data.
+pub trait Store: std::fmt::Debug + Send + Sync + 'static {
+    /// Takes `key` for `owner` for `ttl`, unless someone holds it.
+    ///
+    /// With [`Fencing::On`] a fresh acquisition also draws a [`FencingToken`] larger than
+    /// every token drawn for this key before, also after the key expired in between.
+    /// Re-acquiring a key this owner already holds is [`Acquire::Reentered`]; it does not
+    /// change the key's TTL.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer (or, for [`MemoryStore`], is full).
+    fn acquire(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send;
+
+    /// Frees `key` if `owner` holds it. `true` if it did; `false` (and nothing changed) if
+    /// the key is free or held by someone else.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn release(
+        &self,
+        key: &Key,
+        owner: &Owner,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Sets the TTL of `key` to `ttl` from now if `owner` holds it. `true` if it did.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn renew(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// How long `key` stays held, or `None` if it is free.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn remaining(
+        &self,
+        key: &Key,
+    ) -> impl Future<Output = Result<Option<Duration>, StoreError>> + Send;
+
+    /// Stores a one-time token under `key` for `ttl` (replacing one with the same key).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer (or, for [`MemoryStore`], is full).
+    fn put_token(
+        &self,
+        key: &Key,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Deletes the token under `key`. `true` for exactly one caller per stored token; the
+    /// delete itself is the check, so concurrent consumers cannot both succeed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn consume_token(&self, key: &Key) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Starts an idempotency record for `owner`, or reports the one that exists.
+    ///
+    /// A new record is in progress for `lease`, tied to `fingerprint`. An existing record
+    /// with another fingerprint is [`Begin::Mismatch`], whatever its state.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer (or, for [`MemoryStore`], is full).
+    fn begin_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Begin, StoreError>> + Send;
+
+    /// Stores `response` in the record `owner` began and keeps it for `retention`.
+    ///
+    /// Fenced: `true` only if the record is still in progress and still `owner`'s. A worker
+    /// whose lease ran out (and whose key someone else began again) gets `false` and
+    /// changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn complete_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+        retention: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Extends the lease of an in-progress record `owner` began. `true` if it did.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn renew_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Deletes an in-progress record `owner` began, so a retry runs afresh. `true` if it
+    /// did; a completed record, or another owner's, is left alone.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn abandon_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// Whether [`Store::acquire`] draws a [`FencingToken`].
+///
+/// Locks want one; a per-client anti-repeat window does not, and skipping it saves a
+/// counter per key (and, in Redis, keeps the accept path at a single `SET`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fencing {
+    /// No token.
+    Off,
+    /// Draw a token on each fresh acquisition.
+    On,
+}
+
+/// A number that grows with every acquisition of one key (Kleppmann's fencing token).
+///
+/// Hand it to the resource the lock protects (a `WHERE fence < $1` in a database write)
+/// and a holder that lost its lock during a pause can no longer write over the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// A token with a given value.
+    ///
+    /// ```
+    /// assert_eq!(idem_core::FencingToken::new(7).get(), 7);
+    /// ```
+    pub const fn new(value: u64) -> Self {
+        Self(value)
+    }
+
+    /// The value.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// What [`Store::acquire`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquire {
+    /// The key was free and is now ours.
+    Acquired {
+        /// The fencing token, with [`Fencing::On`].
+        fence: Option<FencingToken>,
+    },
+    /// The key was already ours (same [`Owner`]); nothing changed.
+    Reentered {
+        /// How long it stays held.
+        remaining: Duration,
+        /// The fencing token of the current hold, with [`Fencing::On`].
+        fence: Option<FencingToken>,
+    },
+    /// Someone else holds the key.
+    Held {
+        /// How long it stays held.
+        remaining: Duration,
+    },
+}
+
+/// What [`Store::begin_record`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Begin {
+    /// No record existed; one is now in progress for the caller.
+    Started,
+    /// Another attempt with the same fingerprint is running.
+    InProgress {
+        /// How long its lease has left.
+        remaining: Duration,
+    },
+    /// An attempt with the same fingerprint completed; here is what it stored.
+    Completed {
+        /// The bytes given to [`Store::complete_record`].
+        response: Bytes,
+    },
+    /// The record belongs to a request with another fingerprint.
+    Mismatch,
+}
+
+/// Why a store operation failed.
+///
+/// Whatever the variant, the operation may or may not have taken effect in the store (a
+/// timeout can strike after Redis applied a command): callers treat it as "unknown" and
+/// follow their store-failure policy.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store did not answer within its timeout.
+    #[error("the store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The [`MemoryStore`] holds as many live entries as its capacity allows, even after
+    /// reclaiming the expired ones.
+    #[error("the in-memory store is full ({capacity} live entries)")]
+    Capacity {
+        /// The configured capacity.
+        capacity: usize,
+    },
+    /// No connection to Redis could be had from the pool.
+    #[cfg(feature = "redis")]
+    #[error("no connection to Redis")]
+    Pool(#[source] deadpool_redis::PoolError),
+    /// No connection to Redis Cluster could be had from the pool.
+    #[cfg(feature = "redis")]
+    #[error("no connection to Redis Cluster")]
+    ClusterPool(#[source] deadpool_redis::cluster::PoolError),
+    /// Redis answered with an error, or the connection failed during the command.
+    #[cfg(feature = "redis")]
+    #[error("Redis command failed")]
+    Redis(#[source] ::redis::RedisError),
+    /// The store answered something the operation cannot read.
+    #[error("unexpected answer from the store to `{operation}`: {answer}")]
+    UnexpectedAnswer {
+        /// The operation.
+        operation: &'static str,
+        /// What came back.
+        answer: String,
+    },
+}
+
+/// The longest TTL a store keeps, a century: longer ones are cut to it, so neither
+/// `Instant` arithmetic nor Redis' `PEXPIRE` can overflow, whatever a caller asks for.
+const LONGEST_TTL_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
+/// A TTL as the whole milliseconds the stores keep: at least 1, at most a century.
+fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, LONGEST_TTL_MS)
+}

@@ -1,0 +1,538 @@
+//! [`RedisStore`]: the store for several instances behind a load balancer.
+
+mod connection;
+
+use std::future::Future;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::{RedisResult, Script, Value};
+
+use self::connection::{Connection, Connections, Pool};
+use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
+use crate::key::{Fingerprint, Key, KeyError, Owner};
+
+static ACQUIRE_FENCED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire_fenced.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+static BEGIN_RECORD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/begin_record.lua")));
+static COMPLETE_RECORD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/complete_record.lua")));
+static RENEW_RECORD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/renew_record.lua")));
+static ABANDON_RECORD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/abandon_record.lua")));
+
+/// A [`Store`] in Redis, shared by every instance of an application.
+///
+/// - **Atomic**: each operation is one command (`SET … NX PX … GET`, `DEL`, `PTTL`) or one
+///   Lua script run through [`redis::Script`] (`EVALSHA`, loading the script again after
+///   `NOSCRIPT`, as after a server restart).
+/// - **Bounded in time**: every operation, taking a connection included, is cut off after
+///   the [timeout](RedisStoreBuilder::with_timeout) (default 1 s) with
+///   [`StoreError::Timeout`]; no caller waits on a stalled server.
+/// - **Redis Cluster**: keys are `namespace:{key}:kind`; everything one operation touches
+///   shares the hash tag `{key}` and so one slot. Build from a cluster pool with
+///   [`RedisStoreBuilder::build_with_cluster_pool`].
+/// - **One round trip** per operation: all operations are multiplexed over one connection
+///   taken from the deadpool pool, rather than checking one out per operation (deadpool
+///   pings on every checkout). After a connection error or a timeout the store takes a
+///   fresh connection from the pool.
+///
+/// Key layout (with the default namespace `idem`): `idem:{key}:lock`, `idem:{key}:fence`
+/// (a lock's fencing counter: it has no TTL, so tokens keep growing across expiry — one
+/// small key per lock name that ever used fencing), `idem:{key}:token`, `idem:{key}:record`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use idem_core::RedisStore;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::builder()
+///     .with_namespace("shop")
+///     .with_timeout(Duration::from_millis(500))
+///     .build_with_url("redis://127.0.0.1:6379")?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connections: Connections,
+    namespace: String,
+    timeout: Duration,
+}
+
+/// The kinds of entries, each a suffix of the Redis key.
+#[derive(Clone, Copy)]
+enum Kind {
+    Lock,
+    Fence,
+    Token,
+    Record,
+}
+
+impl RedisStore {
+    /// A store on the server at `url` (`redis://host:port/db`, `rediss://…`,
+    /// `redis+unix:///path`), with the default settings.
+    ///
+    /// ```no_run
+    /// let store = idem_core::RedisStore::from_url("redis://127.0.0.1:6379").unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`RedisSetupError`] when the URL cannot be read.
+    pub fn from_url(url: &str) -> Result<Self, RedisSetupError> {
+        Self::builder().build_with_url(url)
+    }
+
+    /// A builder for namespace and timeout.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_namespace("shop");
+    /// ```
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder::default()
+    }
+
+    /// The namespace every key starts with.
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// How long an operation may take.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    fn key(&self, key: &Key, kind: Kind) -> String {
+        let suffix = match kind {
+            Kind::Lock => "lock",
+            Kind::Fence => "fence",
+            Kind::Token => "token",
+            Kind::Record => "record",
+        };
+        format!("{}:{{{}}}:{suffix}", self.inner.namespace, key.as_str())
+    }
+
+    /// Runs `op` on the connection, under the timeout. A connection that failed or stalled
+    /// is dropped, so the next operation starts on a fresh one.
+    async fn run<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Connection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let inner = &self.inner;
+        let attempt = async {
+            let conn = inner.connections.get().await?;
+            op(conn).await.map_err(|error| {
+                if error.is_io_error()
+                    || error.is_connection_dropped()
+                    || error.is_unrecoverable_error()
+                {
+                    inner.connections.discard();
+                }
+                StoreError::Redis(error)
+            })
+        };
+        match tokio::time::timeout(inner.timeout, attempt).await {
+            Ok(result) => result,
+            Err(_elapsed) => {
+                inner.connections.discard();
+                Err(StoreError::Timeout(inner.timeout))
+            }
+        }
+    }
+
+    async fn pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+        let millis: i64 = self
+            .run(|mut conn| async move { redis::cmd("PTTL").arg(key).query_async(&mut conn).await })
+            .await?;
+        Ok(remaining_from_pttl(millis))
+    }
+
+    /// Runs a script whose answer is 0 or 1.
+    async fn flag(&self, script: &Script, key: &str, args: &[&[u8]]) -> Result<bool, StoreError> {
+        let answer: i64 = self
+            .run(|mut conn| async move {
+                let mut invocation = script.key(key);
+                for arg in args {
+                    invocation.arg(*arg);
+                }
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        Ok(answer == 1)
+    }
+}
+
+/// `PTTL`'s answer: milliseconds left, `-1` for a key without expiry (never written by
+/// idem; reported as held for ever), `-2` for no key.
+fn remaining_from_pttl(millis: i64) -> Option<Duration> {
+    match millis {
+        -2 => None,
+        -1 => Some(Duration::MAX),
+        ms => Some(Duration::from_millis(ms.max(0).unsigned_abs())),
+    }
+}
+
+fn unexpected(operation: &'static str, answer: impl std::fmt::Debug) -> StoreError {
+    StoreError::UnexpectedAnswer {
+        operation,
+        answer: format!("{answer:?}"),
+    }
+}
+
+fn int(operation: &'static str, value: &Value) -> Result<i64, StoreError> {
+    match value {
+        Value::Int(n) => Ok(*n),
+        other => Err(unexpected(operation, other)),
+    }
+}
+
+impl Store for RedisStore {
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+    ) -> Result<Acquire, StoreError> {
+        let lock = self.key(key, Kind::Lock);
+        let (lock, owner, millis) = (lock.as_str(), owner.as_str(), ttl_millis(ttl));
+        match fencing {
+            Fencing::On => {
+                let fence = self.key(key, Kind::Fence);
+                let fence = fence.as_str();
+                let answer: Vec<Value> = self
+                    .run(|mut conn| async move {
+                        ACQUIRE_FENCED
+                            .key(lock)
+                            .key(fence)
+                            .arg(owner)
+                            .arg(millis)
+                            .invoke_async(&mut conn)
+                            .await
+                    })
+                    .await?;
+                let field = |i: usize| {
+                    answer
+                        .get(i)
+                        .ok_or_else(|| unexpected("acquire", &answer))
+                        .and_then(|value| int("acquire", value))
+                };
+                let token = || field(1).map(|n| Some(FencingToken::new(n.unsigned_abs())));
+                let remaining = || field(2).map(|ms| remaining_from_pttl(ms).unwrap_or_default());
+                match field(0)? {
+                    1 => Ok(Acquire::Acquired { fence: token()? }),
+                    2 => Ok(Acquire::Reentered {
+                        remaining: remaining()?,
+                        fence: token()?,
+                    }),
+                    0 => Ok(Acquire::Held {
+                        remaining: remaining()?,
+                    }),
+                    _ => Err(unexpected("acquire", &answer)),
+                }
+            }
+            // One command on the accept path: `GET` tells who holds the key when `NX`
+            // refuses. Only a refusal costs a second command, to learn the time left.
+            Fencing::Off => loop {
+                let holder: Option<Vec<u8>> = self
+                    .run(|mut conn| async move {
+                        redis::cmd("SET")
+                            .arg(lock)
+                            .arg(owner)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(millis)
+                            .arg("GET")
+                            .query_async(&mut conn)
+                            .await
+                    })
+                    .await?;
+                let Some(holder) = holder else {
+                    return Ok(Acquire::Acquired { fence: None });
+                };
+                // The key may expire between the two commands; then try to take it again.
+                let Some(remaining) = self.pttl(lock).await? else {
+                    continue;
+                };
+                return Ok(if holder == owner.as_bytes() {
+                    Acquire::Reentered {
+                        remaining,
+                        fence: None,
+                    }
+                } else {
+                    Acquire::Held { remaining }
+                });
+            },
+        }
+    }
+
+    async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let lock = self.key(key, Kind::Lock);
+        self.flag(&RELEASE, &lock, &[owner.as_str().as_bytes()])
+            .await
+    }
+
+    async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
+        let lock = self.key(key, Kind::Lock);
+        let millis = ttl_millis(ttl).to_string();
+        self.flag(
+            &RENEW,
+            &lock,
+            &[owner.as_str().as_bytes(), millis.as_bytes()],
+        )
+        .await
+    }
+
+    async fn remaining(&self, key: &Key) -> Result<Option<Duration>, StoreError> {
+        self.pttl(&self.key(key, Kind::Lock)).await
+    }
+
+    async fn put_token(&self, key: &Key, ttl: Duration) -> Result<(), StoreError> {
+        let token = self.key(key, Kind::Token);
+        let (token, millis) = (token.as_str(), ttl_millis(ttl));
+        self.run(|mut conn| async move {
+            redis::cmd("SET")
+                .arg(token)
+                .arg(1)
+                .arg("PX")
+                .arg(millis)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    async fn consume_token(&self, key: &Key) -> Result<bool, StoreError> {
+        let token = self.key(key, Kind::Token);
+        let token = token.as_str();
+        let deleted: i64 = self
+            .run(
+                |mut conn| async move { redis::cmd("DEL").arg(token).query_async(&mut conn).await },
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    async fn begin_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, StoreError> {
+        let record = self.key(key, Kind::Record);
+        let (record, owner, millis) = (record.as_str(), owner.as_str(), ttl_millis(lease));
+        let fingerprint = fingerprint.as_bytes().as_slice();
+        let mut answer: Vec<Value> = self
+            .run(|mut conn| async move {
+                BEGIN_RECORD
+                    .key(record)
+                    .arg(owner)
+                    .arg(fingerprint)
+                    .arg(millis)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let state = answer
+            .first()
+            .ok_or_else(|| unexpected("begin_record", &answer))
+            .and_then(|value| int("begin_record", value))?;
+        match (state, answer.len()) {
+            (1, 1) => Ok(Begin::Started),
+            (2, 2) => Ok(Begin::InProgress {
+                remaining: remaining_from_pttl(int("begin_record", &answer[1])?)
+                    .unwrap_or_default(),
+            }),
+            (3, 2) => match answer.pop() {
+                Some(Value::BulkString(response)) => Ok(Begin::Completed {
+                    response: Bytes::from(response),
+                }),
+                other => Err(unexpected("begin_record", other)),
+            },
+            (4, 1) => Ok(Begin::Mismatch),
+            _ => Err(unexpected("begin_record", &answer)),
+        }
+    }
+
+    async fn complete_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let record = self.key(key, Kind::Record);
+        let millis = ttl_millis(retention).to_string();
+        self.flag(
+            &COMPLETE_RECORD,
+            &record,
+            &[owner.as_str().as_bytes(), &response, millis.as_bytes()],
+        )
+        .await
+    }
+
+    async fn renew_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let record = self.key(key, Kind::Record);
+        let millis = ttl_millis(lease).to_string();
+        self.flag(
+            &RENEW_RECORD,
+            &record,
+            &[owner.as_str().as_bytes(), millis.as_bytes()],
+        )
+        .await
+    }
+
+    async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let record = self.key(key, Kind::Record);
+        self.flag(&ABANDON_RECORD, &record, &[owner.as_str().as_bytes()])
+            .await
+    }
+}
+
+/// Settings for a [`RedisStore`]; made by [`RedisStore::builder`].
+#[derive(Debug, Clone)]
+pub struct RedisStoreBuilder {
+    namespace: String,
+    timeout: Duration,
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        Self {
+            namespace: "idem".to_owned(),
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key (default `idem`), so several applications can share one
+    /// Redis. Same characters as [`Key::new`].
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_namespace("shop");
+    /// ```
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// How long one operation may take, taking a connection included (default 1 s). Past
+    /// it the operation fails with [`StoreError::Timeout`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = idem_core::RedisStore::builder().with_timeout(Duration::from_millis(250));
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// A store on the server at `url`, with a pool of its own. The connection is opened
+    /// on first use.
+    ///
+    /// ```no_run
+    /// let store = idem_core::RedisStore::builder().build_with_url("redis://127.0.0.1:6379").unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`RedisSetupError`] when the URL cannot be read or the namespace is invalid.
+    pub fn build_with_url(self, url: &str) -> Result<RedisStore, RedisSetupError> {
+        // The store's own timeout bounds every operation, so the client's shorter default
+        // response timeout (500 ms) must not cut in first.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(self.timeout));
+        let manager =
+            deadpool_redis::Manager::new_with_config(url, config).map_err(RedisSetupError::Url)?;
+        let pool = deadpool_redis::Pool::builder(manager)
+            .runtime(deadpool_redis::Runtime::Tokio1)
+            .build()
+            .map_err(RedisSetupError::Pool)?;
+        self.build_with_pool(pool)
+    }
+
+    /// A store that takes its connection from an existing pool.
+    ///
+    /// ```no_run
+    /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
+    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+    ///     .unwrap();
+    /// let store = idem_core::RedisStore::builder().build_with_pool(pool).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`RedisSetupError::Namespace`] when the namespace is invalid.
+    pub fn build_with_pool(
+        self,
+        pool: deadpool_redis::Pool,
+    ) -> Result<RedisStore, RedisSetupError> {
+        self.build(Pool::Standalone(pool))
+    }
+
+    /// A store on Redis Cluster, taking its connection from a cluster pool.
+    ///
+    /// ```no_run
+    /// let pool = deadpool_redis::cluster::Config::from_urls(vec!["redis://127.0.0.1:7000".to_owned()])
+    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+    ///     .unwrap();
+    /// let store = idem_core::RedisStore::builder().build_with_cluster_pool(pool).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`RedisSetupError::Namespace`] when the namespace is invalid.
+    pub fn build_with_cluster_pool(
+        self,
+        pool: deadpool_redis::cluster::Pool,
+    ) -> Result<RedisStore, RedisSetupError> {
+        self.build(Pool::Cluster(pool))
+    }
+
+    fn build(self, pool: Pool) -> Result<RedisStore, RedisSetupError> {
+        Key::new(self.namespace.as_str()).map_err(RedisSetupError::Namespace)?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connections: Connections::new(pool),
+                namespace: self.namespace,
+                timeout: self.timeout,
+            }),
+        })
+    }
+}
+
+/// Why a [`RedisStore`] could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisSetupError {
+    /// The URL is not a Redis URL.
+    #[error("invalid Redis URL")]
+    Url(#[source] redis::RedisError),
+    /// The pool could not be built.
+    #[error("could not build the Redis connection pool")]
+    Pool(#[source] deadpool_redis::BuildError),
+    /// The namespace holds a character or length [`Key::new`] refuses.
+    #[error("invalid namespace")]
+    Namespace(#[source] KeyError),
+}

@@ -1,0 +1,78 @@
+//! One store of each kind, with whatever keeps it alive, for suites that run every test
+//! against every store.
+
+use idem_core::{MemoryStore, RedisStore, Store};
+
+use crate::redis_server::{RedisCluster, RedisServer};
+
+/// A store under test and what it runs on.
+pub trait Backend: Send + Sync {
+    /// The store.
+    type Store: Store + Clone;
+
+    /// Starts the backend (a server, where it needs one).
+    fn start() -> Self;
+
+    /// A handle on the store; clones share its data.
+    fn store(&self) -> Self::Store;
+}
+
+/// [`MemoryStore`] with the default settings.
+#[derive(Debug)]
+pub struct MemoryBackend(MemoryStore);
+
+impl Backend for MemoryBackend {
+    type Store = MemoryStore;
+
+    fn start() -> Self {
+        Self(MemoryStore::new())
+    }
+
+    fn store(&self) -> MemoryStore {
+        self.0.clone()
+    }
+}
+
+/// [`RedisStore`] on a standalone server of its own.
+#[derive(Debug)]
+pub struct RedisBackend {
+    /// The server; dropped after the store.
+    pub server: RedisServer,
+    store: RedisStore,
+}
+
+impl Backend for RedisBackend {
+    type Store = RedisStore;
+
+    fn start() -> Self {
+        let server = RedisServer::start();
+        let store = server.store();
+        Self { server, store }
+    }
+
+    fn store(&self) -> RedisStore {
+        self.store.clone()
+    }
+}
+
+/// [`RedisStore`] on a three-master Redis Cluster of its own.
+#[derive(Debug)]
+pub struct ClusterBackend {
+    /// The cluster.
+    pub cluster: RedisCluster,
+    store: RedisStore,
+}
+
+impl Backend for ClusterBackend {
+    type Store = RedisStore;
+
+    fn start() -> Self {
+        let cluster = RedisCluster::start();
+        let store = cluster.store();
+        Self { cluster, store }
+    }
+
+    fn store(&self) -> RedisStore {
+        self.store.clone()
+    }
+}

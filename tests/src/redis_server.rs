@@ -1,0 +1,301 @@
+//! Real `redis-server` processes for tests and benchmarks: each on a free loopback port,
+//! with its own temporary data directory, no persistence, stopped when dropped.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idem_core::{RedisStore, RedisStoreBuilder};
+
+const INSTALL_HINT: &str = "\
+redis-server was not found: the tests start a real Redis of their own.
+  Looked for: $IDEM_REDIS_SERVER, then `redis-server` on PATH.
+  Install it: `apt-get install redis-server` (Debian/Ubuntu), `brew install redis` (macOS),
+  or run `bash scripts/test.sh`, which installs it where it can and then runs every test.";
+
+/// The `redis-server` binary: `$IDEM_REDIS_SERVER`, or the one on `PATH`.
+///
+/// # Panics
+///
+/// When there is none, with a message that says how to install it.
+pub fn redis_server_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("IDEM_REDIS_SERVER") {
+        return PathBuf::from(path);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .chain(["/usr/bin", "/usr/sbin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join("redis-server"))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{INSTALL_HINT}"))
+}
+
+/// A loopback port nothing listens on (at the moment of asking).
+pub fn unused_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("the OS hands out a free loopback port")
+}
+
+/// A port that is free, and whose cluster bus port (`port + 10000`) is free as well.
+fn unused_cluster_port() -> u16 {
+    loop {
+        let port = unused_port();
+        if let Some(bus) = port.checked_add(10_000)
+            && TcpListener::bind((Ipv4Addr::LOCALHOST, bus)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
+/// One `redis-server` process, killed when dropped.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a standalone server.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is missing (saying how to install it) or does not come up.
+    pub fn start() -> Self {
+        Self::spawn(&[], unused_port)
+    }
+
+    fn spawn(extra: &[&str], pick_port: fn() -> u16) -> Self {
+        let binary = redis_server_binary();
+        // Another process may take the port between asking and binding: then try anew.
+        for _ in 0..10 {
+            let port = pick_port();
+            let dir = tempfile::tempdir().expect("a temporary directory for Redis");
+            let child = Command::new(&binary)
+                .args(server_args(port, dir.path()))
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|error| {
+                    panic!(
+                        "could not run {}: {error}\n{INSTALL_HINT}",
+                        binary.display()
+                    )
+                });
+            let mut server = Self {
+                child,
+                port,
+                _dir: dir,
+            };
+            if server.wait_until_ready() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start on any of 10 ports");
+    }
+
+    /// Waits for `PING` to answer; `false` if the process exited first (port taken).
+    fn wait_until_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
+            if self.try_query::<String>(&["PING"]).is_ok() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        panic!(
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        );
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A [`RedisStore`] on this server with the default settings.
+    pub fn store(&self) -> RedisStore {
+        self.store_with(RedisStore::builder())
+    }
+
+    /// A [`RedisStore`] on this server with the given settings.
+    pub fn store_with(&self, builder: RedisStoreBuilder) -> RedisStore {
+        builder
+            .build_with_url(&self.url())
+            .expect("a store from the test server's URL")
+    }
+
+    /// Runs one command on a connection of its own.
+    ///
+    /// # Panics
+    ///
+    /// When the command fails.
+    pub fn command(&self, args: &[&str]) -> redis::Value {
+        self.query(args)
+    }
+
+    /// Runs one command on a connection of its own and reads its answer as `T`.
+    ///
+    /// # Panics
+    ///
+    /// When the command fails or its answer is not a `T`.
+    pub fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        self.try_query(args)
+            .unwrap_or_else(|error| panic!("redis command {args:?} failed: {error}"))
+    }
+
+    fn try_query<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        let mut cmd = redis::Cmd::new();
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut conn)
+    }
+
+    /// Every key on the server (test servers hold a handful).
+    pub fn keys(&self) -> Vec<String> {
+        let client = redis::Client::open(self.url()).expect("the test server's URL");
+        let mut conn = client
+            .get_connection()
+            .expect("a connection to the test server");
+        let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).expect("KEYS");
+        keys.sort();
+        keys
+    }
+}
+
+fn server_args(port: u16, dir: &Path) -> Vec<String> {
+    let port = port.to_string();
+    let log = dir.join("redis.log").display().to_string();
+    let dir = dir.display().to_string();
+    [
+        "--port",
+        &port,
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        &dir,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--loglevel",
+        "warning",
+        "--logfile",
+        &log,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // Already gone is fine; there is nothing else to do in a destructor.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas) on loopback, slots split evenly.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, assigns the 16384 slots and joins them.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is missing or the cluster does not become healthy in 20 s.
+    pub fn start() -> Self {
+        let cluster_args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ];
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::spawn(&cluster_args, unused_cluster_port))
+            .collect();
+        let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
+        for (node, (first, last)) in nodes.iter().zip(ranges) {
+            node.command(&[
+                "CLUSTER",
+                "ADDSLOTSRANGE",
+                &first.to_string(),
+                &last.to_string(),
+            ]);
+        }
+        for node in &nodes[1..] {
+            nodes[0].command(&["CLUSTER", "MEET", "127.0.0.1", &node.port().to_string()]);
+        }
+        let cluster = Self { nodes };
+        cluster.wait_until_healthy();
+        cluster
+    }
+
+    fn wait_until_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let healthy = self.nodes.iter().all(|node| {
+                node.try_query::<String>(&["CLUSTER", "INFO"])
+                    .is_ok_and(|info| {
+                        info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+                    })
+            });
+            if healthy {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the test cluster did not become healthy in 20 s"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The nodes' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// A [`RedisStore`] on the cluster with the default settings.
+    pub fn store(&self) -> RedisStore {
+        let pool = deadpool_redis::cluster::Config::from_urls(self.urls())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .expect("a cluster pool for the test cluster");
+        RedisStore::builder()
+            .build_with_cluster_pool(pool)
+            .expect("a store on the test cluster")
+    }
+
+    /// Every key on every node, each with the port of the node that holds it.
+    pub fn keys_by_node(&self) -> Vec<(u16, String)> {
+        self.nodes
+            .iter()
+            .flat_map(|node| node.keys().into_iter().map(|key| (node.port(), key)))
+            .collect()
+    }
+}

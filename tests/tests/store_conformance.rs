@@ -1,0 +1,626 @@
+//! The store conformance suite: every case runs against `MemoryStore`, `RedisStore` on a
+//! standalone server, and `RedisStore` on a three-master Redis Cluster.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
+use idem_tests::Backend;
+use tokio::sync::Barrier;
+
+const LONG: Duration = Duration::from_secs(60);
+const SHORT: Duration = Duration::from_millis(50);
+
+/// Each case, generated once per backend as `#[tokio::test]` in a module named after it.
+macro_rules! conformance {
+    ($($case:ident),+ $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::MemoryBackend>().await;
+                }
+            )+
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::RedisBackend>().await;
+                }
+            )+
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::ClusterBackend>().await;
+                }
+            )+
+        }
+    };
+}
+
+conformance!(
+    one_winner_among_1000_concurrent_acquires,
+    one_success_among_1000_concurrent_consumes,
+    one_start_among_1000_concurrent_begins,
+    a_non_owner_cannot_release_or_renew,
+    the_owner_releases_and_renews,
+    the_same_owner_reenters_without_changing_the_hold,
+    expiry_frees_a_lock,
+    fencing_tokens_grow_across_release_and_expiry,
+    a_token_is_consumed_once_and_expires,
+    a_record_replays_what_was_completed,
+    a_stale_owner_cannot_complete_a_newer_record,
+    a_different_fingerprint_is_a_mismatch,
+    an_abandoned_record_starts_afresh,
+    a_running_record_is_kept_alive_by_renewal,
+    locks_tokens_and_records_do_not_collide,
+    huge_and_zero_ttls_are_kept_within_bounds,
+);
+
+fn key(name: &str) -> Key {
+    Key::new(name).expect("a valid test key")
+}
+
+/// Waits for `condition`, checking every 5 ms, failing the test after `within`.
+async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs `task(i)` for `count` tasks on the runtime's workers, all released at once.
+async fn all_at_once<T, F, Fut>(count: usize, task: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    let start = Arc::new(Barrier::new(count));
+    let handles: Vec<_> = (0..count)
+        .map(|i| {
+            let start = Arc::clone(&start);
+            let work = task(i);
+            tokio::spawn(async move {
+                start.wait().await;
+                work.await
+            })
+        })
+        .collect();
+    let mut results = Vec::with_capacity(count);
+    for handle in handles {
+        results.push(handle.await.expect("task completes"));
+    }
+    results
+}
+
+async fn one_winner_among_1000_concurrent_acquires<B: Backend>() {
+    let backend = B::start();
+    let results = all_at_once(1000, |_| {
+        let store = backend.store();
+        async move {
+            store
+                .acquire(&key("race"), &Owner::random(), LONG, Fencing::Off)
+                .await
+                .expect("acquire")
+        }
+    })
+    .await;
+    let winners = results
+        .iter()
+        .filter(|r| matches!(r, Acquire::Acquired { .. }))
+        .count();
+    let held = results
+        .iter()
+        .filter(|r| matches!(r, Acquire::Held { remaining } if *remaining > Duration::ZERO))
+        .count();
+    assert_eq!((winners, held), (1, 999));
+}
+
+async fn one_success_among_1000_concurrent_consumes<B: Backend>() {
+    let backend = B::start();
+    let token = Key::hashed(["form", "client-a", "t0k3n"]);
+    backend.store().put_token(&token, LONG).await.expect("put");
+    let results = all_at_once(1000, |_| {
+        let (store, token) = (backend.store(), token.clone());
+        async move { store.consume_token(&token).await.expect("consume") }
+    })
+    .await;
+    assert_eq!(results.iter().filter(|&&consumed| consumed).count(), 1);
+}
+
+async fn one_start_among_1000_concurrent_begins<B: Backend>() {
+    let backend = B::start();
+    let fp = Fingerprint::of(["POST", "/orders", "{}"]);
+    let results = all_at_once(1000, |_| {
+        let store = backend.store();
+        async move {
+            store
+                .begin_record(&key("idem-race"), &Owner::random(), &fp, LONG)
+                .await
+                .expect("begin")
+        }
+    })
+    .await;
+    let started = results.iter().filter(|r| **r == Begin::Started).count();
+    let in_progress = results
+        .iter()
+        .filter(|r| matches!(r, Begin::InProgress { .. }))
+        .count();
+    assert_eq!((started, in_progress), (1, 999));
+}
+
+async fn a_non_owner_cannot_release_or_renew<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (holder, intruder, lock) = (Owner::random(), Owner::random(), key("held"));
+    store
+        .acquire(&lock, &holder, LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    assert!(!store.release(&lock, &intruder).await.unwrap());
+    assert!(
+        !store
+            .renew(&lock, &intruder, Duration::from_millis(1))
+            .await
+            .unwrap()
+    );
+
+    let remaining = store.remaining(&lock).await.unwrap().expect("still held");
+    assert!(
+        remaining > LONG - Duration::from_secs(5),
+        "TTL untouched: {remaining:?}"
+    );
+    assert!(matches!(
+        store
+            .acquire(&lock, &intruder, LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Held { .. }
+    ));
+    assert!(
+        store.release(&lock, &holder).await.unwrap(),
+        "the holder still owns it"
+    );
+}
+
+async fn the_owner_releases_and_renews<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (owner, lock) = (Owner::random(), key("mine"));
+    store
+        .acquire(&lock, &owner, SHORT, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(store.renew(&lock, &owner, LONG).await.unwrap());
+    let remaining = store.remaining(&lock).await.unwrap().expect("held");
+    assert!(
+        remaining > LONG - Duration::from_secs(5),
+        "renewed: {remaining:?}"
+    );
+
+    assert!(store.release(&lock, &owner).await.unwrap());
+    assert_eq!(store.remaining(&lock).await.unwrap(), None);
+    assert!(
+        !store.release(&lock, &owner).await.unwrap(),
+        "released once"
+    );
+    assert!(
+        !store.renew(&lock, &owner, LONG).await.unwrap(),
+        "nothing to renew"
+    );
+    assert_eq!(
+        store
+            .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { fence: None }
+    );
+}
+
+async fn the_same_owner_reenters_without_changing_the_hold<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (owner, lock) = (Owner::new("worker-1").unwrap(), key("reentry"));
+    let Acquire::Acquired { fence: Some(fence) } = store
+        .acquire(&lock, &owner, LONG, Fencing::On)
+        .await
+        .unwrap()
+    else {
+        panic!("first acquisition");
+    };
+    // The same owner again, as after a network timeout that hid a success.
+    match store
+        .acquire(&lock, &owner, SHORT, Fencing::On)
+        .await
+        .unwrap()
+    {
+        Acquire::Reentered {
+            remaining,
+            fence: again,
+        } => {
+            assert_eq!(again, Some(fence), "the fence of the current hold");
+            assert!(
+                remaining > LONG - Duration::from_secs(5),
+                "TTL unchanged: {remaining:?}"
+            );
+        }
+        other => panic!("expected reentry, got {other:?}"),
+    }
+    let plain = key("reentry-unfenced");
+    store
+        .acquire(&plain, &owner, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .acquire(&plain, &owner, LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Reentered { fence: None, .. }
+    ));
+}
+
+async fn expiry_frees_a_lock<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let lock = key("expiring");
+    store
+        .acquire(&lock, &Owner::random(), SHORT, Fencing::Off)
+        .await
+        .unwrap();
+    let acquired_at = Instant::now();
+    eventually(Duration::from_secs(5), "the lock expires", || {
+        let store = store.clone();
+        let lock = lock.clone();
+        async move { store.remaining(&lock).await.unwrap().is_none() }
+    })
+    .await;
+    assert!(
+        acquired_at.elapsed() >= SHORT - Duration::from_millis(5),
+        "not before its TTL"
+    );
+    assert_eq!(
+        store
+            .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { fence: None }
+    );
+}
+
+async fn fencing_tokens_grow_across_release_and_expiry<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let lock = key("fenced");
+    let mut last = 0;
+    for round in 0..60 {
+        let owner = Owner::random();
+        let ttl = if round % 20 == 19 {
+            Duration::from_millis(20)
+        } else {
+            LONG
+        };
+        let Acquire::Acquired { fence: Some(fence) } = store
+            .acquire(&lock, &owner, ttl, Fencing::On)
+            .await
+            .unwrap()
+        else {
+            panic!("round {round}: the lock should be free");
+        };
+        assert!(
+            fence.get() > last,
+            "round {round}: {} after {last}",
+            fence.get()
+        );
+        last = fence.get();
+        if ttl == LONG {
+            assert!(store.release(&lock, &owner).await.unwrap());
+        } else {
+            // Let this one expire instead of releasing it.
+            eventually(Duration::from_secs(5), "the lock expires", || {
+                let (store, lock) = (store.clone(), lock.clone());
+                async move { store.remaining(&lock).await.unwrap().is_none() }
+            })
+            .await;
+        }
+    }
+}
+
+async fn a_token_is_consumed_once_and_expires<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (kept, fleeting) = (key("token-kept"), key("token-fleeting"));
+    assert!(!store.consume_token(&kept).await.unwrap(), "never issued");
+    store.put_token(&kept, LONG).await.unwrap();
+    store
+        .put_token(&fleeting, Duration::from_millis(20))
+        .await
+        .unwrap();
+    assert!(store.consume_token(&kept).await.unwrap());
+    assert!(!store.consume_token(&kept).await.unwrap());
+
+    tokio::time::sleep(Duration::from_millis(40)).await; // past its TTL, not a race
+    assert!(!store.consume_token(&fleeting).await.unwrap(), "expired");
+}
+
+async fn a_record_replays_what_was_completed<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (record, first, retry) = (key("payment-1"), Owner::random(), Owner::random());
+    let fp = Fingerprint::of(["POST", "/payments", r#"{"amount":10}"#]);
+    // Not UTF-8, and with a NUL: stored byte for byte.
+    let response = Bytes::from_static(b"HTTP/1.1 201\r\n\x00\xff\xfe body");
+
+    assert_eq!(
+        store
+            .begin_record(&record, &first, &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Started
+    );
+    assert!(matches!(
+        store.begin_record(&record, &retry, &fp, LONG).await.unwrap(),
+        Begin::InProgress { remaining } if remaining > Duration::ZERO
+    ));
+    assert!(
+        store
+            .complete_record(&record, &first, response.clone(), LONG)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .begin_record(&record, &retry, &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Completed {
+            response: response.clone()
+        }
+    );
+    assert!(
+        !store
+            .complete_record(&record, &first, Bytes::from_static(b"again"), LONG)
+            .await
+            .unwrap(),
+        "a completed record is final"
+    );
+    assert!(
+        !store.abandon_record(&record, &first).await.unwrap(),
+        "and cannot be abandoned"
+    );
+    assert_eq!(
+        store
+            .begin_record(&record, &retry, &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Completed { response }
+    );
+}
+
+async fn a_stale_owner_cannot_complete_a_newer_record<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (record, stale, fresh) = (key("stale"), Owner::random(), Owner::random());
+    let fp = Fingerprint::of(["same request"]);
+    assert_eq!(
+        store
+            .begin_record(&record, &stale, &fp, SHORT)
+            .await
+            .unwrap(),
+        Begin::Started
+    );
+    // The stale worker pauses past its lease; a retry begins the record anew.
+    eventually(Duration::from_secs(5), "the lease runs out", || {
+        let (store, record, fresh) = (store.clone(), record.clone(), fresh.clone());
+        async move {
+            store
+                .begin_record(&record, &fresh, &fp, LONG)
+                .await
+                .unwrap()
+                == Begin::Started
+        }
+    })
+    .await;
+
+    assert!(
+        !store
+            .complete_record(&record, &stale, Bytes::from_static(b"stale"), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(!store.renew_record(&record, &stale, LONG).await.unwrap());
+    assert!(!store.abandon_record(&record, &stale).await.unwrap());
+    assert!(matches!(
+        store
+            .begin_record(&record, &Owner::random(), &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::InProgress { .. }
+    ));
+
+    assert!(
+        store
+            .complete_record(&record, &fresh, Bytes::from_static(b"fresh"), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .complete_record(&record, &stale, Bytes::from_static(b"stale"), LONG)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Completed {
+            response: Bytes::from_static(b"fresh")
+        }
+    );
+}
+
+async fn a_different_fingerprint_is_a_mismatch<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (record, owner) = (key("reused-key"), Owner::random());
+    let (fp, other) = (
+        Fingerprint::of(["amount=10"]),
+        Fingerprint::of(["amount=11"]),
+    );
+    store
+        .begin_record(&record, &owner, &fp, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &other, LONG)
+            .await
+            .unwrap(),
+        Begin::Mismatch,
+        "while in progress"
+    );
+    store
+        .complete_record(&record, &owner, Bytes::from_static(b"ok"), LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &other, LONG)
+            .await
+            .unwrap(),
+        Begin::Mismatch,
+        "after completion"
+    );
+}
+
+async fn an_abandoned_record_starts_afresh<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (record, owner) = (key("failed-attempt"), Owner::random());
+    let fp = Fingerprint::of(["x"]);
+    store
+        .begin_record(&record, &owner, &fp, LONG)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .abandon_record(&record, &Owner::random())
+            .await
+            .unwrap(),
+        "not the owner's"
+    );
+    assert!(store.abandon_record(&record, &owner).await.unwrap());
+    assert!(
+        !store.abandon_record(&record, &owner).await.unwrap(),
+        "already gone"
+    );
+    // Another fingerprint is welcome now: nothing of the old record is left.
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &Fingerprint::of(["y"]), LONG)
+            .await
+            .unwrap(),
+        Begin::Started
+    );
+}
+
+async fn a_running_record_is_kept_alive_by_renewal<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (record, owner) = (key("long-handler"), Owner::random());
+    let fp = Fingerprint::of(["slow"]);
+    store
+        .begin_record(&record, &owner, &fp, SHORT)
+        .await
+        .unwrap();
+    assert!(store.renew_record(&record, &owner, LONG).await.unwrap());
+    tokio::time::sleep(SHORT * 2).await; // past the first lease: only the renewal keeps it
+    match store
+        .begin_record(&record, &Owner::random(), &fp, LONG)
+        .await
+        .unwrap()
+    {
+        Begin::InProgress { remaining } => {
+            assert!(
+                remaining > LONG - Duration::from_secs(5),
+                "renewed lease: {remaining:?}"
+            )
+        }
+        other => panic!("expected the record in progress, got {other:?}"),
+    }
+    assert!(
+        !store
+            .renew_record(&record, &Owner::random(), LONG)
+            .await
+            .unwrap()
+    );
+}
+
+async fn locks_tokens_and_records_do_not_collide<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (same, owner) = (key("shared-name"), Owner::random());
+    store
+        .acquire(&same, &owner, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(
+        !store.consume_token(&same).await.unwrap(),
+        "a lock is not a token"
+    );
+    store.put_token(&same, LONG).await.unwrap();
+    assert_eq!(
+        store
+            .begin_record(&same, &owner, &Fingerprint::of(["r"]), LONG)
+            .await
+            .unwrap(),
+        Begin::Started,
+        "a lock is not a record"
+    );
+    assert!(store.consume_token(&same).await.unwrap());
+    assert!(
+        store.release(&same, &owner).await.unwrap(),
+        "the lock is intact"
+    );
+}
+
+async fn huge_and_zero_ttls_are_kept_within_bounds<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (huge, zero) = (key("forever"), key("instant"));
+    assert!(matches!(
+        store
+            .acquire(&huge, &Owner::random(), Duration::MAX, Fencing::On)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+    let remaining = store.remaining(&huge).await.unwrap().expect("held");
+    assert!(
+        remaining > Duration::from_secs(99 * 365 * 24 * 3600),
+        "cut to a century: {remaining:?}"
+    );
+    store.put_token(&zero, Duration::ZERO).await.unwrap();
+    store
+        .begin_record(
+            &zero,
+            &Owner::random(),
+            &Fingerprint::of(["z"]),
+            Duration::MAX,
+        )
+        .await
+        .unwrap();
+}
