@@ -1,6 +1,7 @@
 //! Real `redis-server` processes for tests and benchmarks: each on a free loopback port,
 //! with its own temporary data directory, no persistence, stopped when dropped.
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,7 +59,8 @@ fn unused_cluster_port() -> u16 {
 pub struct RedisServer {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    extra: Vec<String>,
+    dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -72,34 +74,46 @@ impl RedisServer {
     }
 
     fn spawn(extra: &[&str], pick_port: fn() -> u16) -> Self {
-        let binary = redis_server_binary();
         // Another process may take the port between asking and binding: then try anew.
         for _ in 0..10 {
-            let port = pick_port();
-            let dir = tempfile::tempdir().expect("a temporary directory for Redis");
-            let child = Command::new(&binary)
-                .args(server_args(port, dir.path()))
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|error| {
-                    panic!(
-                        "could not run {}: {error}\n{INSTALL_HINT}",
-                        binary.display()
-                    )
-                });
+            let (port, dir) = (
+                pick_port(),
+                tempfile::tempdir().expect("a temporary directory for Redis"),
+            );
             let mut server = Self {
-                child,
+                child: launch(port, dir.path(), extra),
                 port,
-                _dir: dir,
+                extra: extra.iter().map(|arg| (*arg).to_owned()).collect(),
+                dir,
             };
             if server.wait_until_ready() {
                 return server;
             }
         }
         panic!("redis-server did not start on any of 10 ports");
+    }
+
+    /// Kills the server and starts a new one on the same port: the data and the script
+    /// cache are gone, and every client connection is cut, as in a real restart.
+    ///
+    /// # Panics
+    ///
+    /// When the new server does not come up.
+    pub fn restart(&mut self) {
+        self.stop();
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        self.child = launch(self.port, self.dir.path(), &extra);
+        assert!(
+            self.wait_until_ready(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
+    }
+
+    fn stop(&mut self) {
+        // Already gone is fine; there is nothing else to do about it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Waits for `PING` to answer; `false` if the process exited first (port taken).
@@ -171,6 +185,22 @@ impl RedisServer {
         cmd.query(&mut conn)
     }
 
+    /// How many times each command ran since the server started, from
+    /// `INFO commandstats`: `{"set": 100, "evalsha": 3, …}`. Commands that scripts call
+    /// count under their own names too.
+    pub fn command_calls(&self) -> BTreeMap<String, u64> {
+        let info: String = self.query(&["INFO", "commandstats"]);
+        info.lines()
+            .filter_map(|line| {
+                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = stats
+                    .split(',')
+                    .find_map(|field| field.strip_prefix("calls="))?;
+                Some((name.to_owned(), calls.parse().ok()?))
+            })
+            .collect()
+    }
+
     /// Every key on the server (test servers hold a handful).
     pub fn keys(&self) -> Vec<String> {
         let client = redis::Client::open(self.url()).expect("the test server's URL");
@@ -181,6 +211,23 @@ impl RedisServer {
         keys.sort();
         keys
     }
+}
+
+fn launch(port: u16, dir: &Path, extra: &[&str]) -> Child {
+    let binary = redis_server_binary();
+    Command::new(&binary)
+        .args(server_args(port, dir))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|error| {
+            panic!(
+                "could not run {}: {error}\n{INSTALL_HINT}",
+                binary.display()
+            )
+        })
 }
 
 fn server_args(port: u16, dir: &Path) -> Vec<String> {
@@ -211,9 +258,7 @@ fn server_args(port: u16, dir: &Path) -> Vec<String> {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        // Already gone is fine; there is nothing else to do in a destructor.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 

@@ -52,7 +52,7 @@ async fn front_page() -> Html<&'static str> {
     Html(concat!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>idem shop</title></head>",
         "<body><h1>idem example shop</h1>",
-        "<p>The shop runs on idem's embedded in-memory store. Its order form, JSON API, ",
-        "payment callbacks and flash sale come with the library's guards.</p></body></html>",
+        "<p>This is the shop's front page only. Its order form, JSON API, payment callbacks ",
+        "and flash sale arrive with the idem guards they show.</p></body></html>",
     ))
 }

@@ -315,3 +315,128 @@ impl MemoryStoreBuilder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: usize) -> Key {
+        Key::hashed([i.to_le_bytes()])
+    }
+
+    fn small(capacity: usize) -> MemoryStore {
+        // A reaper that never comes during the test, so only the store's own reclaiming
+        // is seen.
+        MemoryStore::builder()
+            .with_capacity(capacity)
+            .with_reclaim_interval(Duration::from_secs(3600))
+            .build()
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_live_keys_is_refused_past_capacity() {
+        let store = small(100);
+        for i in 0..100 {
+            store
+                .put_token(&key(i), Duration::from_secs(60))
+                .await
+                .unwrap();
+        }
+        let err = store
+            .acquire(
+                &key(1000),
+                &Owner::random(),
+                Duration::from_secs(60),
+                Fencing::Off,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Capacity { capacity: 100 }),
+            "{err:?}"
+        );
+        assert!(matches!(
+            store
+                .begin_record(
+                    &key(1001),
+                    &Owner::random(),
+                    &Fingerprint::of(["x"]),
+                    Duration::from_secs(60)
+                )
+                .await,
+            Err(StoreError::Capacity { .. })
+        ));
+        assert_eq!(store.entry_count(), 100);
+        // Existing entries still work, and freeing one makes room for one.
+        assert!(store.consume_token(&key(7)).await.unwrap());
+        store
+            .put_token(&key(1002), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(
+            store
+                .put_token(&key(1003), Duration::from_secs(60))
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn expired_entries_are_reclaimed_before_refusing() {
+        let store = small(100);
+        for i in 0..100 {
+            store
+                .put_token(&key(i), Duration::from_millis(10))
+                .await
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20)); // past every TTL above
+        for i in 100..200 {
+            store
+                .put_token(&key(i), Duration::from_secs(60))
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.entry_count(), 100);
+    }
+
+    #[tokio::test]
+    async fn the_reaper_reclaims_without_any_further_operation() {
+        let store = MemoryStore::builder()
+            .with_reclaim_interval(Duration::from_millis(10))
+            .build();
+        for i in 0..10_000 {
+            store
+                .put_token(&key(i), Duration::from_millis(500))
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.entry_count(), 10_000, "all live while inserting");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while store.entry_count() > 0 {
+            assert!(Instant::now() < deadline, "left: {}", store.entry_count());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let spare: usize = store.shared.shards.iter().map(|s| lock(s).capacity()).sum();
+        assert!(
+            spare < 10_000,
+            "map capacity given back, {spare} slots left"
+        );
+    }
+
+    #[test]
+    fn the_reaper_thread_stops_with_the_last_clone() {
+        let store = MemoryStore::builder()
+            .with_reclaim_interval(Duration::from_millis(1))
+            .build();
+        let weak = Arc::downgrade(&store.shared);
+        let clone = store.clone();
+        drop(store);
+        assert!(weak.upgrade().is_some(), "a clone keeps the data");
+        drop(clone);
+        assert!(
+            weak.upgrade().is_none(),
+            "the reaper does not keep the store alive"
+        );
+    }
+}

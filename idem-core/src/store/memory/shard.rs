@@ -205,6 +205,15 @@ impl Shard {
         entries.remove(removed);
     }
 
+    /// Slots the maps and the reminder heap hold, used or not.
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.locks.capacity()
+            + self.tokens.capacity()
+            + self.records.capacity()
+            + self.due.capacity()
+    }
+
     /// Gives memory back once most entries are gone (after a flood has expired).
     pub(super) fn shrink(&mut self) {
         shrink_if_sparse(&mut self.locks);

@@ -1,0 +1,332 @@
+//! What only `RedisStore` has to get right: outages and timeouts, reconnecting, reloading
+//! scripts, its key layout and namespaces, Redis Cluster slots, and how many commands an
+//! operation costs.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use idem_core::{
+    Acquire, Fencing, Fingerprint, Key, Owner, RedisSetupError, RedisStore, Store, StoreError,
+};
+use idem_tests::{RedisCluster, RedisServer, unused_port};
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+/// What the issue allows on top of the store's timeout before a call must have returned.
+const SLACK: Duration = Duration::from_millis(100);
+const LONG: Duration = Duration::from_secs(60);
+
+fn key(name: &str) -> Key {
+    Key::new(name).expect("a valid test key")
+}
+
+/// Runs one of each kind of operation and checks each fails, typed, within the timeout.
+async fn each_operation_fails_in_time(store: &RedisStore, is_expected: fn(&StoreError) -> bool) {
+    let (k, owner) = (key("outage"), Owner::random());
+    let fp = Fingerprint::of(["x"]);
+    let started = Instant::now();
+    let acquire = store
+        .acquire(&k, &owner, LONG, Fencing::Off)
+        .await
+        .map(drop);
+    let elapsed_acquire = started.elapsed();
+    let started = Instant::now();
+    let fenced = store.acquire(&k, &owner, LONG, Fencing::On).await.map(drop);
+    let elapsed_fenced = started.elapsed();
+    let started = Instant::now();
+    let consume = store.consume_token(&k).await.map(drop);
+    let elapsed_consume = started.elapsed();
+    let started = Instant::now();
+    let begin = store.begin_record(&k, &owner, &fp, LONG).await.map(drop);
+    let elapsed_begin = started.elapsed();
+    for (name, result, elapsed) in [
+        ("acquire", acquire, elapsed_acquire),
+        ("acquire fenced", fenced, elapsed_fenced),
+        ("consume_token", consume, elapsed_consume),
+        ("begin_record", begin, elapsed_begin),
+    ] {
+        let error = result.expect_err(name);
+        assert!(is_expected(&error), "{name}: unexpected error {error:?}");
+        assert!(elapsed < TIMEOUT + SLACK, "{name} took {elapsed:?}");
+    }
+}
+
+#[tokio::test]
+async fn nothing_listening_is_a_typed_error_within_the_timeout() {
+    let url = format!("redis://127.0.0.1:{}/", unused_port());
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .build_with_url(&url)
+        .unwrap();
+    // Refused at once: a pool error, not a wait for the timeout.
+    each_operation_fails_in_time(&store, |e| matches!(e, StoreError::Pool(_))).await;
+}
+
+#[tokio::test]
+async fn a_paused_server_times_out_and_the_store_recovers() {
+    let server = RedisServer::start();
+    let warm = server.store_with(RedisStore::builder().with_timeout(TIMEOUT));
+    warm.acquire(&key("before"), &Owner::random(), LONG, Fencing::Off)
+        .await
+        .unwrap();
+    let cold = server.store_with(RedisStore::builder().with_timeout(TIMEOUT));
+
+    // Long enough for the eight checks below (300 ms each). `CLIENT UNPAUSE` would be
+    // paused too, so the pause just runs out.
+    server.command(&["CLIENT", "PAUSE", "4000", "ALL"]);
+    let paused_at = Instant::now();
+    each_operation_fails_in_time(
+        &warm,
+        |e| matches!(e, StoreError::Timeout(t) if *t == TIMEOUT),
+    )
+    .await;
+    each_operation_fails_in_time(
+        &cold,
+        |e| matches!(e, StoreError::Timeout(t) if *t == TIMEOUT),
+    )
+    .await;
+    assert!(
+        paused_at.elapsed() < Duration::from_secs(4),
+        "the checks ran inside the pause"
+    );
+
+    // Once the pause ends, both stores work again without being rebuilt.
+    let deadline = paused_at + Duration::from_secs(10);
+    for store in [&warm, &cold] {
+        loop {
+            match store
+                .acquire(&key("after"), &Owner::random(), LONG, Fencing::Off)
+                .await
+            {
+                Ok(_) => break,
+                Err(StoreError::Timeout(_)) if Instant::now() < deadline => {}
+                Err(error) => panic!("after the pause: {error:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_reconnected_and_its_scripts_reloaded() {
+    let mut server = RedisServer::start();
+    let store = server.store();
+    let lock = key("restart");
+    let owner = Owner::random();
+    store
+        .acquire(&lock, &owner, LONG, Fencing::On)
+        .await
+        .unwrap();
+
+    server.restart(); // data, script cache and connections gone
+
+    // The first call may meet the cut connection; the store then takes a fresh one.
+    let mut failures = 0;
+    let acquired = loop {
+        match store.acquire(&lock, &owner, LONG, Fencing::On).await {
+            Ok(acquired) => break acquired,
+            Err(StoreError::Redis(error)) if failures == 0 => {
+                assert!(
+                    error.is_io_error() || error.is_connection_dropped(),
+                    "{error:?}"
+                );
+                failures += 1;
+            }
+            Err(error) => panic!("after {failures} failure(s): {error:?}"),
+        }
+    };
+    assert!(
+        matches!(acquired, Acquire::Acquired { fence: Some(_) }),
+        "{acquired:?}"
+    );
+    assert!(store.release(&lock, &owner).await.unwrap());
+}
+
+#[tokio::test]
+async fn scripts_are_loaded_again_after_script_flush() {
+    let server = RedisServer::start();
+    let store = server.store();
+    let (lock, owner) = (key("flushed"), Owner::random());
+    store
+        .acquire(&lock, &owner, LONG, Fencing::On)
+        .await
+        .unwrap();
+    store.renew(&lock, &owner, LONG).await.unwrap();
+    server.command(&["SCRIPT", "FLUSH"]);
+    assert!(
+        store.renew(&lock, &owner, LONG).await.unwrap(),
+        "NOSCRIPT, then loaded and run"
+    );
+    assert!(store.release(&lock, &owner).await.unwrap());
+}
+
+#[tokio::test]
+async fn keys_carry_the_namespace_and_one_hash_tag() {
+    let server = RedisServer::start();
+    let shop = server.store_with(RedisStore::builder().with_namespace("shop"));
+    let other = server.store_with(RedisStore::builder().with_namespace("billing"));
+    let (name, owner) = (key("order-7"), Owner::random());
+
+    shop.acquire(&name, &owner, LONG, Fencing::On)
+        .await
+        .unwrap();
+    shop.put_token(&name, LONG).await.unwrap();
+    shop.begin_record(&name, &owner, &Fingerprint::of(["f"]), LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        server.keys(),
+        [
+            "shop:{order-7}:fence",
+            "shop:{order-7}:lock",
+            "shop:{order-7}:record",
+            "shop:{order-7}:token"
+        ]
+    );
+
+    // Another namespace on the same server is another world.
+    assert!(matches!(
+        other
+            .acquire(&name, &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+    assert!(!other.consume_token(&name).await.unwrap());
+    assert!(shop.consume_token(&name).await.unwrap());
+}
+
+#[test]
+fn a_bad_namespace_or_url_is_refused_when_building() {
+    let built = RedisStore::builder()
+        .with_namespace("a{b}")
+        .build_with_url("redis://127.0.0.1:1/");
+    assert!(
+        matches!(built, Err(RedisSetupError::Namespace(_))),
+        "{built:?}"
+    );
+    let built = RedisStore::builder().build_with_url("http://not-redis/");
+    assert!(matches!(built, Err(RedisSetupError::Url(_))), "{built:?}");
+}
+
+#[tokio::test]
+async fn a_store_can_share_an_existing_pool() {
+    let server = RedisServer::start();
+    let pool = deadpool_redis::Config::from_url(server.url())
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    let store = RedisStore::builder().build_with_pool(pool.clone()).unwrap();
+    let token = key("pooled");
+    store.put_token(&token, LONG).await.unwrap();
+    let mut conn = pool.get().await.unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("idem:{pooled}:token")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(exists);
+}
+
+#[tokio::test]
+async fn in_a_cluster_every_operation_stays_in_one_slot() {
+    let cluster = RedisCluster::start();
+    let store = cluster.store();
+    for i in 0..60 {
+        let (name, owner) = (key(&format!("order-{i}")), Owner::random());
+        store
+            .acquire(&name, &owner, LONG, Fencing::On)
+            .await
+            .unwrap();
+        store.put_token(&name, LONG).await.unwrap();
+        store
+            .begin_record(&name, &owner, &Fingerprint::of(["f"]), LONG)
+            .await
+            .unwrap();
+    }
+    let mut nodes_of: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+    for (port, redis_key) in cluster.keys_by_node() {
+        let tag = redis_key
+            .split(['{', '}'])
+            .nth(1)
+            .expect("a hash tag")
+            .to_owned();
+        nodes_of.entry(tag).or_default().push(port);
+    }
+    assert_eq!(nodes_of.len(), 60);
+    for (tag, ports) in &nodes_of {
+        assert_eq!(ports.len(), 4, "{tag}: lock, fence, token, record");
+        assert!(
+            ports.iter().all(|p| *p == ports[0]),
+            "{tag} is split over nodes {ports:?}"
+        );
+    }
+    let nodes_used: std::collections::BTreeSet<u16> =
+        nodes_of.values().map(|ports| ports[0]).collect();
+    assert_eq!(
+        nodes_used.len(),
+        3,
+        "keys spread over every node, so the check above means something"
+    );
+}
+
+/// Calls per command between two readings, leaving out the `INFO` that read them.
+fn calls_since(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter(|(name, _)| name.as_str() != "info")
+        .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))
+        .filter(|(_, calls)| *calls > 0)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_accept_path_costs_one_command() {
+    let server = RedisServer::start();
+    let store = server.store();
+    // Open the connection and load the release script first: neither is the accept path.
+    store
+        .release(&key("warm-up"), &Owner::random())
+        .await
+        .unwrap();
+
+    let owners: Vec<(Key, Owner)> = (0..100)
+        .map(|i| (Key::hashed([format!("k{i}")]), Owner::random()))
+        .collect();
+    let before = server.command_calls();
+    for (k, owner) in &owners {
+        store.acquire(k, owner, LONG, Fencing::Off).await.unwrap();
+    }
+    let acquired = server.command_calls();
+    assert_eq!(
+        calls_since(&before, &acquired),
+        BTreeMap::from([("set".to_owned(), 100)])
+    );
+
+    for (k, _) in &owners {
+        store.put_token(k, LONG).await.unwrap();
+    }
+    let put = server.command_calls();
+    for (k, _) in &owners {
+        assert!(store.consume_token(k).await.unwrap());
+    }
+    let consumed = server.command_calls();
+    assert_eq!(
+        calls_since(&put, &consumed),
+        BTreeMap::from([("del".to_owned(), 100)])
+    );
+
+    for (k, owner) in &owners {
+        assert!(store.release(k, owner).await.unwrap());
+    }
+    let released = server.command_calls();
+    // One EVALSHA each; the script's own GET and DEL show in the statistics too.
+    assert_eq!(
+        calls_since(&consumed, &released),
+        BTreeMap::from([
+            ("del".to_owned(), 100),
+            ("evalsha".to_owned(), 100),
+            ("get".to_owned(), 100)
+        ])
+    );
+}
