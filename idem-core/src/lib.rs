@@ -14,6 +14,7 @@
 //! - [`MemoryStore`]: the embedded default, for one process; bounded in memory.
 //! - `RedisStore` (feature `redis`, on by default): for many processes, Redis Cluster
 //!   included.
+//! - [`AnyStore`]: any store behind one concrete type, for code that cannot be generic.
 //! - [`Key`], [`Owner`], [`Fingerprint`]: what a store is addressed with. Anything a client
 //!   sends is hashed into them, so no input can name another key.
 //!
@@ -35,7 +36,8 @@ pub mod store;
 
 pub use key::{Fingerprint, Key, KeyError, Owner};
 pub use store::{
-    Acquire, Begin, Fencing, FencingToken, MemoryStore, MemoryStoreBuilder, Store, StoreError,
+    Acquire, AnyStore, Begin, Fencing, FencingToken, MemoryStore, MemoryStoreBuilder, Store,
+    StoreError,
 };
 #[cfg(feature = "redis")]
 pub use store::{RedisSetupError, RedisStore, RedisStoreBuilder};

@@ -1,7 +1,7 @@
 //! One store of each kind, with whatever keeps it alive, for suites that run every test
 //! against every store.
 
-use idem_core::{MemoryStore, RedisStore, Store};
+use idem_core::{AnyStore, MemoryStore, RedisStore, Store};
 
 use crate::redis_server::{RedisCluster, RedisServer};
 
@@ -29,6 +29,23 @@ impl Backend for MemoryBackend {
     }
 
     fn store(&self) -> MemoryStore {
+        self.0.clone()
+    }
+}
+
+/// [`MemoryStore`] behind [`AnyStore`], to check the erased store forwards every
+/// operation.
+#[derive(Debug)]
+pub struct AnyMemoryBackend(AnyStore);
+
+impl Backend for AnyMemoryBackend {
+    type Store = AnyStore;
+
+    fn start() -> Self {
+        Self(AnyStore::new(MemoryStore::new()))
+    }
+
+    fn store(&self) -> AnyStore {
         self.0.clone()
     }
 }

@@ -11,5 +11,5 @@
 mod backend;
 mod redis_server;
 
-pub use backend::{Backend, ClusterBackend, MemoryBackend, RedisBackend};
+pub use backend::{AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};

@@ -1,5 +1,6 @@
-//! The store conformance suite: every case runs against `MemoryStore`, `RedisStore` on a
-//! standalone server, and `RedisStore` on a three-master Redis Cluster.
+//! The store conformance suite: every case runs against `MemoryStore`, `MemoryStore`
+//! behind `AnyStore`, `RedisStore` on a standalone server, and `RedisStore` on a
+//! three-master Redis Cluster.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +21,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
                     super::$case::<idem_tests::MemoryBackend>().await;
+                }
+            )+
+        }
+        mod any_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::AnyMemoryBackend>().await;
                 }
             )+
         }

@@ -17,6 +17,7 @@
 //! Durations are kept to the millisecond; a TTL below one millisecond counts as one, and
 //! one above a century as a century.
 
+mod any;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -28,6 +29,7 @@ use bytes::Bytes;
 
 use crate::key::{Fingerprint, Key, Owner};
 
+pub use self::any::AnyStore;
 pub use self::memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
 pub use self::redis::{RedisSetupError, RedisStore, RedisStoreBuilder};
