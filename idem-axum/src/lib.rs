@@ -1,15 +1,64 @@
 //! Duplicate-submission protection and idempotency for [axum](https://docs.rs/axum)
 //! services, on one instance or many.
 //!
-//! This is the crate an application imports. It re-exports the stores of
-//! [`idem_core`] — [`MemoryStore`], the embedded default, and `RedisStore` (feature
-//! `redis`, on by default) for applications that run as several instances — and will
-//! carry the HTTP side: the `Idem` runtime and its layer, `#[avoid_repeat]`,
-//! `AvoidRepeatLayer`, one-time form tokens and `IdempotencyLayer`.
+//! Users double-click "Buy", browsers re-POST on refresh, payment providers deliver the
+//! same callback twice, mobile clients retry after a timeout whose first attempt
+//! succeeded. idem makes each of these run the handler once, with a single atomic
+//! operation in a store every instance shares.
+//!
+//! 1. Build an [`Idem`] runtime — its store ([`MemoryStore`] by default, `RedisStore` for
+//!    several instances), who the client is ([`client`]), the store-failure policy — and
+//!    install it with [`Idem::layer`].
+//! 2. Guard handlers with `#[avoid_repeat(timeout = "30s")]` or routes with
+//!    [`AvoidRepeatLayer`]: a repeat from the same client inside the window gets 409.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::post};
+//! use idem_axum::{Idem, avoid_repeat};
+//!
+//! #[avoid_repeat(timeout = "30s", message = "请勿重复提交")]
+//! async fn place_order() -> &'static str {
+//!     "order placed"
+//! }
+//!
+//! # async fn serve() -> std::io::Result<()> {
+//! let idem = Idem::builder().build(); // MemoryStore, clients by peer IP
+//! let app = Router::new().route("/orders", post(place_order)).layer(idem.layer());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+//! # }
+//! ```
+//!
+//! Every refusal is a [`Rejection`]: `application/problem+json` by default, a small HTML
+//! page for browsers, replaceable with [`IdemBuilder::with_responder`]. Outcomes are
+//! logged as `tracing` events with an `idem.outcome` field (`accepted`, `duplicate`,
+//! `store_error`).
 
+pub mod avoid_repeat;
+mod body;
+pub mod client;
+mod rejection;
+mod runtime;
+
+pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatKey};
 pub use idem_core::{
-    Acquire, Begin, Fencing, FencingToken, Fingerprint, Key, KeyError, MemoryStore,
+    Acquire, AnyStore, Begin, Fencing, FencingToken, Fingerprint, Key, KeyError, MemoryStore,
     MemoryStoreBuilder, Owner, Store, StoreError,
 };
 #[cfg(feature = "redis")]
 pub use idem_core::{RedisSetupError, RedisStore, RedisStoreBuilder};
+#[cfg(feature = "macros")]
+pub use idem_macros::avoid_repeat;
+pub use rejection::{Rejection, RejectionKind};
+pub use runtime::{Idem, IdemBuilder, IdemLayer, IdemService, StoreFailure};
+
+/// What `#[avoid_repeat]` expands to; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::avoid_repeat::handler::{
+        AvoidRepeatContext, Last, LastParts, Payload, Spec, WithContext, run,
+    };
+    pub use crate::avoid_repeat::{Release, RepeatKey};
+    pub use axum::response::Response;
+}

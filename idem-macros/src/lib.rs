@@ -1,7 +1,62 @@
-//! Procedural macros for [idem](https://github.com/idem-rs/idem), used through
-//! `idem-axum` (feature `macros`, on by default) rather than on their own.
-//!
-//! This crate will hold `#[avoid_repeat(timeout = "30s")]`: an attribute on an axum
-//! handler that refuses a second request from the same client to the same handler while
-//! the first one's key is held in the store. Its arguments are checked at compile time.
-//! Until it lands, the crate exports nothing.
+//! Procedural macros for [idem](https://github.com/idem-rs/idem). Use them through
+//! `idem-axum` (feature `macros`, on by default): `use idem_axum::avoid_repeat;`.
+
+mod avoid_repeat;
+
+use proc_macro::TokenStream;
+
+/// Refuses a repeat of a request **from the same client to this handler** while the key
+/// of the first one is held: the duplicate gets `409 Conflict` with `Retry-After`, and the
+/// handler body does not run for it.
+///
+/// ```ignore
+/// use idem_axum::avoid_repeat;
+///
+/// #[avoid_repeat(timeout = "30s")]
+/// async fn place_order(State(shop): State<Shop>, Form(order): Form<Order>) -> impl IntoResponse {
+///     shop.place(order).await
+/// }
+/// ```
+///
+/// Needs the `Idem` runtime on the router (`.layer(idem.layer())`); without it the
+/// handler answers 500 naming the missing layer.
+///
+/// # Arguments
+///
+/// | argument | values | default |
+/// |---|---|---|
+/// | `timeout` (required) | `"500ms"`, `"30s"`, `"5m"`, `"1h"` (humantime; longer than zero) | — |
+/// | `release` | `"expire"`: the key is held for `timeout` after the request is accepted; `"finish"`: released when the response is produced, `timeout` being only the lease if the process dies | `"expire"` |
+/// | `key` | `"client"`: same client, same handler; `"client+body"`: also the same query and body, so a different payload is not a repeat | `"client"` |
+/// | `message` | the text a refused duplicate gets, e.g. `"请勿重复提交"` | a sentence in English |
+///
+/// A handler that fails — a 5xx response, a panic under `CatchPanicLayer`, a future
+/// dropped because the client went away — releases its key at once.
+///
+/// The handler's identity is `module_path!()::fn_name`; the client comes from the
+/// runtime's key extractor. The key is taken after the handler's own extractors
+/// succeeded, so a request refused for bad input takes no key.
+///
+/// With `key = "client+body"` the body is read whole (within axum's `DefaultBodyLimit`)
+/// and handed on unchanged: the last argument must then be a body extractor (`Json`,
+/// `Form`, `Bytes`, `String`, …) or one of axum's parts extractors (`Path`, `Query`,
+/// `State`, …), in which case the body is read only to fingerprint it.
+///
+/// Works with `State`, `Path`, `Query`, `Json`, `Form`, under `#[axum::debug_handler]`,
+/// with `Result<_, _>` and `impl IntoResponse` returns, and in handlers generic over their
+/// state. Misuse — not an `async fn`, an unknown or repeated argument, a zero, negative,
+/// overflowing or malformed duration, a value that is not a string literal — is a compile
+/// error at the offending token. Set `IDEM_MACROS_DEBUG=1` while building to print the
+/// expansion.
+#[proc_macro_attribute]
+pub fn avoid_repeat(args: TokenStream, item: TokenStream) -> TokenStream {
+    compile_errors(avoid_repeat::expand(args.into(), item.into()))
+}
+
+fn compile_errors(expanded: syn::Result<proc_macro2::TokenStream>) -> TokenStream {
+    let tokens = expanded.unwrap_or_else(syn::Error::into_compile_error);
+    if std::env::var_os("IDEM_MACROS_DEBUG").is_some() {
+        eprintln!("{tokens}");
+    }
+    tokens.into()
+}

@@ -1,0 +1,140 @@
+//! The one path every avoid-repeat guard takes, whether attribute or layer: take the key,
+//! run the handler, give the key back when the handler failed or the mode says so.
+
+use std::future::Future;
+
+use axum::response::Response;
+use idem_core::{Acquire, AnyStore, Fencing, Fingerprint, Key, Owner, Store};
+
+use super::{Release, Settings};
+use crate::client::ClientId;
+use crate::rejection::{Rejection, RejectionKind};
+use crate::runtime::{Idem, StoreFailure};
+
+/// Runs the handler `start` starts under the key `key`, or answers for it. The handler is
+/// not started (a tower service not even called) unless the key was taken.
+pub(crate) async fn guard<F, E>(
+    idem: &Idem,
+    settings: &Settings,
+    handler_id: &str,
+    key: Key,
+    html: bool,
+    start: impl FnOnce() -> F,
+) -> Result<Response, E>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    let owner = Owner::random();
+    let permit = match idem
+        .store()
+        .acquire(&key, &owner, settings.timeout, Fencing::Off)
+        .await
+    {
+        Ok(Acquire::Acquired { .. }) => {
+            tracing::debug!(idem.outcome = "accepted", idem.handler = handler_id);
+            Some(Permit {
+                store: idem.store().clone(),
+                key,
+                owner,
+                armed: true,
+            })
+        }
+        // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
+        Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
+            tracing::debug!(
+                idem.outcome = "duplicate",
+                idem.handler = handler_id,
+                ?remaining
+            );
+            let rejection = Rejection::new(RejectionKind::Duplicate, settings.message())
+                .with_retry_after(remaining)
+                .with_html(html);
+            return Ok(idem.respond(rejection));
+        }
+        Err(error) => match idem.store_failure() {
+            StoreFailure::FailClosed => {
+                tracing::warn!(idem.outcome = "store_error", idem.handler = handler_id, %error, "refused (fail closed)");
+                let rejection = Rejection::new(
+                    RejectionKind::StoreUnavailable,
+                    "duplicate protection is unavailable right now; please retry shortly",
+                )
+                .with_retry_after(std::time::Duration::from_secs(1))
+                .with_html(html);
+                return Ok(idem.respond(rejection));
+            }
+            StoreFailure::FailOpen => {
+                tracing::warn!(idem.outcome = "store_error", idem.handler = handler_id, %error, "let through unguarded (fail open)");
+                None
+            }
+        },
+    };
+    let result = start().await;
+    if let Some(permit) = permit {
+        let failed = result
+            .as_ref()
+            .map_or(true, |response| response.status().is_server_error());
+        if failed || settings.release == Release::Finish {
+            permit.release().await;
+        } else {
+            permit.keep();
+        }
+    }
+    result
+}
+
+/// The store key of `handler_id` for `client` (and the payload, when fingerprinted).
+pub(crate) fn key_for(
+    idem: &Idem,
+    handler_id: &str,
+    client: &ClientId,
+    payload: Option<&Fingerprint>,
+) -> Key {
+    let payload: &[u8] = payload.map_or(&[], |fingerprint| fingerprint.as_bytes());
+    idem.key(&[
+        b"avoid_repeat",
+        handler_id.as_bytes(),
+        client.as_bytes(),
+        payload,
+    ])
+}
+
+/// A held key. Dropped while armed — the handler panicked or its future was dropped — it
+/// releases the key in the background, so the client can retry at once.
+struct Permit {
+    store: AnyStore,
+    key: Key,
+    owner: Owner,
+    armed: bool,
+}
+
+impl Permit {
+    async fn release(mut self) {
+        self.armed = false;
+        if let Err(error) = self.store.release(&self.key, &self.owner).await {
+            // The key still expires at the end of its window.
+            tracing::warn!(%error, "idem: could not release a key; it expires with its window");
+        }
+    }
+
+    fn keep(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Drop cannot wait; without a runtime the key just expires with its window.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, key, owner) = (self.store.clone(), self.key.clone(), self.owner.clone());
+        runtime.spawn(async move {
+            if let Err(error) = store.release(&key, &owner).await {
+                tracing::warn!(%error, "idem: could not release the key of an abandoned request");
+            }
+        });
+    }
+}

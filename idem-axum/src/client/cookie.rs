@@ -1,0 +1,67 @@
+use std::borrow::Cow;
+
+use http::header::COOKIE;
+
+use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+
+/// The client is the value of a cookie, such as an anonymous session id.
+///
+/// A request without the cookie, or with it empty, is refused with 400. Issue the cookie
+/// before the guarded form is posted (when the form page is rendered).
+///
+/// ```
+/// let key = idem_axum::client::CookieKey::new("session");
+/// ```
+#[derive(Debug, Clone)]
+pub struct CookieKey {
+    name: Cow<'static, str>,
+}
+
+impl CookieKey {
+    /// Reads the cookie `name`.
+    pub fn new(name: impl Into<Cow<'static, str>>) -> Self {
+        Self { name: name.into() }
+    }
+}
+
+impl KeyExtractor for CookieKey {
+    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+        request
+            .headers()
+            .get_all(COOKIE)
+            .iter()
+            .filter_map(|header| header.to_str().ok())
+            .flat_map(|header| header.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(name, _)| *name == self.name)
+            .map(|(_, value)| value.trim_matches('"'))
+            .filter(|value| !value.is_empty())
+            .map(|value| ClientId::new(value.to_owned()))
+            .ok_or_else(|| {
+                ClientKeyError::Missing(
+                    format!(
+                        "the `{}` cookie identifies the client and is required",
+                        self.name
+                    )
+                    .into(),
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_named_cookie_among_others() {
+        let mut request = http::Request::new(());
+        request
+            .headers_mut()
+            .append(COOKIE, "theme=dark; session=\"abc\"".parse().unwrap());
+        let id = CookieKey::new("session").extract(&ClientRequest::from_request(&request));
+        assert_eq!(id.unwrap().as_bytes(), b"abc");
+        let missing = CookieKey::new("sess").extract(&ClientRequest::from_request(&request));
+        assert!(matches!(missing, Err(ClientKeyError::Missing(_))));
+    }
+}

@@ -1,0 +1,67 @@
+use std::fmt;
+use std::marker::PhantomData;
+
+use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+
+/// The client is a request extension of type `T` — typically the authenticated user that
+/// your authentication layer inserts — written with its `Display`.
+///
+/// A request without the extension is refused with 400: it is not authenticated. Put the
+/// authentication layer outside (before) idem's guards.
+///
+/// ```
+/// #[derive(Clone)]
+/// struct UserId(u64);
+/// impl std::fmt::Display for UserId {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { self.0.fmt(f) }
+/// }
+///
+/// let key = idem_axum::client::ExtensionKey::<UserId>::new();
+/// ```
+pub struct ExtensionKey<T>(PhantomData<fn() -> T>);
+
+impl<T> ExtensionKey<T> {
+    /// Reads the extension of type `T`.
+    pub fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T> Default for ExtensionKey<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Clone for ExtensionKey<T> {
+    fn clone(&self) -> Self {
+        Self::new()
+    }
+}
+
+impl<T> fmt::Debug for ExtensionKey<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ExtensionKey<{}>", std::any::type_name::<T>())
+    }
+}
+
+impl<T> KeyExtractor for ExtensionKey<T>
+where
+    T: fmt::Display + Send + Sync + 'static,
+{
+    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+        request
+            .extensions()
+            .get::<T>()
+            .map(|value| ClientId::new(value.to_string()))
+            .ok_or_else(|| {
+                ClientKeyError::Missing(
+                    format!(
+                        "the request carries no `{}` identifying the client: it must be authenticated",
+                        std::any::type_name::<T>()
+                    )
+                    .into(),
+                )
+            })
+    }
+}

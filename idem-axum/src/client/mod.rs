@@ -1,0 +1,225 @@
+//! Who is the client: the [`KeyExtractor`]s that turn a request into a [`ClientId`].
+//!
+//! Every guard is per client: one user's double click must not block another user. The
+//! runtime asks its extractor (set with
+//! [`IdemBuilder::with_client_key`](crate::IdemBuilder::with_client_key), default
+//! [`PeerIp`]) for the client of each request:
+//!
+//! | extractor | client is | behind a reverse proxy |
+//! |---|---|---|
+//! | [`PeerIp`] | the TCP peer's IP (needs `ConnectInfo`) | every client is the proxy: use [`TrustedProxyIp`] |
+//! | [`TrustedProxyIp`] | the first address in `Forwarded` / `X-Forwarded-For` not of a trusted proxy | headers are honoured only from the configured proxy networks |
+//! | [`HeaderKey`] | a header's value (`X-User-Id`, an API key) | fine |
+//! | [`CookieKey`] | a cookie's value (an anonymous session id) | fine |
+//! | [`ExtensionKey`] | a request extension set by your authentication layer | fine |
+//! | [`ClientKeyFn`] | whatever your closure says | yours to decide |
+//!
+//! A request whose client cannot be told is refused — never put in a bucket shared by
+//! everyone, where one user's request would block all others. A client that leaves out a
+//! header or cookie gets 400 ([`ClientKeyError::Missing`]); a server not set up for its
+//! extractor (no `ConnectInfo`) answers 500 ([`ClientKeyError::Unavailable`]).
+//!
+//! Client ids are hashed into store keys, so no value can address another key.
+
+mod cookie;
+mod extension;
+mod header;
+mod peer_ip;
+mod trusted_proxy;
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytes::Bytes;
+use http::{Extensions, HeaderMap, Method, Uri, request::Parts};
+
+pub use self::cookie::CookieKey;
+pub use self::extension::ExtensionKey;
+pub use self::header::HeaderKey;
+pub use self::peer_ip::PeerIp;
+pub use self::trusted_proxy::TrustedProxyIp;
+
+/// What identifies one client: an address, a user id, a session id.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ClientId(Bytes);
+
+impl ClientId {
+    /// A client id from any bytes.
+    ///
+    /// ```
+    /// let id = idem_axum::client::ClientId::new("user-42");
+    /// assert_eq!(id.as_bytes(), b"user-42");
+    /// ```
+    pub fn new(id: impl Into<Bytes>) -> Self {
+        Self(id.into())
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ClientId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClientId({:?})", String::from_utf8_lossy(&self.0))
+    }
+}
+
+/// Why a request's client could not be told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientKeyError {
+    /// The request lacks what identifies its client (a header, a cookie): answered 400.
+    Missing(Cow<'static, str>),
+    /// The server is not set up to identify clients this way (no `ConnectInfo`): answered
+    /// 500.
+    Unavailable(Cow<'static, str>),
+}
+
+impl fmt::Display for ClientKeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing(why) | Self::Unavailable(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ClientKeyError {}
+
+/// The parts of a request an extractor may look at; built from a [`Request`](http::Request)
+/// in a layer or from [`Parts`] in an extractor.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientRequest<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+}
+
+impl<'a> ClientRequest<'a> {
+    /// A view of `parts`.
+    ///
+    /// ```
+    /// let (parts, ()) = http::Request::new(()).into_parts();
+    /// let view = idem_axum::client::ClientRequest::from_parts(&parts);
+    /// assert_eq!(view.method(), http::Method::GET);
+    /// ```
+    pub fn from_parts(parts: &'a Parts) -> Self {
+        Self {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+        }
+    }
+
+    /// A view of `request`.
+    ///
+    /// ```
+    /// let request = http::Request::new(());
+    /// let view = idem_axum::client::ClientRequest::from_request(&request);
+    /// assert_eq!(view.uri(), "/");
+    /// ```
+    pub fn from_request<B>(request: &'a http::Request<B>) -> Self {
+        Self {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+        }
+    }
+
+    /// The method.
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+
+    /// The URI.
+    pub fn uri(&self) -> &'a Uri {
+        self.uri
+    }
+
+    /// The headers.
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+
+    /// The extensions (`ConnectInfo`, what authentication layers insert).
+    pub fn extensions(&self) -> &'a Extensions {
+        self.extensions
+    }
+}
+
+/// Tells which client sent a request.
+///
+/// ```
+/// use idem_axum::client::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+///
+/// /// The tenant and the user, from two headers.
+/// #[derive(Debug)]
+/// struct TenantUser;
+///
+/// impl KeyExtractor for TenantUser {
+///     fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+///         let header = |name| request.headers().get(name).map(|v| v.as_bytes().to_vec());
+///         match (header("x-tenant"), header("x-user")) {
+///             (Some(mut tenant), Some(user)) => {
+///                 tenant.push(b'/');
+///                 tenant.extend(user);
+///                 Ok(ClientId::new(tenant))
+///             }
+///             _ => Err(ClientKeyError::Missing("send X-Tenant and X-User".into())),
+///         }
+///     }
+/// }
+/// ```
+pub trait KeyExtractor: fmt::Debug + Send + Sync + 'static {
+    /// The client of `request`.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientKeyError`] when the client cannot be told; the request is then refused.
+    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError>;
+}
+
+/// A [`KeyExtractor`] from a closure.
+///
+/// ```
+/// use idem_axum::client::{ClientId, ClientKeyError, ClientKeyFn};
+///
+/// let by_api_key = ClientKeyFn::new(|request| {
+///     request
+///         .headers()
+///         .get("x-api-key")
+///         .map(|key| ClientId::new(key.as_bytes().to_vec()))
+///         .ok_or(ClientKeyError::Missing("send X-Api-Key".into()))
+/// });
+/// ```
+#[derive(Clone)]
+pub struct ClientKeyFn<F>(F);
+
+impl<F> ClientKeyFn<F>
+where
+    F: Fn(&ClientRequest<'_>) -> Result<ClientId, ClientKeyError> + Send + Sync + 'static,
+{
+    /// Wraps `f`.
+    pub fn new(f: F) -> Self {
+        Self(f)
+    }
+}
+
+impl<F> fmt::Debug for ClientKeyFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientKeyFn")
+    }
+}
+
+impl<F> KeyExtractor for ClientKeyFn<F>
+where
+    F: Fn(&ClientRequest<'_>) -> Result<ClientId, ClientKeyError> + Send + Sync + 'static,
+{
+    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+        (self.0)(request)
+    }
+}

@@ -1,0 +1,185 @@
+//! [`Rejection`]: every answer idem gives instead of running a handler.
+//!
+//! One type for all guards, with [`status`](Rejection::status) and [`IntoResponse`]. By
+//! default it is an RFC 9457 `application/problem+json` body, or a small HTML page when
+//! the client prefers `text/html` (a browser submitting a form). Replace both with
+//! [`IdemBuilder::with_responder`](crate::IdemBuilder::with_responder).
+//!
+//! | kind | status | when |
+//! |---|---|---|
+//! | [`Duplicate`](RejectionKind::Duplicate) | 409 + `Retry-After` | the same client repeats a request while its key is held |
+//! | [`StoreUnavailable`](RejectionKind::StoreUnavailable) | 503 + `Retry-After` | the store failed and the policy is to fail closed |
+//! | [`MissingClientIdentity`](RejectionKind::MissingClientIdentity) | 400 | the request lacks what identifies its client (a header, a cookie) |
+//! | [`ClientIdentityUnavailable`](RejectionKind::ClientIdentityUnavailable) | 500 | the server is not set up to identify clients (no `ConnectInfo`, no user extension) |
+//! | [`PayloadTooLarge`](RejectionKind::PayloadTooLarge) | 413 | a body that must be read whole is over the limit |
+//! | [`InvalidBody`](RejectionKind::InvalidBody) | 400 | a body that must be read whole could not be read |
+//! | [`MissingLayer`](RejectionKind::MissingLayer) | 500 | a guard runs without [`Idem::layer`](crate::Idem::layer) on the router |
+
+mod render;
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+
+pub(crate) use self::render::prefers_html;
+
+/// What kind of rejection, and so which status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectionKind {
+    /// A repeat of a request whose key is still held: 409.
+    Duplicate,
+    /// The store failed and the runtime fails closed: 503.
+    StoreUnavailable,
+    /// The request does not carry what identifies its client: 400.
+    MissingClientIdentity,
+    /// The server cannot identify clients as configured: 500.
+    ClientIdentityUnavailable,
+    /// A body that must be read whole is larger than allowed: 413.
+    PayloadTooLarge,
+    /// A body that must be read whole could not be read: 400.
+    InvalidBody,
+    /// The [`Idem`](crate::Idem) layer is not installed: 500.
+    MissingLayer,
+}
+
+impl RejectionKind {
+    /// The HTTP status.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::Duplicate => StatusCode::CONFLICT,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::MissingClientIdentity | Self::InvalidBody => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::ClientIdentityUnavailable | Self::MissingLayer => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+
+    /// A short, fixed summary (the problem's `title`).
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Duplicate => "Duplicate request",
+            Self::StoreUnavailable => "Duplicate protection unavailable",
+            Self::MissingClientIdentity => "Client identity missing",
+            Self::ClientIdentityUnavailable => "Client identity not configured",
+            Self::PayloadTooLarge => "Payload too large",
+            Self::InvalidBody => "Invalid request body",
+            Self::MissingLayer => "idem layer missing",
+        }
+    }
+
+    /// A stable identifier (the end of the problem's `type`).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Duplicate => "duplicate-request",
+            Self::StoreUnavailable => "store-unavailable",
+            Self::MissingClientIdentity => "missing-client-identity",
+            Self::ClientIdentityUnavailable => "client-identity-unavailable",
+            Self::PayloadTooLarge => "payload-too-large",
+            Self::InvalidBody => "invalid-body",
+            Self::MissingLayer => "missing-layer",
+        }
+    }
+}
+
+/// An answer given instead of running the handler.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use idem_axum::{Rejection, RejectionKind};
+///
+/// let rejection = Rejection::new(RejectionKind::Duplicate, "请勿重复提交");
+/// assert_eq!(rejection.status(), http::StatusCode::CONFLICT);
+/// let response = rejection.into_response();
+/// assert_eq!(response.headers()["content-type"], "application/problem+json");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    kind: RejectionKind,
+    detail: Cow<'static, str>,
+    retry_after: Option<Duration>,
+    prefers_html: bool,
+}
+
+impl Rejection {
+    /// A rejection of `kind` explained by `detail`.
+    ///
+    /// ```
+    /// let r = idem_axum::Rejection::new(idem_axum::RejectionKind::Duplicate, "Already submitted");
+    /// assert_eq!(r.detail(), "Already submitted");
+    /// ```
+    pub fn new(kind: RejectionKind, detail: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+            retry_after: None,
+            prefers_html: false,
+        }
+    }
+
+    /// Says when to try again (the `Retry-After` header, in whole seconds, rounded up).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let r = idem_axum::Rejection::new(idem_axum::RejectionKind::Duplicate, "wait")
+    ///     .with_retry_after(Duration::from_millis(1500));
+    /// assert_eq!(r.retry_after_secs(), Some(2));
+    /// ```
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// Renders as HTML rather than problem JSON.
+    ///
+    /// ```
+    /// let r = idem_axum::Rejection::new(idem_axum::RejectionKind::Duplicate, "wait").with_html(true);
+    /// assert!(r.prefers_html());
+    /// ```
+    pub fn with_html(mut self, html: bool) -> Self {
+        self.prefers_html = html;
+        self
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> RejectionKind {
+        self.kind
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
+    }
+
+    /// The explanation shown to the client.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// When to try again, if the rejection says.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// [`retry_after`](Self::retry_after) in whole seconds, rounded up, at least 1.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after
+            .map(|after| after.as_secs() + u64::from(after.subsec_nanos() > 0))
+            .map(|secs| secs.max(1))
+    }
+
+    /// Whether the client asked for HTML (its `Accept` ranks `text/html` above JSON).
+    pub fn prefers_html(&self) -> bool {
+        self.prefers_html
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        render::render(&self)
+    }
+}

@@ -1,0 +1,145 @@
+//! The arguments of `#[avoid_repeat(...)]`, checked at compile time.
+
+use proc_macro2::Span;
+use syn::parse::{Parse, ParseStream};
+use syn::{LitStr, Token};
+
+mod kw {
+    syn::custom_keyword!(timeout);
+    syn::custom_keyword!(release);
+    syn::custom_keyword!(key);
+    syn::custom_keyword!(message);
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Release {
+    Expire,
+    Finish,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum RepeatKey {
+    Client,
+    ClientAndBody,
+}
+
+pub(super) struct Args {
+    pub(super) timeout_ms: u64,
+    pub(super) release: Release,
+    pub(super) key: RepeatKey,
+    pub(super) message: Option<LitStr>,
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut timeout = None;
+        let mut release = None;
+        let mut key = None;
+        let mut message = None;
+        while !input.is_empty() {
+            let lookahead = input.lookahead1();
+            if lookahead.peek(kw::timeout) {
+                let name = input.parse::<kw::timeout>()?;
+                let value = value_of(input, "timeout", "\"30s\"")?;
+                set_once(&mut timeout, name.span, "timeout", parse_timeout(&value)?)?;
+            } else if lookahead.peek(kw::release) {
+                let name = input.parse::<kw::release>()?;
+                let value = value_of(input, "release", "\"expire\"")?;
+                let parsed = match value.value().as_str() {
+                    "expire" => Release::Expire,
+                    "finish" => Release::Finish,
+                    _ => {
+                        return Err(syn::Error::new(
+                            value.span(),
+                            "expected \"expire\" or \"finish\"",
+                        ));
+                    }
+                };
+                set_once(&mut release, name.span, "release", parsed)?;
+            } else if lookahead.peek(kw::key) {
+                let name = input.parse::<kw::key>()?;
+                let value = value_of(input, "key", "\"client\"")?;
+                let parsed = match value.value().as_str() {
+                    "client" => RepeatKey::Client,
+                    "client+body" => RepeatKey::ClientAndBody,
+                    _ => {
+                        return Err(syn::Error::new(
+                            value.span(),
+                            "expected \"client\" or \"client+body\"",
+                        ));
+                    }
+                };
+                set_once(&mut key, name.span, "key", parsed)?;
+            } else if lookahead.peek(kw::message) {
+                let name = input.parse::<kw::message>()?;
+                let value = value_of(input, "message", "\"请勿重复提交\"")?;
+                if value.value().trim().is_empty() {
+                    return Err(syn::Error::new(value.span(), "`message` must not be empty"));
+                }
+                set_once(&mut message, name.span, "message", value)?;
+            } else {
+                return Err(lookahead.error());
+            }
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
+        Ok(Self {
+            timeout_ms: timeout.ok_or_else(|| {
+                syn::Error::new(
+                    Span::call_site(),
+                    "missing `timeout`, e.g. `#[avoid_repeat(timeout = \"30s\")]`",
+                )
+            })?,
+            release: release.unwrap_or(Release::Expire),
+            key: key.unwrap_or(RepeatKey::Client),
+            message,
+        })
+    }
+}
+
+/// `= "literal"` after an argument's name.
+fn value_of(input: ParseStream<'_>, name: &str, example: &str) -> syn::Result<LitStr> {
+    input.parse::<Token![=]>()?;
+    if input.peek(LitStr) {
+        input.parse()
+    } else {
+        Err(input.error(format!(
+            "`{name}` takes a string literal, e.g. `{name} = {example}`"
+        )))
+    }
+}
+
+fn set_once<T>(slot: &mut Option<T>, span: Span, name: &str, value: T) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new(
+            span,
+            format!("`{name}` is given more than once"),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+fn parse_timeout(value: &LitStr) -> syn::Result<u64> {
+    if value.value().trim_start().starts_with('-') {
+        return Err(syn::Error::new(
+            value.span(),
+            "`timeout` must be positive, e.g. \"30s\"",
+        ));
+    }
+    let duration = humantime::parse_duration(&value.value()).map_err(|error| {
+        syn::Error::new(
+            value.span(),
+            format!("invalid `timeout`: {error}; write e.g. \"500ms\", \"30s\", \"5m\" or \"1h\""),
+        )
+    })?;
+    match u64::try_from(duration.as_millis()) {
+        Ok(0) => Err(syn::Error::new(
+            value.span(),
+            "`timeout` must be at least 1ms",
+        )),
+        Ok(ms) => Ok(ms),
+        Err(_) => Err(syn::Error::new(value.span(), "`timeout` is too long")),
+    }
+}
