@@ -15,6 +15,9 @@
 //! - `RedisStore` (feature `redis`, on by default): for many processes, Redis Cluster
 //!   included.
 //! - [`AnyStore`]: any store behind one concrete type, for code that cannot be generic.
+//! - [`Lock`]: a distributed lock over any store — owner tokens, leases with an optional
+//!   watchdog, fencing tokens, reentry, waiting that wakes on release. Read the
+//!   [`lock`] module docs for what it guarantees and what it does not.
 //! - [`Key`], [`Owner`], [`Fingerprint`]: what a store is addressed with. Anything a client
 //!   sends is hashed into them, so no input can name another key.
 //!
@@ -32,9 +35,11 @@
 //! ```
 
 mod key;
+pub mod lock;
 pub mod store;
 
 pub use key::{Fingerprint, Key, KeyError, Owner};
+pub use lock::{Lease, Lock, LockError, LockGuard, LockLost};
 pub use store::{
     Acquire, AnyStore, Begin, Fencing, FencingToken, MemoryStore, MemoryStoreBuilder, Store,
     StoreError,

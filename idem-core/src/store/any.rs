@@ -57,6 +57,8 @@ trait ErasedStore: Send + Sync + 'static {
         fencing: Fencing,
     ) -> BoxFuture<'a, Acquire>;
     fn release<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool>;
+    fn release_and_signal<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool>;
+    fn wait_for_release<'a>(&'a self, key: &'a Key, within: Duration) -> BoxFuture<'a, bool>;
     fn renew<'a>(&'a self, key: &'a Key, owner: &'a Owner, ttl: Duration) -> BoxFuture<'a, bool>;
     fn remaining<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Option<Duration>>;
     fn put_token<'a>(&'a self, key: &'a Key, ttl: Duration) -> BoxFuture<'a, ()>;
@@ -101,6 +103,14 @@ impl<S: Store> ErasedStore for S {
 
     fn release<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool> {
         Box::pin(Store::release(self, key, owner))
+    }
+
+    fn release_and_signal<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool> {
+        Box::pin(Store::release_and_signal(self, key, owner))
+    }
+
+    fn wait_for_release<'a>(&'a self, key: &'a Key, within: Duration) -> BoxFuture<'a, bool> {
+        Box::pin(Store::wait_for_release(self, key, within))
     }
 
     fn renew<'a>(&'a self, key: &'a Key, owner: &'a Owner, ttl: Duration) -> BoxFuture<'a, bool> {
@@ -168,6 +178,14 @@ impl Store for AnyStore {
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         self.0.release(key, owner).await
+    }
+
+    async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        self.0.release_and_signal(key, owner).await
+    }
+
+    async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        self.0.wait_for_release(key, within).await
     }
 
     async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {

@@ -8,6 +8,7 @@
 //! | capability | operations |
 //! |---|---|
 //! | anti-repeat window, locks | [`acquire`](Store::acquire), [`release`](Store::release), [`renew`](Store::renew), [`remaining`](Store::remaining) |
+//! | waiting for a lock ([`Lock`](crate::Lock)) | [`release_and_signal`](Store::release_and_signal), [`wait_for_release`](Store::wait_for_release) |
 //! | one-time form tokens | [`put_token`](Store::put_token), [`consume_token`](Store::consume_token) |
 //! | idempotency records | [`begin_record`](Store::begin_record), [`complete_record`](Store::complete_record), [`renew_record`](Store::renew_record), [`abandon_record`](Store::abandon_record) |
 //!
@@ -68,6 +69,46 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         &self,
         key: &Key,
         owner: &Owner,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Frees `key` like [`release`](Store::release), and if it did, signals **one** caller
+    /// of [`wait_for_release`](Store::wait_for_release) on `key`.
+    ///
+    /// A separate operation so that [`release`](Store::release), on the anti-repeat path
+    /// where nobody waits, stays one plain compare-and-delete. Still one atomic step: the
+    /// delete and the signal happen together or not at all.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn release_and_signal(
+        &self,
+        key: &Key,
+        owner: &Owner,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Waits until a [`release_and_signal`](Store::release_and_signal) of `key` wakes this
+    /// caller, or `within` has passed. `true` when woken, `false` when the time ran out.
+    ///
+    /// - One signal wakes **one** waiter, so a release does not stampede every waiter into
+    ///   the store at once.
+    /// - A signal given while nobody waited is not lost: it wakes the next waiter (who
+    ///   typically saw the key held a moment before the release and is only now arriving).
+    /// - `true` is a hint, not a promise that the key is free: a signal can be stale, or
+    ///   someone else can take the key first. Callers try to acquire again.
+    /// - A key that expires, rather than being released, signals nobody: waiters pass a
+    ///   `within` no longer than the key's remaining TTL to notice that.
+    ///
+    /// Needs a Tokio runtime with its timer enabled. `RedisStore` waits with `BLPOP` on a
+    /// connection of its own, never on the one its other operations share.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn wait_for_release(
+        &self,
+        key: &Key,
+        within: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Sets the TTL of `key` to `ttl` from now if `owner` holds it. `true` if it did.
@@ -290,7 +331,7 @@ pub enum StoreError {
 const LONGEST_TTL_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 
 /// A TTL as the whole milliseconds the stores keep: at least 1, at most a century.
-fn ttl_millis(ttl: Duration) -> u64 {
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis())
         .unwrap_or(u64::MAX)
         .clamp(1, LONGEST_TTL_MS)

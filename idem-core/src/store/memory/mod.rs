@@ -37,6 +37,10 @@ const RECLAIM_PER_OPERATION: usize = 4;
 /// capacity is given back once most entries are gone. The thread stops when the last
 /// clone of the store is dropped.
 ///
+/// Waiting ([`wait_for_release`](Store::wait_for_release)) parks on a per-key
+/// [`tokio::sync::Notify`] that exists only while someone waits; a release wakes one
+/// waiter (`notify_one`).
+///
 /// Fencing tokens come from one counter for the whole store, so they grow strictly for
 /// every key, also across expiry, and need no memory per key.
 ///
@@ -156,6 +160,19 @@ impl MemoryStore {
     }
 }
 
+/// A registered waiter; unregisters when the wait ends, however it ends (woken, timed
+/// out, or its future dropped).
+struct Waiter<'a> {
+    shared: &'a Shared,
+    key: &'a Key,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.shared.shard(self.key).unregister_waiter(self.key);
+    }
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -185,6 +202,30 @@ impl Store for MemoryStore {
         Ok(self.with_shard(key, |shard, now, entries| {
             shard.release(key, owner, now, entries)
         }))
+    }
+
+    async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        Ok(self.with_shard(key, |shard, now, entries| {
+            let released = shard.release(key, owner, now, entries);
+            if released {
+                shard.signal(key);
+            }
+            released
+        }))
+    }
+
+    async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        let Some(notify) = self.with_shard(key, |shard, now, _| shard.register_waiter(key, now))
+        else {
+            return Ok(true);
+        };
+        let _registered = Waiter {
+            shared: &self.shared,
+            key,
+        };
+        Ok(tokio::time::timeout(kept(within), notify.notified())
+            .await
+            .is_ok())
     }
 
     async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
@@ -422,6 +463,80 @@ mod tests {
             spare < 10_000,
             "map capacity given back, {spare} slots left"
         );
+    }
+
+    fn waiters(store: &MemoryStore, key: &Key) -> usize {
+        store.shared.shard(key).waiters(key)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_release_wakes_one_waiter_and_leaving_waiters_clean_up() {
+        let store = MemoryStore::new();
+        let (lock, holder) = (key(1), Owner::random());
+        store
+            .acquire(&lock, &holder, Duration::from_secs(60), Fencing::On)
+            .await
+            .unwrap();
+        let (woken, mut wakes) = tokio::sync::mpsc::unbounded_channel();
+        let waiting: Vec<_> = (0..5)
+            .map(|_| {
+                let (store, lock, woken) = (store.clone(), lock.clone(), woken.clone());
+                tokio::spawn(async move {
+                    let signalled = store
+                        .wait_for_release(&lock, Duration::from_secs(60))
+                        .await
+                        .unwrap();
+                    woken.send(signalled).unwrap();
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while waiters(&store, &lock) < 5 {
+            assert!(Instant::now() < deadline, "waiters registered");
+            tokio::task::yield_now().await;
+        }
+
+        assert!(store.release_and_signal(&lock, &holder).await.unwrap());
+        assert_eq!(wakes.recv().await, Some(true), "one waiter woke");
+        // Four stay asleep: a herd would have them all awake well within this.
+        let more = tokio::time::timeout(Duration::from_millis(200), wakes.recv()).await;
+        assert!(more.is_err(), "a second waiter woke: {more:?}");
+        assert_eq!(waiters(&store, &lock), 4);
+
+        for task in waiting {
+            task.abort();
+            let _ = task.await;
+        }
+        assert_eq!(waiters(&store, &lock), 0, "cancelled waiters unregister");
+    }
+
+    #[tokio::test]
+    async fn a_wait_on_a_free_lock_returns_at_once_and_a_held_one_times_out() {
+        let store = MemoryStore::new();
+        let lock = key(2);
+        assert!(
+            store
+                .wait_for_release(&lock, Duration::from_secs(60))
+                .await
+                .unwrap(),
+            "free already: a release just before the wait is not missed"
+        );
+        store
+            .acquire(
+                &lock,
+                &Owner::random(),
+                Duration::from_secs(60),
+                Fencing::On,
+            )
+            .await
+            .unwrap();
+        assert!(
+            !store
+                .wait_for_release(&lock, Duration::from_millis(20))
+                .await
+                .unwrap()
+        );
+        assert_eq!(waiters(&store, &lock), 0);
     }
 
     #[test]

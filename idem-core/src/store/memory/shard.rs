@@ -5,10 +5,12 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 
 use crate::key::{Fingerprint, Key, Owner};
 use crate::store::{Acquire, Begin, FencingToken};
@@ -167,11 +169,20 @@ impl Ord for Due {
     }
 }
 
+/// Where the waiters on one lock are woken. It exists only while someone waits, so it
+/// needs neither expiry nor a place in the capacity count.
+#[derive(Debug, Default)]
+struct Signal {
+    notify: Arc<Notify>,
+    waiters: usize,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Shard {
     locks: HashMap<Key, Lock>,
     tokens: HashMap<Key, Instant>,
     records: HashMap<Key, Record>,
+    signals: HashMap<Key, Signal>,
     due: BinaryHeap<Reverse<Due>>,
 }
 
@@ -219,6 +230,7 @@ impl Shard {
         shrink_if_sparse(&mut self.locks);
         shrink_if_sparse(&mut self.tokens);
         shrink_if_sparse(&mut self.records);
+        shrink_if_sparse(&mut self.signals);
         if self.due.capacity() > 64 && self.due.len() * 4 < self.due.capacity() {
             self.due.shrink_to(self.due.len() * 2);
         }
@@ -284,6 +296,41 @@ impl Shard {
             entries.remove(1);
         }
         ours
+    }
+
+    /// Wakes one waiter on `key`. `notify_one` keeps a permit when no waiter is parked yet,
+    /// so one that registered but has not started waiting is woken as soon as it does.
+    pub(super) fn signal(&self, key: &Key) {
+        if let Some(signal) = self.signals.get(key) {
+            signal.notify.notify_one();
+        }
+    }
+
+    /// Registers a waiter on `key`, or `None` when the lock is free already: deciding
+    /// that under the shard's mutex is what keeps a release just before the wait from
+    /// being missed.
+    pub(super) fn register_waiter(&mut self, key: &Key, now: Instant) -> Option<Arc<Notify>> {
+        live(&mut self.locks, key, now)?;
+        let signal = self.signals.entry(key.clone()).or_default();
+        signal.waiters += 1;
+        Some(Arc::clone(&signal.notify))
+    }
+
+    /// Undoes [`register_waiter`](Self::register_waiter); the last waiter to leave removes
+    /// the entry (and any permit no one took).
+    pub(super) fn unregister_waiter(&mut self, key: &Key) {
+        if let Entry::Occupied(mut occupied) = self.signals.entry(key.clone()) {
+            occupied.get_mut().waiters -= 1;
+            if occupied.get().waiters == 0 {
+                occupied.remove();
+            }
+        }
+    }
+
+    /// Waiters registered on `key`.
+    #[cfg(test)]
+    pub(super) fn waiters(&self, key: &Key) -> usize {
+        self.signals.get(key).map_or(0, |signal| signal.waiters)
     }
 
     pub(super) fn renew(&mut self, key: &Key, owner: &Owner, ttl: Duration, now: Instant) -> bool {

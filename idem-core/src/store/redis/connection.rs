@@ -5,9 +5,17 @@
 //! connections multiplex any number of concurrent requests, so the store takes one from
 //! the pool, keeps a clone, and goes back to the pool (whose recycle check then weeds out
 //! a dead connection) only after that one failed.
+//!
+//! Waiting for a lock is the exception: `BLPOP` blocks the connection it runs on, and on
+//! the shared one it would stall every other operation behind it. Waits get connections of
+//! their own ([`WaitingConnections`]), made by the pool's manager but never checked out of
+//! the pool, so the shared connection is never handed to a waiter.
 
 use std::sync::{Mutex, PoisonError};
 
+use std::time::Duration;
+
+use deadpool::managed::Manager;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
@@ -26,6 +34,18 @@ pub(super) enum Pool {
 pub(super) enum Connection {
     Standalone(MultiplexedConnection),
     Cluster(ClusterConnection),
+}
+
+impl Connection {
+    /// How long the client waits for an answer before failing the command, where the
+    /// connection has such a limit (a standalone one made with the pool's settings). A
+    /// blocking command must not be cut off by it while the server still blocks: the
+    /// server would then hand a wake-up to a client that stopped listening.
+    pub(super) fn allow_responses_within(&mut self, limit: Duration) {
+        if let Self::Standalone(conn) = self {
+            conn.set_response_timeout(limit);
+        }
+    }
 }
 
 impl ConnectionLike for Connection {
@@ -122,5 +142,72 @@ impl Connections {
     /// Stops using the current connection: the next operation takes one from the pool.
     pub(super) fn discard(&self) {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// Connections kept open between waits. Waiting is off the request path; past this many
+/// concurrent waiters, a wait opens a connection and closes it afterwards.
+const IDLE_WAITING_CONNECTIONS: usize = 16;
+
+/// Connections for blocking waits, one per concurrent waiter, each used by nobody else.
+pub(super) struct WaitingConnections {
+    pool: Pool,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl std::fmt::Debug for WaitingConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        f.debug_struct("WaitingConnections")
+            .field("idle", &idle)
+            .finish()
+    }
+}
+
+impl WaitingConnections {
+    pub(super) fn new(pool: Pool) -> Self {
+        Self {
+            pool,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An idle waiting connection, or a new one from the pool's manager.
+    pub(super) async fn take(&self) -> Result<Connection, StoreError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        if let Some(conn) = idle {
+            return Ok(conn);
+        }
+        match &self.pool {
+            Pool::Standalone(pool) => pool.manager().create().await.map(Connection::Standalone),
+            Pool::Cluster(pool) => pool.manager().create().await.map(Connection::Cluster),
+        }
+        .map_err(StoreError::Redis)
+    }
+
+    /// Keeps a connection whose wait completed, for the next wait. A wait that was cut
+    /// short must not come back here: its `BLPOP` may still be blocked on the server.
+    pub(super) fn give_back(&self, conn: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE_WAITING_CONNECTIONS {
+            idle.push(conn);
+        }
+    }
+
+    /// Closes the idle connections: after one failed, the others most likely lead to the
+    /// same lost server.
+    pub(super) fn discard_idle(&self) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis::{RedisResult, Script, Value};
 
-use self::connection::{Connection, Connections, Pool};
+use self::connection::{Connection, Connections, Pool, WaitingConnections};
 use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
 use crate::key::{Fingerprint, Key, KeyError, Owner};
 
@@ -17,6 +17,8 @@ static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire_fenced.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static RELEASE_AND_SIGNAL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release_and_signal.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 static BEGIN_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/begin_record.lua")));
@@ -26,6 +28,12 @@ static RENEW_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew_record.lua")));
 static ABANDON_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/abandon_record.lua")));
+
+/// How long a release's wake-up stays in Redis for a waiter to take. It must cover the
+/// moment between a waiter seeing the lock held and its `BLPOP` reaching Redis (a round
+/// trip, maybe opening a connection); keeping it longer only means that a later waiter may
+/// wake once for nothing.
+const SIGNAL_KEPT_MS: u64 = 5_000;
 
 /// A [`Store`] in Redis, shared by every instance of an application.
 ///
@@ -45,7 +53,15 @@ static ABANDON_RECORD: LazyLock<Script> =
 ///
 /// Key layout (with the default namespace `idem`): `idem:{key}:lock`, `idem:{key}:fence`
 /// (a lock's fencing counter: it has no TTL, so tokens keep growing across expiry — one
-/// small key per lock name that ever used fencing), `idem:{key}:token`, `idem:{key}:record`.
+/// small key per lock name that ever used fencing), `idem:{key}:signal` (a list holding
+/// at most one wake-up, written by [`release_and_signal`](Store::release_and_signal) and
+/// kept for 5 s), `idem:{key}:token`, `idem:{key}:record`.
+///
+/// [`wait_for_release`](Store::wait_for_release) blocks in `BLPOP` on a connection of its
+/// own — never on the shared one, which a blocking command would stall. Waiting
+/// connections are made by the pool's manager (with the pool's settings) but are not
+/// taken from the pool; up to 16 are kept open between waits. Needs Redis 6 or newer
+/// (fractional `BLPOP` timeouts).
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -66,6 +82,7 @@ pub struct RedisStore {
 #[derive(Debug)]
 struct Inner {
     connections: Connections,
+    waiting: WaitingConnections,
     namespace: String,
     timeout: Duration,
 }
@@ -75,6 +92,7 @@ struct Inner {
 enum Kind {
     Lock,
     Fence,
+    Signal,
     Token,
     Record,
 }
@@ -117,6 +135,7 @@ impl RedisStore {
         let suffix = match kind {
             Kind::Lock => "lock",
             Kind::Fence => "fence",
+            Kind::Signal => "signal",
             Kind::Token => "token",
             Kind::Record => "record",
         };
@@ -282,6 +301,58 @@ impl Store for RedisStore {
         let lock = self.key(key, Kind::Lock);
         self.flag(&RELEASE, &lock, &[owner.as_str().as_bytes()])
             .await
+    }
+
+    async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let (lock, signal) = (self.key(key, Kind::Lock), self.key(key, Kind::Signal));
+        let (lock, signal, owner) = (lock.as_str(), signal.as_str(), owner.as_str());
+        let released: i64 = self
+            .run(|mut conn| async move {
+                RELEASE_AND_SIGNAL
+                    .key(lock)
+                    .key(signal)
+                    .arg(owner)
+                    .arg(SIGNAL_KEPT_MS)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(released == 1)
+    }
+
+    async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        let inner = &self.inner;
+        let signal = self.key(key, Kind::Signal);
+        let millis = ttl_millis(within);
+        // `BLPOP` takes seconds; 0 would mean "for ever", which `ttl_millis` rules out.
+        let seconds = format!("{}.{:03}", millis / 1000, millis % 1000);
+        let mut conn = tokio::time::timeout(inner.timeout, inner.waiting.take())
+            .await
+            .map_err(|_elapsed| StoreError::Timeout(inner.timeout))??;
+        let limit = Duration::from_millis(millis) + inner.timeout;
+        conn.allow_responses_within(limit);
+        let popped = tokio::time::timeout(
+            limit,
+            redis::cmd("BLPOP")
+                .arg(&signal)
+                .arg(&seconds)
+                .query_async::<Option<(Vec<u8>, Vec<u8>)>>(&mut conn),
+        )
+        .await;
+        match popped {
+            Ok(Ok(popped)) => {
+                inner.waiting.give_back(conn);
+                Ok(popped.is_some())
+            }
+            Ok(Err(error)) => {
+                inner.waiting.discard_idle();
+                Err(StoreError::Redis(error))
+            }
+            Err(_elapsed) => {
+                inner.waiting.discard_idle();
+                Err(StoreError::Timeout(limit))
+            }
+        }
     }
 
     async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
@@ -514,6 +585,7 @@ impl RedisStoreBuilder {
         Key::new(self.namespace.as_str()).map_err(RedisSetupError::Namespace)?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
+                waiting: WaitingConnections::new(pool.clone()),
                 connections: Connections::new(pool),
                 namespace: self.namespace,
                 timeout: self.timeout,
