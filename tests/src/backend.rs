@@ -15,6 +15,13 @@ pub trait Backend: Send + Sync {
 
     /// A handle on the store; clones share its data.
     fn store(&self) -> Self::Store;
+
+    /// A store on the same data as another application instance would have it: for Redis
+    /// a store with connections of its own; in memory, the same store (two routers in one
+    /// process).
+    fn store_of_another_instance(&self) -> Self::Store {
+        self.store()
+    }
 }
 
 /// [`MemoryStore`] with the default settings.
@@ -70,6 +77,10 @@ impl Backend for RedisBackend {
     fn store(&self) -> RedisStore {
         self.store.clone()
     }
+
+    fn store_of_another_instance(&self) -> RedisStore {
+        self.server.store()
+    }
 }
 
 /// [`RedisStore`] on a three-master Redis Cluster of its own.
@@ -91,5 +102,9 @@ impl Backend for ClusterBackend {
 
     fn store(&self) -> RedisStore {
         self.store.clone()
+    }
+
+    fn store_of_another_instance(&self) -> RedisStore {
+        self.cluster.store()
     }
 }

@@ -9,7 +9,9 @@
 //! store.
 
 mod backend;
+mod concurrency;
 mod redis_server;
 
 pub use backend::{AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend};
+pub use concurrency::{all_at_once, eventually};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};

@@ -2,13 +2,11 @@
 //! behind `AnyStore`, `RedisStore` on a standalone server, and `RedisStore` on a
 //! three-master Redis Cluster.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
-use idem_tests::Backend;
-use tokio::sync::Barrier;
+use idem_tests::{Backend, all_at_once, eventually};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(50);
@@ -72,44 +70,6 @@ conformance!(
 
 fn key(name: &str) -> Key {
     Key::new(name).expect("a valid test key")
-}
-
-/// Waits for `condition`, checking every 5 ms, failing the test after `within`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Runs `task(i)` for `count` tasks on the runtime's workers, all released at once.
-async fn all_at_once<T, F, Fut>(count: usize, task: F) -> Vec<T>
-where
-    T: Send + 'static,
-    F: Fn(usize) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-{
-    let start = Arc::new(Barrier::new(count));
-    let handles: Vec<_> = (0..count)
-        .map(|i| {
-            let start = Arc::clone(&start);
-            let work = task(i);
-            tokio::spawn(async move {
-                start.wait().await;
-                work.await
-            })
-        })
-        .collect();
-    let mut results = Vec::with_capacity(count);
-    for handle in handles {
-        results.push(handle.await.expect("task completes"));
-    }
-    results
 }
 
 async fn one_winner_among_1000_concurrent_acquires<B: Backend>() {

@@ -137,8 +137,10 @@ impl MemoryStore {
 
     /// Runs `op` on `key`'s shard.
     fn with_shard<T>(&self, key: &Key, op: impl FnOnce(&mut Shard, Instant, &Entries) -> T) -> T {
-        let now = Instant::now();
         let mut shard = self.shared.shard(key);
+        // Read the clock under the lock: a caller that waited for it must not judge expiry
+        // (or compute a remaining TTL) by an instant older than the last change it sees.
+        let now = Instant::now();
         shard.reclaim(now, &self.shared.entries, RECLAIM_PER_OPERATION);
         op(&mut shard, now, &self.shared.entries)
     }

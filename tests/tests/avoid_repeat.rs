@@ -1,0 +1,680 @@
+//! `#[avoid_repeat]` and `AvoidRepeatLayer` over HTTP, on `MemoryStore` and on a real
+//! Redis. Every concurrency claim counts how often the handler body ran, not only the
+//! status codes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderName, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use idem_axum::client::HeaderKey;
+use idem_axum::{AvoidRepeatLayer, Idem, Release, RepeatKey, Store, avoid_repeat};
+use idem_tests::{Backend, all_at_once, eventually};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+use tower_http::catch_panic::CatchPanicLayer;
+
+/// Each case, generated once per backend as `#[tokio::test]` in a module named after it.
+macro_rules! on_every_store {
+    ($($case:ident),+ $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::MemoryBackend>().await;
+                }
+            )+
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::RedisBackend>().await;
+                }
+            )+
+        }
+    };
+}
+
+on_every_store!(
+    five_hundred_identical_posts_run_the_body_once,
+    two_instances_on_one_store_run_the_body_once,
+    clients_do_not_block_each_other,
+    a_repeat_after_the_window_is_accepted,
+    finish_releases_when_the_response_is_produced,
+    a_server_error_releases_the_key,
+    a_panic_releases_the_key,
+    a_dropped_request_releases_the_key,
+    a_different_payload_is_not_a_repeat,
+    bad_input_takes_no_key,
+);
+
+/// The application's state: how often handler bodies ran, and a gate that keeps
+/// `release = "finish"` handlers in flight until the test opens it.
+#[derive(Clone)]
+struct Shop {
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+impl Shop {
+    fn new() -> Self {
+        Self {
+            runs: Arc::new(AtomicUsize::new(0)),
+            gate: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    fn ran(&self) {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    /// Lets one in-flight handler finish.
+    fn open_gate(&self) {
+        self.gate.add_permits(1);
+    }
+
+    async fn pass_gate(&self) {
+        self.gate
+            .acquire()
+            .await
+            .expect("the gate stays open")
+            .forget();
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Transfer {
+    amount: u64,
+}
+
+#[avoid_repeat(timeout = "30s")]
+async fn place_order(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    StatusCode::CREATED
+}
+
+#[avoid_repeat(timeout = "30s", release = "finish")]
+async fn slow_order(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    shop.pass_gate().await;
+    StatusCode::CREATED
+}
+
+#[avoid_repeat(timeout = "300ms")]
+async fn short_window(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    StatusCode::CREATED
+}
+
+#[avoid_repeat(timeout = "30s")]
+async fn failing(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    StatusCode::SERVICE_UNAVAILABLE
+}
+
+#[avoid_repeat(timeout = "30s")]
+async fn panicking(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    panic!("a bug in the handler");
+}
+
+#[avoid_repeat(timeout = "30s")]
+async fn hanging(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    std::future::pending().await
+}
+
+#[avoid_repeat(timeout = "30s", key = "client+body")]
+async fn transfer(State(shop): State<Shop>, Json(transfer): Json<Transfer>) -> String {
+    shop.ran();
+    transfer.amount.to_string()
+}
+
+#[avoid_repeat(timeout = "30s")]
+async fn strict(State(shop): State<Shop>, Json(_transfer): Json<Transfer>) -> StatusCode {
+    shop.ran();
+    StatusCode::CREATED
+}
+
+#[avoid_repeat(timeout = "30s", message = "请勿重复提交")]
+async fn localized(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    StatusCode::CREATED
+}
+
+/// The same handlers without the attribute, guarded by `AvoidRepeatLayer` instead.
+async fn plain_order(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    StatusCode::CREATED
+}
+
+async fn plain_slow_order(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    shop.pass_gate().await;
+    StatusCode::CREATED
+}
+
+async fn plain_transfer(State(shop): State<Shop>, Json(transfer): Json<Transfer>) -> String {
+    shop.ran();
+    transfer.amount.to_string()
+}
+
+const CLIENT: HeaderName = HeaderName::from_static("x-client");
+const WINDOW: Duration = Duration::from_secs(30);
+
+fn routes(shop: &Shop) -> Router {
+    Router::new()
+        .route("/orders", post(place_order))
+        .route("/slow", post(slow_order))
+        .route("/short", post(short_window))
+        .route("/failing", post(failing))
+        .route("/panicking", post(panicking))
+        .route("/hanging", post(hanging))
+        .route("/transfer", post(transfer))
+        .route("/strict", post(strict))
+        .route("/localized", post(localized))
+        .route(
+            "/layered/orders",
+            post(plain_order).route_layer(AvoidRepeatLayer::new(WINDOW)),
+        )
+        .route(
+            "/layered/slow",
+            post(plain_slow_order)
+                .route_layer(AvoidRepeatLayer::new(WINDOW).with_release(Release::Finish)),
+        )
+        .route(
+            "/layered/transfer",
+            post(plain_transfer)
+                .route_layer(AvoidRepeatLayer::new(WINDOW).with_key(RepeatKey::ClientAndBody)),
+        )
+        .with_state(shop.clone())
+}
+
+/// The shop's router under an `Idem` on `store`, clients told apart by `X-Client`.
+fn app<S: Store>(store: S, shop: &Shop) -> Router {
+    let idem = Idem::builder()
+        .with_store(store)
+        .with_client_key(HeaderKey::new(CLIENT))
+        .build();
+    routes(shop)
+        .layer(CatchPanicLayer::new())
+        .layer(idem.layer())
+}
+
+fn request(path: &str, client: &str) -> axum::http::request::Builder {
+    Request::post(path).header(&CLIENT, client)
+}
+
+async fn send(app: &Router, request: Request<Body>) -> Response {
+    app.clone()
+        .oneshot(request)
+        .await
+        .expect("routers are infallible")
+}
+
+async fn post_as(app: &Router, path: &str, client: &str) -> Response {
+    send(app, request(path, client).body(Body::empty()).unwrap()).await
+}
+
+async fn post_json(app: &Router, path: &str, client: &str, json: &str) -> Response {
+    let request = request(path, client)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json.to_owned()))
+        .unwrap();
+    send(app, request).await
+}
+
+async fn body_text(response: Response) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
+    statuses.iter().filter(|s| **s == status).count()
+}
+
+async fn five_hundred_identical_posts_run_the_body_once<B: Backend>() {
+    let backend = B::start();
+    for path in ["/orders", "/layered/orders"] {
+        let shop = Shop::new();
+        let app = app(backend.store(), &shop);
+        let responses = all_at_once(500, |_| {
+            let app = app.clone();
+            async move { post_as(&app, path, "alice").await }
+        })
+        .await;
+        let statuses: Vec<StatusCode> = responses.iter().map(Response::status).collect();
+        assert_eq!(shop.runs(), 1, "{path}: the body ran once");
+        assert_eq!(count(&statuses, StatusCode::CREATED), 1, "{path}");
+        assert_eq!(count(&statuses, StatusCode::CONFLICT), 499, "{path}");
+        for response in responses
+            .iter()
+            .filter(|r| r.status() == StatusCode::CONFLICT)
+        {
+            let retry_after: u64 = response.headers()[header::RETRY_AFTER]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                (1..=30).contains(&retry_after),
+                "{path}: Retry-After {retry_after}"
+            );
+        }
+    }
+}
+
+async fn two_instances_on_one_store_run_the_body_once<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    // Two routers, each with its own runtime and store connections, as two processes
+    // behind a load balancer would have.
+    let instances = [
+        app(backend.store(), &shop),
+        app(backend.store_of_another_instance(), &shop),
+    ];
+    let responses = all_at_once(500, |i| {
+        let app = instances[i % 2].clone();
+        async move { post_as(&app, "/orders", "alice").await.status() }
+    })
+    .await;
+    assert_eq!(shop.runs(), 1);
+    assert_eq!(count(&responses, StatusCode::CREATED), 1);
+    assert_eq!(count(&responses, StatusCode::CONFLICT), 499);
+}
+
+async fn clients_do_not_block_each_other<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    // 50 clients, each double-clicking four times, all at once.
+    let responses = all_at_once(200, |i| {
+        let app = app.clone();
+        async move {
+            (
+                i % 50,
+                post_as(&app, "/orders", &format!("client-{}", i % 50))
+                    .await
+                    .status(),
+            )
+        }
+    })
+    .await;
+    assert_eq!(shop.runs(), 50);
+    for client in 0..50 {
+        let created = responses
+            .iter()
+            .filter(|(c, status)| *c == client && *status == StatusCode::CREATED)
+            .count();
+        assert_eq!(created, 1, "client-{client}");
+    }
+}
+
+async fn a_repeat_after_the_window_is_accepted<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    assert_eq!(
+        post_as(&app, "/short", "alice").await.status(),
+        StatusCode::CREATED
+    );
+    let repeat = post_as(&app, "/short", "alice").await;
+    assert_eq!(repeat.status(), StatusCode::CONFLICT);
+    assert_eq!(repeat.headers()[header::RETRY_AFTER], "1");
+    tokio::time::sleep(Duration::from_millis(350)).await; // past the 300 ms window
+    assert_eq!(
+        post_as(&app, "/short", "alice").await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(shop.runs(), 2);
+}
+
+async fn finish_releases_when_the_response_is_produced<B: Backend>() {
+    let backend = B::start();
+    for path in ["/slow", "/layered/slow"] {
+        let shop = Shop::new();
+        let app = app(backend.store(), &shop);
+        let first = tokio::spawn({
+            let app = app.clone();
+            async move { post_as(&app, path, "alice").await.status() }
+        });
+        eventually(
+            Duration::from_secs(5),
+            "the first request is in flight",
+            || {
+                let shop = shop.clone();
+                async move { shop.runs() == 1 }
+            },
+        )
+        .await;
+        let duplicates = all_at_once(100, |_| {
+            let app = app.clone();
+            async move { post_as(&app, path, "alice").await.status() }
+        })
+        .await;
+        assert_eq!(
+            count(&duplicates, StatusCode::CONFLICT),
+            100,
+            "{path}: refused while in flight"
+        );
+
+        shop.open_gate();
+        assert_eq!(first.await.unwrap(), StatusCode::CREATED);
+        // Released with the response: the next one is accepted at once.
+        shop.open_gate();
+        assert_eq!(
+            post_as(&app, path, "alice").await.status(),
+            StatusCode::CREATED,
+            "{path}"
+        );
+        assert_eq!(shop.runs(), 2, "{path}");
+    }
+}
+
+async fn a_server_error_releases_the_key<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    for _ in 0..3 {
+        assert_eq!(
+            post_as(&app, "/failing", "alice").await.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+    assert_eq!(
+        shop.runs(),
+        3,
+        "each retry ran: the failure released the key"
+    );
+}
+
+/// Retries `path` until a request is let through: the key of an abandoned request is
+/// released in the background, right after it is abandoned.
+async fn retry_until_accepted(app: &Router, path: &str, shop: &Shop, runs_before: usize) {
+    eventually(Duration::from_secs(5), "the key is released", || {
+        let (app, shop) = (app.clone(), shop.clone());
+        async move {
+            post_as(&app, path, "alice").await;
+            shop.runs() > runs_before
+        }
+    })
+    .await;
+}
+
+async fn a_panic_releases_the_key<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    assert_eq!(
+        post_as(&app, "/panicking", "alice").await.status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    retry_until_accepted(&app, "/panicking", &shop, 1).await;
+    assert_eq!(shop.runs(), 2);
+}
+
+async fn a_dropped_request_releases_the_key<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let abandoned = tokio::spawn({
+        let app = app.clone();
+        async move { post_as(&app, "/hanging", "alice").await }
+    });
+    eventually(Duration::from_secs(5), "the request is in flight", || {
+        let shop = shop.clone();
+        async move { shop.runs() == 1 }
+    })
+    .await;
+    assert_eq!(
+        post_as(&app, "/hanging", "alice").await.status(),
+        StatusCode::CONFLICT
+    );
+    abandoned.abort(); // as when the client disconnects: the handler's future is dropped
+    // The release runs in the background right after the drop; retry until it has. Each
+    // accepted retry hangs too, so it is cut off (and so dropped) after 50 ms.
+    eventually(Duration::from_secs(5), "a retry is let through", || {
+        let (app, shop) = (app.clone(), shop.clone());
+        async move {
+            let _ = tokio::time::timeout(
+                Duration::from_millis(50),
+                post_as(&app, "/hanging", "alice"),
+            )
+            .await;
+            shop.runs() == 2
+        }
+    })
+    .await;
+}
+
+async fn a_different_payload_is_not_a_repeat<B: Backend>() {
+    let backend = B::start();
+    for path in ["/transfer", "/layered/transfer"] {
+        let shop = Shop::new();
+        let app = app(backend.store(), &shop);
+        let first = post_json(&app, path, "alice", r#"{"amount": 10}"#).await;
+        assert_eq!(first.status(), StatusCode::OK, "{path}");
+        assert_eq!(body_text(first).await, "10", "the handler saw the body");
+        let same = post_json(&app, path, "alice", r#"{"amount": 10}"#).await;
+        assert_eq!(same.status(), StatusCode::CONFLICT, "{path}");
+        let other = post_json(&app, path, "alice", r#"{"amount": 11}"#).await;
+        assert_eq!(other.status(), StatusCode::OK, "{path}");
+        assert_eq!(body_text(other).await, "11");
+        assert_eq!(shop.runs(), 2, "{path}");
+    }
+}
+
+async fn bad_input_takes_no_key<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let malformed = post_json(&app, "/strict", "alice", r#"{"amount": "#).await;
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    let wrong_type = send(
+        &app,
+        request("/strict", "alice")
+            .body(Body::from("amount=1"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(wrong_type.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(shop.runs(), 0);
+    let valid = post_json(&app, "/strict", "alice", r#"{"amount": 1}"#).await;
+    assert_eq!(
+        valid.status(),
+        StatusCode::CREATED,
+        "the bad requests held no key"
+    );
+    assert_eq!(shop.runs(), 1);
+}
+
+// What does not depend on the store: run on `MemoryStore` only.
+
+#[tokio::test]
+async fn the_message_is_configurable_and_browsers_get_html() {
+    let shop = Shop::new();
+    let app = app(idem_axum::MemoryStore::new(), &shop);
+    assert_eq!(
+        post_as(&app, "/localized", "alice").await.status(),
+        StatusCode::CREATED
+    );
+
+    let api = send(
+        &app,
+        request("/localized", "alice")
+            .header(header::ACCEPT, "application/json")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(api.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        api.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let problem: serde_json::Value = serde_json::from_str(&body_text(api).await).unwrap();
+    assert_eq!(problem["detail"], "请勿重复提交");
+    assert_eq!(problem["status"], 409);
+
+    let browser = send(
+        &app,
+        request("/localized", "alice")
+            .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(browser.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        browser.headers()[header::CONTENT_TYPE],
+        "text/html; charset=utf-8"
+    );
+    assert!(body_text(browser).await.contains("<p>请勿重复提交</p>"));
+    assert_eq!(shop.runs(), 1);
+}
+
+#[tokio::test]
+async fn a_missing_layer_answers_500_and_names_it() {
+    let shop = Shop::new();
+    let app = routes(&shop); // no `idem.layer()`
+    for path in ["/orders", "/layered/orders"] {
+        let response = post_as(&app, path, "alice").await;
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body_text(response).await.contains("idem.layer()"), "{path}");
+    }
+    assert_eq!(shop.runs(), 0);
+}
+
+#[tokio::test]
+async fn a_request_without_client_identity_is_refused_not_pooled() {
+    let shop = Shop::new();
+    let app = app(idem_axum::MemoryStore::new(), &shop);
+    for path in ["/orders", "/layered/orders"] {
+        let response = send(&app, Request::post(path).body(Body::empty()).unwrap()).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert!(
+            body_text(response).await.contains("x-client"),
+            "{path}: names the header"
+        );
+    }
+    assert_eq!(shop.runs(), 0);
+
+    // The default, the peer address, is a server-side setting: without `ConnectInfo`, 500.
+    let by_peer = routes(&shop).layer(Idem::builder().build().layer());
+    let response = post_as(&by_peer, "/orders", "alice").await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        body_text(response)
+            .await
+            .contains("into_make_service_with_connect_info")
+    );
+    assert_eq!(shop.runs(), 0);
+}
+
+#[tokio::test]
+async fn a_store_outage_follows_the_policy_without_hanging() {
+    let down = || {
+        idem_axum::RedisStore::builder()
+            .with_timeout(Duration::from_millis(200))
+            .build_with_url(&format!("redis://127.0.0.1:{}/", idem_tests::unused_port()))
+            .unwrap()
+    };
+    let shop = Shop::new();
+    let closed = routes(&shop).layer(
+        Idem::builder()
+            .with_store(down())
+            .with_client_key(HeaderKey::new(CLIENT))
+            .build()
+            .layer(),
+    );
+    let started = std::time::Instant::now();
+    let refused = post_as(&closed, "/orders", "alice").await;
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "bounded by the store timeout"
+    );
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+    assert_eq!(shop.runs(), 0);
+
+    let open = routes(&shop).layer(
+        Idem::builder()
+            .with_store(down())
+            .with_client_key(HeaderKey::new(CLIENT))
+            .with_store_failure(idem_axum::StoreFailure::FailOpen)
+            .build()
+            .layer(),
+    );
+    assert_eq!(
+        post_as(&open, "/orders", "alice").await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(shop.runs(), 1);
+}
+
+#[tokio::test]
+async fn a_custom_responder_replaces_the_rendering() {
+    let shop = Shop::new();
+    let idem = Idem::builder()
+        .with_client_key(HeaderKey::new(CLIENT))
+        .with_responder(|rejection| {
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("custom: {}", rejection.kind().code()),
+            )
+                .into_response()
+        })
+        .build();
+    let app = routes(&shop).layer(idem.layer());
+    post_as(&app, "/orders", "alice").await;
+    let response = post_as(&app, "/orders", "alice").await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body_text(response).await, "custom: duplicate-request");
+}
+
+/// Over real TCP, with clients told apart by their peer address (`ConnectInfo`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn over_tcp_concurrent_posts_from_one_peer_run_the_body_once() {
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let shop = Shop::new();
+    let app = routes(&shop).layer(Idem::builder().build().layer());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    let statuses = all_at_once(200, |_| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"POST /orders HTTP/1.1\r\nHost: shop\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer.split(' ').nth(1).and_then(|code| code.parse::<u16>().ok()).unwrap()
+    })
+    .await;
+    server.abort();
+    assert_eq!(shop.runs(), 1);
+    assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1);
+    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 199);
+}
