@@ -201,6 +201,20 @@ impl RedisServer {
             .collect()
     }
 
+    /// Calls per command since `before` (an earlier [`command_calls`](Self::command_calls)),
+    /// leaving out the `INFO` that read them: `{"set": 100}`.
+    pub fn command_calls_since(&self, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+        self.command_calls()
+            .into_iter()
+            .filter(|(name, _)| name != "info")
+            .map(|(name, calls)| {
+                let since = calls - before.get(&name).copied().unwrap_or(0);
+                (name, since)
+            })
+            .filter(|(_, calls)| *calls > 0)
+            .collect()
+    }
+
     /// Every key on the server (test servers hold a handful).
     pub fn keys(&self) -> Vec<String> {
         let client = redis::Client::open(self.url()).expect("the test server's URL");

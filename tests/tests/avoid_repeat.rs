@@ -644,6 +644,44 @@ async fn a_custom_responder_replaces_the_rendering() {
     assert_eq!(body_text(response).await, "custom: duplicate-request");
 }
 
+/// The accept path of `release = "expire"` is one Redis command; `"finish"` adds the
+/// release script.
+#[tokio::test]
+async fn redis_commands_per_accepted_request() {
+    let server = idem_tests::RedisServer::start();
+    let shop = Shop::new();
+    let app = app(server.store(), &shop);
+    // Open the connection and load the release script: neither is the accept path.
+    post_as(&app, "/failing", "warm-up").await;
+
+    let before = server.command_calls();
+    for i in 0..100 {
+        let response = post_as(&app, "/orders", &format!("client-{i}")).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let expire = server.command_calls_since(&before);
+    assert_eq!(
+        expire,
+        [("set".to_owned(), 100)].into(),
+        "expire: one SET each"
+    );
+
+    shop.gate.add_permits(100);
+    let before = server.command_calls();
+    for i in 0..100 {
+        let response = post_as(&app, "/slow", &format!("client-{i}")).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let finish = server.command_calls_since(&before);
+    // SET, then one EVALSHA of the release script, whose GET and DEL count too.
+    let expected = [("set", 100), ("evalsha", 100), ("get", 100), ("del", 100)];
+    assert_eq!(
+        finish,
+        expected.map(|(name, n)| (name.to_owned(), n)).into(),
+        "finish"
+    );
+}
+
 /// Over real TCP, with clients told apart by their peer address (`ConnectInfo`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn over_tcp_concurrent_posts_from_one_peer_run_the_body_once() {

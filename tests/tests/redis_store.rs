@@ -267,19 +267,6 @@ async fn in_a_cluster_every_operation_stays_in_one_slot() {
     );
 }
 
-/// Calls per command between two readings, leaving out the `INFO` that read them.
-fn calls_since(
-    before: &BTreeMap<String, u64>,
-    after: &BTreeMap<String, u64>,
-) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .filter(|(name, _)| name.as_str() != "info")
-        .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))
-        .filter(|(_, calls)| *calls > 0)
-        .collect()
-}
-
 #[tokio::test]
 async fn the_accept_path_costs_one_command() {
     let server = RedisServer::start();
@@ -297,32 +284,30 @@ async fn the_accept_path_costs_one_command() {
     for (k, owner) in &owners {
         store.acquire(k, owner, LONG, Fencing::Off).await.unwrap();
     }
-    let acquired = server.command_calls();
     assert_eq!(
-        calls_since(&before, &acquired),
+        server.command_calls_since(&before),
         BTreeMap::from([("set".to_owned(), 100)])
     );
 
     for (k, _) in &owners {
         store.put_token(k, LONG).await.unwrap();
     }
-    let put = server.command_calls();
+    let before = server.command_calls();
     for (k, _) in &owners {
         assert!(store.consume_token(k).await.unwrap());
     }
-    let consumed = server.command_calls();
     assert_eq!(
-        calls_since(&put, &consumed),
+        server.command_calls_since(&before),
         BTreeMap::from([("del".to_owned(), 100)])
     );
 
+    let before = server.command_calls();
     for (k, owner) in &owners {
         assert!(store.release(k, owner).await.unwrap());
     }
-    let released = server.command_calls();
     // One EVALSHA each; the script's own GET and DEL show in the statistics too.
     assert_eq!(
-        calls_since(&consumed, &released),
+        server.command_calls_since(&before),
         BTreeMap::from([
             ("del".to_owned(), 100),
             ("evalsha".to_owned(), 100),
