@@ -11,6 +11,9 @@
 //!    install it with [`Idem::layer`].
 //! 2. Guard handlers with `#[avoid_repeat(timeout = "30s")]` or routes with
 //!    [`AvoidRepeatLayer`]: a repeat from the same client inside the window gets 409.
+//! 3. Make API requests idempotent with [`IdempotencyLayer`]: a retry with the same
+//!    `Idempotency-Key` gets the first response back, and the handler runs once
+//!    ([`idempotency`]).
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -38,10 +41,12 @@
 pub mod avoid_repeat;
 mod body;
 pub mod client;
+pub mod idempotency;
 mod rejection;
 mod runtime;
 
 pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatKey};
+pub use idempotency::IdempotencyLayer;
 pub use idem_core::{
     Acquire, AnyStore, Begin, Fencing, FencingToken, Fingerprint, Key, KeyError, MemoryStore,
     MemoryStoreBuilder, Owner, Store, StoreError,

@@ -14,6 +14,12 @@
 //! | [`PayloadTooLarge`](RejectionKind::PayloadTooLarge) | 413 | a body that must be read whole is over the limit |
 //! | [`InvalidBody`](RejectionKind::InvalidBody) | 400 | a body that must be read whole could not be read |
 //! | [`MissingLayer`](RejectionKind::MissingLayer) | 500 | a guard runs without [`Idem::layer`](crate::Idem::layer) on the router |
+//! | [`MissingIdempotencyKey`](RejectionKind::MissingIdempotencyKey) | 400 | a request that must carry an idempotency key has none |
+//! | [`InvalidIdempotencyKey`](RejectionKind::InvalidIdempotencyKey) | 400 | an `Idempotency-Key` header that is not 1–255 printable ASCII, quoted or bare |
+//! | [`IdempotentRequestInProgress`](RejectionKind::IdempotentRequestInProgress) | 409 + `Retry-After` | a retry while the first request with its key is still running |
+//! | [`IdempotencyKeyReused`](RejectionKind::IdempotencyKeyReused) | 422 | an idempotency key sent again with a different request |
+//! | [`ResponseNotReplayable`](RejectionKind::ResponseNotReplayable) | 409 | a retry of a request whose response was too large to store (it ran; it is not run again) |
+//! | [`UnreadableIdempotencyRecord`](RejectionKind::UnreadableIdempotencyRecord) | 500 | a stored response this server cannot read (another release's format) |
 
 mod render;
 
@@ -43,6 +49,19 @@ pub enum RejectionKind {
     InvalidBody,
     /// The [`Idem`](crate::Idem) layer is not installed: 500.
     MissingLayer,
+    /// A request that must carry an idempotency key has none: 400.
+    MissingIdempotencyKey,
+    /// An `Idempotency-Key` header that is malformed: 400.
+    InvalidIdempotencyKey,
+    /// The first request with this idempotency key is still running: 409.
+    IdempotentRequestInProgress,
+    /// The idempotency key was first used with a different request: 422.
+    IdempotencyKeyReused,
+    /// The request with this idempotency key ran, but its response was too large to
+    /// store: 409.
+    ResponseNotReplayable,
+    /// The stored response of this idempotency key cannot be read: 500.
+    UnreadableIdempotencyRecord,
 }
 
 impl RejectionKind {
@@ -56,6 +75,12 @@ impl RejectionKind {
             Self::ClientIdentityUnavailable | Self::MissingLayer => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            Self::MissingIdempotencyKey | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
+            Self::IdempotentRequestInProgress | Self::ResponseNotReplayable => {
+                StatusCode::CONFLICT
+            }
+            Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::UnreadableIdempotencyRecord => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -69,6 +94,12 @@ impl RejectionKind {
             Self::PayloadTooLarge => "Payload too large",
             Self::InvalidBody => "Invalid request body",
             Self::MissingLayer => "idem layer missing",
+            Self::MissingIdempotencyKey => "Idempotency key missing",
+            Self::InvalidIdempotencyKey => "Invalid idempotency key",
+            Self::IdempotentRequestInProgress => "Request in progress",
+            Self::IdempotencyKeyReused => "Idempotency key reused",
+            Self::ResponseNotReplayable => "Response not replayable",
+            Self::UnreadableIdempotencyRecord => "Stored response unreadable",
         }
     }
 
@@ -82,6 +113,12 @@ impl RejectionKind {
             Self::PayloadTooLarge => "payload-too-large",
             Self::InvalidBody => "invalid-body",
             Self::MissingLayer => "missing-layer",
+            Self::MissingIdempotencyKey => "missing-idempotency-key",
+            Self::InvalidIdempotencyKey => "invalid-idempotency-key",
+            Self::IdempotentRequestInProgress => "request-in-progress",
+            Self::IdempotencyKeyReused => "idempotency-key-reused",
+            Self::ResponseNotReplayable => "response-not-replayable",
+            Self::UnreadableIdempotencyRecord => "unreadable-idempotency-record",
         }
     }
 }

@@ -1,0 +1,194 @@
+//! One guarded request, from its key to its answer: refused, replayed, or run as the
+//! first attempt of its key.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderName, StatusCode};
+use idem_core::{Begin, Fingerprint, Owner, Store};
+use tower_service::Service;
+
+use super::execution::{self, Record};
+use super::stored::{self, Replay};
+use super::{KeyScope, KeySource, Settings, key};
+use crate::body::read_whole;
+use crate::client::ClientRequest;
+use crate::rejection::{Rejection, RejectionKind, prefers_html};
+use crate::runtime::{Idem, StoreFailure};
+
+/// How long a client that met a running attempt is told to wait: the attempt's lease
+/// says only when a *dead* attempt frees the key, not when a live one will finish.
+const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
+
+/// Answers one request of a guarded method.
+pub(super) async fn attempt<S>(
+    settings: Arc<Settings>,
+    mut inner: S,
+    request: Request,
+) -> Result<Response, S::Error>
+where
+    S: Service<Request, Response = Response> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let html = prefers_html(request.headers());
+    let idem = match Idem::from_extensions(request.extensions()) {
+        Ok(idem) => idem,
+        Err(rejection) => return Ok(rejection.with_html(html).into_response()),
+    };
+    let refuse = |rejection: Rejection| Ok(idem.respond(rejection.with_html(html)));
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
+        return Ok(StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    };
+
+    let header_key = match settings.key {
+        KeySource::Header => match key::from_headers(request.headers()) {
+            Ok(Some(key)) => Some(key),
+            Ok(None) if settings.requires_key(request.method()) => {
+                return refuse(missing_key(&settings));
+            }
+            Ok(None) => return inner.call(request).await,
+            Err(invalid) => {
+                tracing::debug!(idem.outcome = "invalid_key", %invalid);
+                return refuse(Rejection::new(
+                    RejectionKind::InvalidIdempotencyKey,
+                    invalid.to_string(),
+                ));
+            }
+        },
+        KeySource::Function(_) => None,
+    };
+    let (parts, body) = match read_whole(request).await {
+        Ok(read) => read,
+        Err(rejection) => return refuse(rejection),
+    };
+    let key = match (header_key, &settings.key) {
+        (Some(key), _) => key,
+        (None, KeySource::Function(key_of)) => match key_of(&parts, &body) {
+            Some(key) => key,
+            None if settings.requires_key(&parts.method) => return refuse(missing_key(&settings)),
+            None => return inner.call(rebuild(parts, body)).await,
+        },
+        (None, KeySource::Header) => return inner.call(rebuild(parts, body)).await,
+    };
+    let store_key = match settings.scope {
+        KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
+            Ok(client) => idem.key(&[b"idempotency", client.as_bytes(), key.as_bytes()]),
+            Err(rejection) => return refuse(rejection),
+        },
+        KeyScope::Shared => idem.key(&[b"idempotency:shared", key.as_bytes()]),
+    };
+    let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
+
+    let owner = Owner::random();
+    let begun = idem
+        .store()
+        .begin_record(&store_key, &owner, &fingerprint, settings.lease)
+        .await;
+    match begun {
+        Ok(Begin::Started) => {
+            tracing::debug!(idem.outcome = "accepted");
+            let record = Record::new(idem.store().clone(), store_key, owner);
+            execution::run_first(&runtime, settings, record, inner, rebuild(parts, body)).await
+        }
+        Ok(Begin::Completed { response }) => match stored::decode(&response) {
+            Ok(Replay::Response(response)) => {
+                tracing::debug!(idem.outcome = "replayed");
+                Ok(response)
+            }
+            Ok(Replay::TooLarge { status }) => {
+                tracing::debug!(idem.outcome = "replayed", too_large = true);
+                refuse(Rejection::new(
+                    RejectionKind::ResponseNotReplayable,
+                    format!(
+                        "the request with this idempotency key was already processed (status \
+                         {}), but its response was too large to keep and cannot be replayed; \
+                         look up its result instead of retrying",
+                        status.as_u16()
+                    ),
+                ))
+            }
+            Err(unreadable) => {
+                tracing::error!(%unreadable, "idem: a stored response cannot be replayed");
+                refuse(Rejection::new(
+                    RejectionKind::UnreadableIdempotencyRecord,
+                    "the stored response of this idempotency key cannot be read by this \
+                     server; the request was processed and is not run again",
+                ))
+            }
+        },
+        Ok(Begin::InProgress { remaining }) => {
+            tracing::debug!(idem.outcome = "conflict");
+            refuse(
+                Rejection::new(
+                    RejectionKind::IdempotentRequestInProgress,
+                    "a request with this idempotency key is still being processed; retry \
+                     once it has completed",
+                )
+                .with_retry_after(remaining.min(RETRY_IN_PROGRESS)),
+            )
+        }
+        Ok(Begin::Mismatch) => {
+            tracing::debug!(idem.outcome = "mismatch");
+            refuse(Rejection::new(
+                RejectionKind::IdempotencyKeyReused,
+                "this idempotency key was already used for a different request (its method, \
+                 path, query or body differ); use a new key for a new request",
+            ))
+        }
+        Err(error) => match idem.store_failure() {
+            StoreFailure::FailClosed => {
+                tracing::warn!(idem.outcome = "store_error", %error, "refused (fail closed)");
+                refuse(
+                    Rejection::new(
+                        RejectionKind::StoreUnavailable,
+                        "duplicate protection is unavailable right now; please retry shortly",
+                    )
+                    .with_retry_after(Duration::from_secs(1)),
+                )
+            }
+            StoreFailure::FailOpen => {
+                tracing::warn!(idem.outcome = "store_error", %error, "let through unguarded (fail open)");
+                inner.call(rebuild(parts, body)).await
+            }
+        },
+    }
+}
+
+fn missing_key(settings: &Settings) -> Rejection {
+    tracing::debug!(idem.outcome = "missing_key");
+    Rejection::new(
+        RejectionKind::MissingIdempotencyKey,
+        settings.missing_key_message(),
+    )
+}
+
+fn rebuild(parts: Parts, body: Bytes) -> Request {
+    Request::from_parts(parts, Body::from(body))
+}
+
+/// What makes two requests with one key the same request: method, path, query, body, and
+/// the chosen headers (each with its number of values, so values cannot shift between
+/// headers).
+fn fingerprint(parts: &Parts, body: &[u8], headers: &[HeaderName]) -> Fingerprint {
+    let mut fields: Vec<Cow<'_, [u8]>> = vec![
+        Cow::Borrowed(parts.method.as_str().as_bytes()),
+        Cow::Borrowed(parts.uri.path().as_bytes()),
+        Cow::Borrowed(parts.uri.query().unwrap_or("").as_bytes()),
+        Cow::Borrowed(body),
+    ];
+    for name in headers {
+        let values = parts.headers.get_all(name);
+        let count = values.iter().count() as u64;
+        fields.push(Cow::Owned(count.to_be_bytes().to_vec()));
+        fields.extend(values.iter().map(|value| Cow::Borrowed(value.as_bytes())));
+    }
+    Fingerprint::of(fields)
+}

@@ -1,0 +1,202 @@
+//! The first attempt of a key: run in a task of its own, so a client that goes away does
+//! not abandon it half-way; its record's lease renewed while it runs; and ending in one of
+//! two ways — its response stored, or its record removed so a retry runs afresh.
+
+use std::convert::Infallible;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::StatusCode;
+use http::response::Parts;
+use idem_core::{AnyStore, Key, Owner, Store};
+use tokio::runtime::Handle;
+use tower_service::Service;
+use tracing::Instrument;
+
+use super::Settings;
+use super::capture::{Captured, capture};
+use super::stored;
+
+/// An in-progress record this attempt began.
+#[derive(Debug, Clone)]
+pub(super) struct Record {
+    store: AnyStore,
+    key: Key,
+    owner: Owner,
+}
+
+impl Record {
+    pub(super) fn new(store: AnyStore, key: Key, owner: Owner) -> Self {
+        Self { store, key, owner }
+    }
+
+    /// Runs `work`, renewing the record's lease every third of it until `work` is done.
+    async fn renewing<F: Future>(&self, lease: Duration, work: F) -> F::Output {
+        let mut work = pin!(work);
+        let mut renewal = pin!(self.keep_alive(lease));
+        poll_fn(|cx| {
+            if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                return Poll::Ready(output);
+            }
+            match renewal.as_mut().poll(cx) {
+                Poll::Ready(never) => match never {},
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    async fn keep_alive(&self, lease: Duration) -> Infallible {
+        loop {
+            tokio::time::sleep(lease / 3).await;
+            match self.store.renew_record(&self.key, &self.owner, lease).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        "idem: a running request lost its idempotency record (its lease ran \
+                         out); its response will not be stored"
+                    );
+                    return std::future::pending().await;
+                }
+                // The next renewal comes before the lease ends, unless the store stays down.
+                Err(error) => tracing::warn!(%error, "idem: could not renew an idempotency record"),
+            }
+        }
+    }
+
+    async fn complete(&self, response: Bytes, retention: Duration) {
+        match self
+            .store
+            .complete_record(&self.key, &self.owner, response, retention)
+            .await
+        {
+            Ok(true) => tracing::debug!("idem: response stored"),
+            Ok(false) => tracing::warn!(
+                "idem: the response was not stored: the attempt lost its record to a newer one"
+            ),
+            Err(error) => tracing::warn!(
+                %error,
+                "idem: the response could not be stored; a retry runs again once the lease ends"
+            ),
+        }
+    }
+
+    async fn abandon(&self) {
+        if let Err(error) = self.store.abandon_record(&self.key, &self.owner).await {
+            tracing::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
+        }
+    }
+}
+
+/// Removes the record when dropped while armed: when the handler panicked, unwinding the
+/// task that held it.
+struct Pending {
+    record: Record,
+    armed: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::error!(
+            "idem: the first attempt ended without a response (a panic); its idempotency record is removed"
+        );
+        // Without a runtime (it is shutting down) the record ends with its lease.
+        if let Ok(runtime) = Handle::try_current() {
+            let record = self.record.clone();
+            runtime.spawn(async move { record.abandon().await });
+        }
+    }
+}
+
+/// Runs the request as the first attempt of `record`'s key and answers with its response.
+///
+/// The attempt is a task of its own: dropping this future (the client went away) leaves it
+/// running to the end. A panic in the handler removes the record, then resumes here.
+pub(super) async fn run_first<S>(
+    runtime: &Handle,
+    settings: Arc<Settings>,
+    record: Record,
+    mut inner: S,
+    request: Request,
+) -> Result<Response, S::Error>
+where
+    S: Service<Request, Response = Response> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let task = async move {
+        let mut pending = Pending {
+            record,
+            armed: true,
+        };
+        let produced = pending
+            .record
+            .renewing(settings.lease, async {
+                let (parts, body) = inner.call(request).await?.into_parts();
+                Ok::<_, S::Error>((parts, capture(body, settings.max_stored_response).await))
+            })
+            .await;
+        pending.armed = false;
+        settle(&settings, &pending.record, produced).await
+    };
+    match runtime.spawn(task.in_current_span()).await {
+        Ok(answer) => answer,
+        Err(error) => match error.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // The runtime is shutting down; the record ends with its lease.
+            Err(_cancelled) => Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()),
+        },
+    }
+}
+
+/// Stores the response, or removes the record, and hands the response on.
+async fn settle<E>(
+    settings: &Settings,
+    record: &Record,
+    produced: Result<(Parts, Captured), E>,
+) -> Result<Response, E> {
+    let (parts, captured) = match produced {
+        Ok(produced) => produced,
+        Err(error) => {
+            record.abandon().await;
+            return Err(error);
+        }
+    };
+    if !(settings.stores_status)(parts.status) {
+        tracing::debug!(
+            status = parts.status.as_u16(),
+            "idem: response not stored (by policy)"
+        );
+        record.abandon().await;
+    } else {
+        match &captured {
+            Captured::Whole { data, .. } => {
+                let stored = stored::encode_response(&parts, data);
+                record.complete(stored, settings.retention).await;
+            }
+            Captured::TooLarge { .. } => {
+                tracing::info!(
+                    status = parts.status.as_u16(),
+                    limit = settings.max_stored_response,
+                    "idem: response too large to store; retries get 409"
+                );
+                let stored = stored::encode_too_large(parts.status);
+                record.complete(stored, settings.retention).await;
+            }
+            Captured::Failed { error, .. } => {
+                tracing::warn!(%error, "idem: the response body failed; not stored");
+                record.abandon().await;
+            }
+        }
+    }
+    Ok(Response::from_parts(parts, captured.into_body()))
+}

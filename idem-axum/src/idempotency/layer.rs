@@ -1,0 +1,356 @@
+//! [`IdempotencyLayer`], the service it makes, and that service's response future.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::response::Response;
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderName, Method, StatusCode};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::{KeyScope, KeySource, Required, Settings, attempt};
+
+/// Makes the requests of the routes below it idempotent with the `Idempotency-Key`
+/// header; see the [module docs](crate::idempotency).
+///
+/// ```
+/// use axum::{Router, routing::post};
+/// use idem_axum::{Idem, IdempotencyLayer};
+///
+/// let idem = Idem::builder().build();
+/// let app: Router = Router::new()
+///     .route("/payments", post(|| async { "paid" }))
+///     .route_layer(IdempotencyLayer::new().with_required(true))
+///     .layer(idem.layer());
+/// ```
+#[derive(Debug, Clone)]
+pub struct IdempotencyLayer {
+    settings: Arc<Settings>,
+}
+
+impl Default for IdempotencyLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl IdempotencyLayer {
+    /// Guards `POST` and `PATCH` requests that carry an `Idempotency-Key`; keys scoped by
+    /// client; a lease of 10 s, responses kept 24 h, up to 1 MiB each; every response but
+    /// a 5xx stored.
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new();
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            settings: Arc::new(Settings {
+                methods: vec![Method::POST, Method::PATCH],
+                required: Required::Never,
+                key: KeySource::Header,
+                scope: KeyScope::Client,
+                fingerprint_headers: Vec::new(),
+                lease: Duration::from_secs(10),
+                retention: Duration::from_secs(24 * 60 * 60),
+                max_stored_response: 1024 * 1024,
+                stores_status: Arc::new(|status: StatusCode| !status.is_server_error()),
+                missing_key_message: None,
+            }),
+        }
+    }
+
+    fn settings(&mut self) -> &mut Settings {
+        Arc::make_mut(&mut self.settings)
+    }
+
+    /// The methods that are guarded (default `POST` and `PATCH`); others pass through
+    /// untouched.
+    ///
+    /// ```
+    /// use http::Method;
+    /// let layer = idem_axum::IdempotencyLayer::new().with_methods([Method::POST, Method::PUT, Method::DELETE]);
+    /// ```
+    pub fn with_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.settings().methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Whether a guarded request without a key is refused with 400 (default `false`: it
+    /// runs unguarded, as the draft allows).
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new().with_required(true);
+    /// ```
+    pub fn with_required(mut self, required: bool) -> Self {
+        self.settings().required = if required {
+            Required::Always
+        } else {
+            Required::Never
+        };
+        self
+    }
+
+    /// Requires a key for these methods only; other guarded methods run unguarded
+    /// without one. Methods named here are guarded too.
+    ///
+    /// ```
+    /// use http::Method;
+    /// let layer = idem_axum::IdempotencyLayer::new().with_required_for([Method::POST]);
+    /// ```
+    pub fn with_required_for(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods: Vec<Method> = methods.into_iter().collect();
+        let settings = self.settings();
+        for method in &methods {
+            if !settings.methods.contains(method) {
+                settings.methods.push(method.clone());
+            }
+        }
+        settings.required = Required::For(methods);
+        self
+    }
+
+    /// Takes the key from the request instead of the `Idempotency-Key` header: `key`
+    /// gets the request head and its whole body, and returns `None` when the request
+    /// carries no key. Its value is hashed, so any string will do.
+    ///
+    /// For a payment provider's callback, whose `source` and `seq` fields name one
+    /// delivery however often it is sent:
+    ///
+    /// ```
+    /// #[derive(serde::Deserialize)]
+    /// struct Callback { source: String, seq: u64 }
+    ///
+    /// let layer = idem_axum::IdempotencyLayer::new()
+    ///     .with_key_fn(|_head, body| {
+    ///         let callback: Callback = serde_json::from_slice(body).ok()?;
+    ///         Some(format!("{}:{}", callback.source, callback.seq))
+    ///     })
+    ///     .with_required(true);
+    /// ```
+    pub fn with_key_fn<F>(mut self, key: F) -> Self
+    where
+        F: Fn(&Parts, &Bytes) -> Option<String> + Send + Sync + 'static,
+    {
+        self.settings().key = KeySource::Function(Arc::new(key));
+        self
+    }
+
+    /// Whose keys are separate (default [`KeyScope::Client`]).
+    ///
+    /// ```
+    /// use idem_axum::idempotency::KeyScope;
+    /// let layer = idem_axum::IdempotencyLayer::new().with_key_scope(KeyScope::Shared);
+    /// ```
+    pub fn with_key_scope(mut self, scope: KeyScope) -> Self {
+        self.settings().scope = scope;
+        self
+    }
+
+    /// Request headers that belong to the fingerprint besides the method, path, query
+    /// and body (default none), such as `Content-Type` or an API version header.
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new().with_fingerprint_headers([http::header::CONTENT_TYPE]);
+    /// ```
+    pub fn with_fingerprint_headers(
+        mut self,
+        headers: impl IntoIterator<Item = HeaderName>,
+    ) -> Self {
+        self.settings().fingerprint_headers = headers.into_iter().collect();
+        self
+    }
+
+    /// How long an in-progress record lasts without renewal (default 10 s): what
+    /// frees a key whose instance died mid-request. A running handler renews it every
+    /// third of it. Keep it well above the store's timeout.
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new().with_lease(std::time::Duration::from_secs(30));
+    /// ```
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.settings().lease = lease;
+        self
+    }
+
+    /// How long a completed response is replayed (default 24 h).
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new().with_retention(std::time::Duration::from_secs(3600));
+    /// ```
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.settings().retention = retention;
+        self
+    }
+
+    /// The largest response body that is stored, in bytes (default 1 MiB). A larger one
+    /// is sent to its client as usual and recorded as "too large": retries get 409 and
+    /// the handler never runs again for that key.
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new().with_max_stored_response(64 * 1024);
+    /// ```
+    pub fn with_max_stored_response(mut self, bytes: usize) -> Self {
+        self.settings().max_stored_response = bytes;
+        self
+    }
+
+    /// Which response statuses are stored and replayed (default: all but 5xx). A
+    /// response that is not stored removes its record, so a retry runs the handler again.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// // Also let a rate-limited request be retried with the same key.
+    /// let layer = idem_axum::IdempotencyLayer::new().with_stored_statuses(|status| {
+    ///     !status.is_server_error() && status != StatusCode::TOO_MANY_REQUESTS
+    /// });
+    /// ```
+    pub fn with_stored_statuses<F>(mut self, stores: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.settings().stores_status = Arc::new(stores);
+        self
+    }
+
+    /// The detail of the 400 a request without a required key gets (default: what the
+    /// `Idempotency-Key` header must hold, or for a [key function](Self::with_key_fn) a
+    /// generic sentence — say there which fields identify a request).
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new().with_missing_key_message("send `source` and `seq`");
+    /// ```
+    pub fn with_missing_key_message(mut self, message: impl Into<Cow<'static, str>>) -> Self {
+        self.settings().missing_key_message = Some(message.into());
+        self
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency {
+            inner,
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+/// The service [`IdempotencyLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct Idempotency<S> {
+    inner: S,
+    settings: Arc<Settings>,
+}
+
+impl<S> Idempotency<S> {
+    /// Guards `inner` with `layer`'s settings.
+    ///
+    /// ```
+    /// use idem_axum::{IdempotencyLayer, idempotency::Idempotency};
+    /// let service = Idempotency::new(axum::Router::<()>::new(), IdempotencyLayer::new());
+    /// ```
+    pub fn new(inner: S, layer: IdempotencyLayer) -> Self {
+        Self {
+            inner,
+            settings: layer.settings,
+        }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<Request> for Idempotency<S>
+where
+    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        if !self.settings.methods.contains(request.method()) {
+            return ResponseFuture {
+                inner: Inner::Unguarded {
+                    future: self.inner.call(request),
+                },
+            };
+        }
+        // The clone has not been polled ready; the one that was goes into the future.
+        let fresh = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, fresh);
+        let settings = Arc::clone(&self.settings);
+        ResponseFuture {
+            inner: Inner::Guarded {
+                future: Box::pin(attempt::attempt(settings, inner, request)),
+            },
+        }
+    }
+}
+
+type Guarded<O> = Pin<Box<dyn Future<Output = O> + Send>>;
+
+pin_project! {
+    /// The response future of [`Idempotency`].
+    pub struct ResponseFuture<F: Future> {
+        #[pin]
+        inner: Inner<F>,
+    }
+}
+
+pin_project! {
+    #[project = InnerProj]
+    enum Inner<F: Future> {
+        // A method that is not guarded: the inner service's own future, unboxed.
+        Unguarded { #[pin] future: F },
+        Guarded { future: Guarded<F::Output> },
+    }
+}
+
+impl<F: Future> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let guarded = matches!(self.inner, Inner::Guarded { .. });
+        f.debug_struct("ResponseFuture")
+            .field("guarded", &guarded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: Future> Future for ResponseFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().inner.project() {
+            InnerProj::Unguarded { future } => future.poll(cx),
+            InnerProj::Guarded { future } => future.as_mut().poll(cx),
+        }
+    }
+}

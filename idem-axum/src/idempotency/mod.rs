@@ -1,0 +1,227 @@
+//! Idempotency keys with stored-response replay: [`IdempotencyLayer`].
+//!
+//! The documents' `idempotent_withdraw(ticket_id, …)` that "returns the result of the
+//! first call on every call", over HTTP as draft-ietf-httpapi-idempotency-key-header-07
+//! and Stripe define it. A client puts a unique `Idempotency-Key` on a request and sends
+//! the same key again when it retries; the handler runs once, and every retry gets the
+//! first response back.
+//!
+//! | request | answer |
+//! |---|---|
+//! | first with this key | the handler runs; its response is stored for 24 h and sent |
+//! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true`; the handler does not run |
+//! | retry while the first still runs | `409 Conflict` + `Retry-After` |
+//! | same key, another request (method, path, query, body differ) | `422 Unprocessable Content` |
+//! | key malformed | `400 Bad Request` |
+//! | key missing, [required](IdempotencyLayer::with_required) | `400 Bad Request`, saying what to send |
+//! | key missing, not required | the handler runs, unguarded |
+//! | method not guarded (`GET`; by default all but `POST` and `PATCH`) | passed through untouched |
+//!
+//! Refusals are [`Rejection`](crate::Rejection)s (`application/problem+json`).
+//!
+//! ```
+//! use axum::{Router, routing::post};
+//! use idem_axum::{Idem, IdempotencyLayer, client::HeaderKey};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let idem = Idem::builder()
+//!     .with_client_key(HeaderKey::new(http::HeaderName::from_static("x-api-key")))
+//!     .build();
+//! let app = Router::new()
+//!     .route("/payments", post(|| async { (http::StatusCode::CREATED, "payment 1") }))
+//!     .route_layer(IdempotencyLayer::new().with_required(true))
+//!     .layer(idem.layer());
+//!
+//! let pay = || {
+//!     http::Request::post("/payments")
+//!         .header("x-api-key", "merchant-7")
+//!         .header("idempotency-key", "\"8e03978e-40d5-43e8-bc93-6894a57f9324\"")
+//!         .body(axum::body::Body::from(r#"{"amount":100}"#))
+//!         .unwrap()
+//! };
+//! let first = app.clone().oneshot(pay()).await.unwrap();
+//! assert_eq!(first.status(), 201);
+//! let retry = app.oneshot(pay()).await.unwrap();
+//! assert_eq!(retry.status(), 201);
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! # }
+//! ```
+//!
+//! # The key
+//!
+//! - The `Idempotency-Key` header, as a structured-field string (`"…"`, the draft's form)
+//!   or bare (Stripe's); 1–255 printable ASCII characters. Anything else is a 400.
+//! - Or a [function of the request](IdempotencyLayer::with_key_fn), for callers that
+//!   cannot send a header: a payment provider's callback whose `source` and `seq` fields
+//!   name one delivery, whichever channel it arrives on.
+//! - Keys are scoped by client ([`KeyScope::Client`], the runtime's
+//!   [client key](crate::client)): two clients may use the same key without meeting.
+//!   [`KeyScope::Shared`] makes one key space for everyone, for keys that are unique by
+//!   construction (the provider's sequence number) on a route only that caller reaches.
+//! - A key is bound to the request it first came with: its fingerprint is the method, the
+//!   path, the query, a SHA-256 of the body and any
+//!   [headers you name](IdempotencyLayer::with_fingerprint_headers).
+//!
+//! # What is stored
+//!
+//! The status, every header value in order (repeated ones such as `Set-Cookie` kept;
+//! hop-by-hop ones such as `Connection` left out) and the body — what the handler
+//! produced, and what the first client got. Trailers reach the first client but are not
+//! stored.
+//!
+//! - **Statuses**: every response but a 5xx is stored (configurable with
+//!   [`with_stored_statuses`](IdempotencyLayer::with_stored_statuses)). A response that is
+//!   not stored removes the record, so a retry runs the handler again: a server error may
+//!   well be transient. Storing a 4xx is Stripe's behaviour: the request was handled, and
+//!   retrying it unchanged would fail the same way.
+//! - **Request bodies** are read whole before anything is stored, within the router's
+//!   `DefaultBodyLimit`: a larger one is a 413 and leaves no record.
+//! - **Responses over the storage limit**
+//!   ([`with_max_stored_response`](IdempotencyLayer::with_max_stored_response), 1 MiB by
+//!   default) reach the first client whole, streamed as the handler produces them; the
+//!   record then keeps only "processed, with status N, too large to replay", and a retry
+//!   gets `409 Conflict` *without* `Retry-After`, saying so. The handler never runs twice
+//!   for one key: the side effect happened, and the client should look up its result
+//!   rather than repeat it.
+//! - The record lives for the [retention](IdempotencyLayer::with_retention) (24 h). In
+//!   Redis it survives a restart of the application, and every instance replays it.
+//!
+//! # Robustness
+//!
+//! - **Atomic start**: the in-progress record is created with the fingerprint in one
+//!   store operation ([`Store::begin_record`](crate::Store::begin_record)); of any number
+//!   of concurrent requests with one key exactly one runs the handler.
+//! - **Disconnects**: the handler runs in a task of its own. A client that goes away does
+//!   not cancel it: it finishes, and its response is stored for the retry.
+//! - **Long handlers**: the record is in progress for a [lease](IdempotencyLayer::with_lease)
+//!   (10 s), renewed every third of it while the handler runs; the lease only matters when
+//!   the instance dies mid-request, and then frees the key one lease later. A handler
+//!   without a client is not bounded by anything but itself: put a timeout inside this
+//!   layer if it can hang.
+//! - **Fenced completion**: only the attempt that began a record can complete it. One that
+//!   lost its record (its lease ran out during a long stall and another attempt began
+//!   anew) stores nothing.
+//! - **Panics and errors**: a handler that panics, or a service that returns an error,
+//!   removes the record, so a retry runs afresh; the panic then continues to the caller
+//!   (to `CatchPanicLayer`, say) as it would without this layer.
+//! - **Store failures** follow the runtime's [`StoreFailure`](crate::StoreFailure) policy
+//!   before the handler runs: 503 when failing closed, unguarded when failing open. If
+//!   the store fails when the response is to be stored, the client still gets it; the
+//!   record then expires with its lease and a retry runs the handler again. No request
+//!   waits longer than the store's timeout for the store.
+//!
+//! Outcomes are logged as `tracing` events with an `idem.outcome` field: `accepted`,
+//! `replayed`, `conflict`, `mismatch`, `invalid_key`, `missing_key`, `store_error`.
+
+mod attempt;
+mod capture;
+mod execution;
+mod key;
+mod layer;
+mod stored;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderName, Method, StatusCode};
+
+pub use self::layer::{Idempotency, IdempotencyLayer, ResponseFuture};
+
+/// Whose idempotency keys are kept apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyScope {
+    /// Each client (as the runtime's [client key](crate::client) tells them apart) has
+    /// keys of its own, so one client can neither collide with nor probe another's.
+    #[default]
+    Client,
+    /// One key space for all clients, and no client identity needed: for keys unique by
+    /// construction, such as a payment provider's callback sequence number that arrives
+    /// from several addresses.
+    Shared,
+}
+
+/// A function from a request to its key.
+type KeyFn = dyn Fn(&Parts, &Bytes) -> Option<String> + Send + Sync;
+
+/// Where a request's key comes from.
+#[derive(Clone)]
+enum KeySource {
+    Header,
+    Function(Arc<KeyFn>),
+}
+
+/// Which guarded methods must carry a key.
+#[derive(Debug, Clone)]
+enum Required {
+    Never,
+    Always,
+    For(Vec<Method>),
+}
+
+/// How one [`IdempotencyLayer`] behaves.
+#[derive(Clone)]
+struct Settings {
+    methods: Vec<Method>,
+    required: Required,
+    key: KeySource,
+    scope: KeyScope,
+    fingerprint_headers: Vec<HeaderName>,
+    lease: Duration,
+    retention: Duration,
+    max_stored_response: usize,
+    stores_status: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
+    missing_key_message: Option<Cow<'static, str>>,
+}
+
+impl Settings {
+    fn requires_key(&self, method: &Method) -> bool {
+        match &self.required {
+            Required::Never => false,
+            Required::Always => true,
+            Required::For(methods) => methods.contains(method),
+        }
+    }
+
+    fn missing_key_message(&self) -> Cow<'static, str> {
+        if let Some(message) = &self.missing_key_message {
+            return message.clone();
+        }
+        Cow::Borrowed(match self.key {
+            KeySource::Header => {
+                "this request needs an `Idempotency-Key` header: a value unique to this \
+                 operation, 1 to 255 printable ASCII characters, sent unchanged with every \
+                 retry, e.g. `Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"`"
+            }
+            KeySource::Function(_) => {
+                "this request does not carry the fields that identify it, so it cannot be \
+                 made idempotent"
+            }
+        })
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = match self.key {
+            KeySource::Header => "Idempotency-Key header",
+            KeySource::Function(_) => "function",
+        };
+        f.debug_struct("Settings")
+            .field("methods", &self.methods)
+            .field("required", &self.required)
+            .field("key", &key)
+            .field("scope", &self.scope)
+            .field("fingerprint_headers", &self.fingerprint_headers)
+            .field("lease", &self.lease)
+            .field("retention", &self.retention)
+            .field("max_stored_response", &self.max_stored_response)
+            .field("missing_key_message", &self.missing_key_message)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,265 @@
+//! What a completed record holds: the first response, encoded to be replayed byte for
+//! byte, or a note that it was too large to keep.
+//!
+//! # Encoding
+//!
+//! One format byte, then [postcard](https://docs.rs/postcard) (its 1.0 wire format is
+//! frozen and specified): a [`Record`] with the status, every header value in order
+//! (repeated ones kept, hop-by-hop ones left out) and the body, each length-prefixed with
+//! a varint. Replaying borrows the body from the bytes the store returned, without a
+//! copy.
+//!
+//! Why postcard rather than a hand-laid format: its decoder is bounds-checked, so a
+//! corrupted or foreign record is an error, never a panic or an over-read; why not JSON:
+//! bodies are arbitrary bytes. A record written by a release with another format byte is
+//! reported as unreadable (HTTP 500), never misread; the byte changes whenever
+//! [`Record`] does.
+
+use std::fmt;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::header::{CONNECTION, HeaderName, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use http::{HeaderMap, HeaderValue, StatusCode, response};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The format byte every record starts with.
+const FORMAT: u8 = 1;
+
+/// The header that marks a replayed response (Stripe's).
+pub(crate) static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Record<'a> {
+    /// The whole response.
+    Response {
+        status: u16,
+        #[serde(borrow)]
+        headers: Vec<(&'a str, Raw<'a>)>,
+        #[serde(borrow)]
+        body: Raw<'a>,
+    },
+    /// The handler answered with `status`, but the body was over the storage limit.
+    TooLarge { status: u16 },
+}
+
+/// Bytes written as one length-prefixed run rather than as a sequence of numbers.
+#[derive(Debug)]
+struct Raw<'a>(&'a [u8]);
+
+impl Serialize for Raw<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <&'a [u8]>::deserialize(deserializer).map(Raw)
+    }
+}
+
+/// What a record replays as.
+#[derive(Debug)]
+pub(crate) enum Replay {
+    /// The stored response, marked with `Idempotent-Replayed: true`.
+    Response(Response),
+    /// The first response was not stored because it was too large; it had `status`.
+    TooLarge { status: StatusCode },
+}
+
+/// A record that cannot be read back.
+#[derive(Debug)]
+pub(crate) struct Unreadable(String);
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The record of a response whose body is `body`.
+pub(crate) fn encode_response(parts: &response::Parts, body: &[u8]) -> Bytes {
+    let dropped = hop_by_hop(&parts.headers);
+    let headers = parts
+        .headers
+        .iter()
+        .filter(|(name, _)| !dropped.contains(name))
+        .map(|(name, value)| (name.as_str(), Raw(value.as_bytes())))
+        .collect();
+    encode(&Record::Response {
+        status: parts.status.as_u16(),
+        headers,
+        body: Raw(body),
+    })
+}
+
+/// The record of a response too large to keep.
+pub(crate) fn encode_too_large(status: StatusCode) -> Bytes {
+    encode(&Record::TooLarge {
+        status: status.as_u16(),
+    })
+}
+
+fn encode(record: &Record<'_>) -> Bytes {
+    // Serialising into a growing Vec fails only if memory does, which aborts anyway.
+    postcard::to_allocvec(&(FORMAT, record))
+        .unwrap_or_default()
+        .into()
+}
+
+/// What `stored` replays as.
+pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
+    let Some((&format, rest)) = stored.split_first() else {
+        return Err(Unreadable("the stored record is empty".to_owned()));
+    };
+    if format != FORMAT {
+        return Err(Unreadable(format!(
+            "the stored record has format {format}, this release reads {FORMAT}"
+        )));
+    }
+    let record: Record<'_> = postcard::from_bytes(rest)
+        .map_err(|error| Unreadable(format!("the stored record is corrupt: {error}")))?;
+    let status = |code| {
+        StatusCode::from_u16(code)
+            .map_err(|_| Unreadable(format!("the stored status {code} is not a status")))
+    };
+    match record {
+        Record::TooLarge { status: code } => Ok(Replay::TooLarge {
+            status: status(code)?,
+        }),
+        Record::Response {
+            status: code,
+            headers,
+            body,
+        } => {
+            let mut response = Response::new(Body::from(stored.slice_ref(body.0)));
+            *response.status_mut() = status(code)?;
+            let map = response.headers_mut();
+            map.reserve(headers.len() + 1);
+            for (name, Raw(value)) in headers {
+                let name = HeaderName::from_bytes(name.as_bytes());
+                let value = HeaderValue::from_bytes(value);
+                let (Ok(name), Ok(value)) = (name, value) else {
+                    return Err(Unreadable("a stored header is not a header".to_owned()));
+                };
+                map.append(name, value);
+            }
+            map.insert(
+                IDEMPOTENT_REPLAYED.clone(),
+                HeaderValue::from_static("true"),
+            );
+            Ok(Replay::Response(response))
+        }
+    }
+}
+
+/// The headers that describe one connection, not the response (RFC 9110 §7.6.1): the
+/// fixed ones and those `Connection` names.
+fn hop_by_hop(headers: &HeaderMap) -> Vec<HeaderName> {
+    let mut names = vec![
+        CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+        TE,
+        TRAILER,
+        TRANSFER_ENCODING,
+        UPGRADE,
+    ];
+    let listed = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok());
+    names.extend(listed);
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::{CONTENT_TYPE, SET_COOKIE};
+
+    fn parts(status: StatusCode, headers: &[(&str, &str)]) -> response::Parts {
+        let mut response = Response::new(());
+        *response.status_mut() = status;
+        for (name, value) in headers {
+            response.headers_mut().append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        response.into_parts().0
+    }
+
+    #[test]
+    fn a_response_round_trips_with_repeated_headers_and_without_hop_by_hop_ones() {
+        let original = parts(
+            StatusCode::CREATED,
+            &[
+                ("content-type", "application/json"),
+                ("set-cookie", "a=1; Path=/"),
+                ("set-cookie", "b=2; HttpOnly"),
+                ("connection", "x-per-hop"),
+                ("x-per-hop", "dropped"),
+                ("keep-alive", "timeout=5"),
+            ],
+        );
+        let body = [0_u8, 159, 146, 150, b'{', b'}'];
+        let stored = encode_response(&original, &body);
+        let Ok(Replay::Response(replayed)) = decode(&stored) else {
+            panic!("a fresh record decodes");
+        };
+        assert_eq!(replayed.status(), StatusCode::CREATED);
+        let headers = replayed.headers();
+        assert_eq!(headers[CONTENT_TYPE], "application/json");
+        let cookies: Vec<_> = headers.get_all(SET_COOKIE).iter().collect();
+        assert_eq!(cookies, ["a=1; Path=/", "b=2; HttpOnly"]);
+        assert_eq!(headers[&IDEMPOTENT_REPLAYED], "true");
+        for dropped in ["connection", "x-per-hop", "keep-alive"] {
+            assert!(
+                !headers.contains_key(dropped),
+                "{dropped} is per connection"
+            );
+        }
+        let bytes = futures_body(replayed);
+        assert_eq!(bytes, body[..]);
+    }
+
+    #[test]
+    fn a_too_large_marker_keeps_the_status() {
+        let stored = encode_too_large(StatusCode::OK);
+        assert!(matches!(
+            decode(&stored),
+            Ok(Replay::TooLarge {
+                status: StatusCode::OK
+            })
+        ));
+    }
+
+    #[test]
+    fn foreign_or_corrupt_records_are_unreadable_not_misread() {
+        let stored = encode_response(&parts(StatusCode::OK, &[]), b"body");
+        let mut other_format = stored.to_vec();
+        other_format[0] = FORMAT + 1;
+        assert!(decode(&Bytes::from(other_format)).is_err());
+        assert!(decode(&stored.slice(..stored.len() - 2)).is_err());
+        assert!(decode(&Bytes::new()).is_err());
+        assert!(
+            decode(&Bytes::from_static(&[
+                FORMAT, 0, 0xff, 0xff, 0xff, 0xff, 0xff
+            ]))
+            .is_err()
+        );
+    }
+
+    fn futures_body(response: Response) -> Bytes {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+            .unwrap()
+    }
+}

@@ -1,0 +1,809 @@
+//! `IdempotencyLayer` over HTTP, on `MemoryStore` and on a real Redis. Every claim that a
+//! handler ran once counts how often its body ran, not only the status codes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
+use axum::response::{AppendHeaders, IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use idem_axum::client::HeaderKey;
+use idem_axum::idempotency::KeyScope;
+use idem_axum::{Idem, IdempotencyLayer, Store, StoreFailure};
+use idem_tests::{Backend, RedisServer, all_at_once, eventually};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+use tower_http::catch_panic::CatchPanicLayer;
+
+/// Each case, generated once per backend as `#[tokio::test]` in a module named after it.
+macro_rules! on_every_store {
+    ($($case:ident),+ $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::MemoryBackend>().await;
+                }
+            )+
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::RedisBackend>().await;
+                }
+            )+
+        }
+    };
+}
+
+on_every_store!(
+    three_hundred_concurrent_requests_run_the_handler_once,
+    a_replay_is_the_first_response_byte_for_byte,
+    the_same_key_with_another_request_is_422,
+    a_new_router_on_the_same_store_still_replays,
+    a_handler_three_times_longer_than_its_lease_runs_once,
+    a_client_that_disconnects_mid_handler_still_gets_its_response_stored,
+    a_server_error_is_not_stored_and_a_retry_runs_again,
+    a_panic_removes_the_record,
+    invalid_keys_are_refused_before_the_handler,
+    a_required_key_that_is_missing_is_400_and_an_optional_one_passes,
+    unguarded_methods_pass_through_untouched,
+    an_oversize_request_body_is_413_and_stores_nothing,
+    a_response_too_large_to_store_reaches_its_client_and_never_runs_again,
+    keys_are_scoped_by_client,
+    a_key_function_dedupes_callbacks_from_any_address,
+);
+
+/// The application's state: how often handler bodies ran, and a gate that keeps a handler
+/// in flight until the test opens it.
+#[derive(Clone)]
+struct Shop {
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+impl Shop {
+    fn new() -> Self {
+        Self {
+            runs: Arc::new(AtomicUsize::new(0)),
+            gate: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    /// Counts a run; the run's number, from 1.
+    fn ran(&self) -> usize {
+        self.runs.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    fn open_gate(&self) {
+        self.gate.add_permits(1);
+    }
+
+    async fn pass_gate(&self) {
+        self.gate
+            .acquire()
+            .await
+            .expect("the gate stays open")
+            .forget();
+    }
+
+    async fn until_runs(&self, runs: usize) {
+        eventually(Duration::from_secs(5), "the handler runs", || {
+            let shop = self.clone();
+            async move { shop.runs() >= runs }
+        })
+        .await;
+    }
+}
+
+/// A payment: 201, JSON naming the run, and two cookies.
+async fn pay(State(shop): State<Shop>) -> Response {
+    let run = shop.ran();
+    (
+        StatusCode::CREATED,
+        AppendHeaders([
+            (header::SET_COOKIE, "receipt=r1; Path=/; HttpOnly"),
+            (header::SET_COOKIE, "theme=dark; Path=/"),
+            (header::CACHE_CONTROL, "no-store"),
+        ]),
+        Json(serde_json::json!({ "payment": run })),
+    )
+        .into_response()
+}
+
+async fn gated(State(shop): State<Shop>) -> (StatusCode, String) {
+    let run = shop.ran();
+    shop.pass_gate().await;
+    (StatusCode::CREATED, format!("order {run}"))
+}
+
+async fn long(State(shop): State<Shop>) -> (StatusCode, String) {
+    let run = shop.ran();
+    tokio::time::sleep(3 * SHORT_LEASE).await;
+    (StatusCode::CREATED, format!("long {run}"))
+}
+
+async fn failing(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    StatusCode::INTERNAL_SERVER_ERROR
+}
+
+async fn panicking(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    panic!("a bug in the handler");
+}
+
+async fn big(State(shop): State<Shop>) -> Vec<u8> {
+    shop.ran();
+    vec![b'x'; 4 * 1024]
+}
+
+async fn callback(State(shop): State<Shop>) -> String {
+    format!("acknowledged {}", shop.ran())
+}
+
+const CLIENT: HeaderName = HeaderName::from_static("x-client");
+const KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const REPLAYED: &str = "idempotent-replayed";
+const SHORT_LEASE: Duration = Duration::from_millis(300);
+
+#[derive(serde::Deserialize)]
+struct Notification {
+    source: String,
+    seq: u64,
+}
+
+fn routes(shop: &Shop) -> Router {
+    let guarded = IdempotencyLayer::new;
+    Router::new()
+        .route("/pay", post(pay).get(pay).route_layer(guarded()))
+        .route("/other", post(pay).route_layer(guarded()))
+        .route("/gated", post(gated).route_layer(guarded()))
+        .route(
+            "/long",
+            post(long).route_layer(guarded().with_lease(SHORT_LEASE)),
+        )
+        .route("/failing", post(failing).route_layer(guarded()))
+        .route("/panicking", post(panicking).route_layer(guarded()))
+        .route(
+            "/required",
+            post(pay).route_layer(guarded().with_required(true)),
+        )
+        .route(
+            "/limited",
+            post(pay)
+                .route_layer(guarded())
+                .layer(DefaultBodyLimit::max(64)),
+        )
+        .route(
+            "/big",
+            post(big).route_layer(guarded().with_max_stored_response(1024)),
+        )
+        .route(
+            "/callback",
+            post(callback).route_layer(
+                guarded()
+                    .with_key_scope(KeyScope::Shared)
+                    .with_required(true)
+                    .with_key_fn(|_head, body| {
+                        let notification: Notification = serde_json::from_slice(body).ok()?;
+                        Some(format!("{}:{}", notification.source, notification.seq))
+                    })
+                    .with_missing_key_message("a notification names its `source` and `seq`"),
+            ),
+        )
+        .with_state(shop.clone())
+}
+
+/// The shop's router under an `Idem` on `store`, clients told apart by `X-Client`.
+fn app<S: Store>(store: S, shop: &Shop) -> Router {
+    app_with(store, shop, StoreFailure::FailClosed)
+}
+
+fn app_with<S: Store>(store: S, shop: &Shop, policy: StoreFailure) -> Router {
+    let idem = Idem::builder()
+        .with_store(store)
+        .with_client_key(HeaderKey::new(CLIENT))
+        .with_store_failure(policy)
+        .build();
+    routes(shop)
+        .layer(CatchPanicLayer::new())
+        .layer(idem.layer())
+}
+
+fn request(path: &str, client: &str, key: Option<&str>, body: &str) -> Request<Body> {
+    let mut request = Request::post(path)
+        .header(&CLIENT, client)
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(key) = key {
+        request = request.header(&KEY, key);
+    }
+    request.body(Body::from(body.to_owned())).unwrap()
+}
+
+async fn send(app: &Router, request: Request<Body>) -> Response {
+    app.clone()
+        .oneshot(request)
+        .await
+        .expect("routers are infallible")
+}
+
+/// `POST path` from alice with `key` and a fixed body.
+async fn post_key(app: &Router, path: &str, key: &str) -> Response {
+    send(app, request(path, "alice", Some(key), r#"{"amount":100}"#)).await
+}
+
+/// A response taken apart: status, every header in order, body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    status: StatusCode,
+    headers: Vec<(String, Vec<u8>)>,
+    body: Bytes,
+}
+
+impl Seen {
+    async fn of(response: Response) -> Self {
+        let (parts, body) = response.into_parts();
+        Self {
+            status: parts.status,
+            headers: parts
+                .headers
+                .iter()
+                .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+                .collect(),
+            body: axum::body::to_bytes(body, usize::MAX).await.unwrap(),
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, value)| value.as_slice())
+    }
+
+    fn replayed(&self) -> bool {
+        self.header(REPLAYED) == Some(b"true")
+    }
+
+    /// The response without the `Idempotent-Replayed` marker.
+    fn unmarked(&self) -> Self {
+        let mut unmarked = self.clone();
+        unmarked.headers.retain(|(name, _)| name != REPLAYED);
+        unmarked
+    }
+
+    /// The problem's `type` tail, for a problem+json answer.
+    fn problem(&self) -> String {
+        assert_eq!(
+            self.header("content-type"),
+            Some(b"application/problem+json".as_slice()),
+            "{self:?}"
+        );
+        let problem: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
+        let kind = problem["type"].as_str().unwrap();
+        kind.trim_start_matches("tag:idem-rs,2026:").to_owned()
+    }
+
+    fn detail(&self) -> String {
+        let problem: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
+        problem["detail"].as_str().unwrap().to_owned()
+    }
+}
+
+async fn three_hundred_concurrent_requests_run_the_handler_once<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let answers = all_at_once(300, |_| {
+        let app = app.clone();
+        async move { Seen::of(post_key(&app, "/pay", "\"order-1\"").await).await }
+    })
+    .await;
+    assert_eq!(shop.runs(), 1, "the handler ran once");
+    let first: Vec<_> = answers
+        .iter()
+        .filter(|seen| seen.status == StatusCode::CREATED && !seen.replayed())
+        .collect();
+    assert_eq!(first.len(), 1, "one answer is the handler's own");
+    let (mut conflicts, mut replays) = (0, 0);
+    for seen in &answers {
+        if seen.status == StatusCode::CONFLICT {
+            assert_eq!(seen.problem(), "request-in-progress");
+            assert_eq!(seen.header("retry-after"), Some(b"1".as_slice()));
+            conflicts += 1;
+        } else if seen.replayed() {
+            assert_eq!(&seen.unmarked(), first[0], "a replay is the first response");
+            replays += 1;
+        }
+    }
+    assert_eq!(
+        1 + conflicts + replays,
+        300,
+        "every other answer is a 409 or a replay"
+    );
+}
+
+async fn a_replay_is_the_first_response_byte_for_byte<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let first = Seen::of(post_key(&app, "/pay", "bare-key-1").await).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(!first.replayed());
+    let cookies = first
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "set-cookie")
+        .count();
+    assert_eq!(cookies, 2, "{first:?}");
+
+    let replay = Seen::of(post_key(&app, "/pay", "bare-key-1").await).await;
+    assert!(replay.replayed(), "{replay:?}");
+    assert_eq!(replay.unmarked(), first, "status, every header, body");
+    assert_eq!(shop.runs(), 1);
+
+    // The quoted form of the same key is the same key.
+    let quoted = Seen::of(post_key(&app, "/pay", "\"bare-key-1\"").await).await;
+    assert_eq!(quoted.unmarked(), first);
+    assert_eq!(shop.runs(), 1);
+}
+
+async fn the_same_key_with_another_request_is_422<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    assert_eq!(
+        post_key(&app, "/pay", "k").await.status(),
+        StatusCode::CREATED
+    );
+    let other_body = request("/pay", "alice", Some("k"), r#"{"amount":999}"#);
+    let other_path = request("/other", "alice", Some("k"), r#"{"amount":100}"#);
+    let other_query = request("/pay?currency=eur", "alice", Some("k"), r#"{"amount":100}"#);
+    for other in [other_body, other_path, other_query] {
+        let seen = Seen::of(send(&app, other).await).await;
+        assert_eq!(seen.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(seen.problem(), "idempotency-key-reused");
+    }
+    assert_eq!(shop.runs(), 1);
+    // The original request still replays.
+    assert!(Seen::of(post_key(&app, "/pay", "k").await).await.replayed());
+}
+
+async fn a_new_router_on_the_same_store_still_replays<B: Backend>() {
+    let backend = B::start();
+    let before_restart = Shop::new();
+    let first = {
+        let app = app(backend.store(), &before_restart);
+        Seen::of(post_key(&app, "/pay", "survives-restarts").await).await
+    };
+    let after_restart = Shop::new();
+    let app = app(backend.store_of_another_instance(), &after_restart);
+    let replay = Seen::of(post_key(&app, "/pay", "survives-restarts").await).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.unmarked(), first);
+    assert_eq!(
+        after_restart.runs(),
+        0,
+        "the new instance did not run the handler"
+    );
+}
+
+async fn a_handler_three_times_longer_than_its_lease_runs_once<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let started = Instant::now();
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { Seen::of(post_key(&app, "/long", "long-1").await).await }
+    });
+    shop.until_runs(1).await;
+    // Retries throughout the handler's run, well past its first lease.
+    let mut conflicts_after_the_lease = 0;
+    while !first.is_finished() {
+        let seen = Seen::of(post_key(&app, "/long", "long-1").await).await;
+        assert!(
+            seen.status == StatusCode::CONFLICT || seen.replayed(),
+            "a retry during the run is a 409, never a second run: {seen:?}"
+        );
+        if seen.status == StatusCode::CONFLICT && started.elapsed() > 2 * SHORT_LEASE {
+            conflicts_after_the_lease += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        conflicts_after_the_lease > 0,
+        "retries came after the lease"
+    );
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED);
+    let replay = Seen::of(post_key(&app, "/long", "long-1").await).await;
+    assert_eq!(replay.unmarked(), first);
+    assert_eq!(shop.runs(), 1);
+}
+
+async fn a_client_that_disconnects_mid_handler_still_gets_its_response_stored<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let abandoned = tokio::spawn({
+        let app = app.clone();
+        async move { post_key(&app, "/gated", "walk-away").await }
+    });
+    shop.until_runs(1).await;
+    abandoned.abort(); // the client goes away: the request's future is dropped
+    assert!(abandoned.await.unwrap_err().is_cancelled());
+    let retry = Seen::of(post_key(&app, "/gated", "walk-away").await).await;
+    assert_eq!(retry.status, StatusCode::CONFLICT, "the handler still runs");
+    shop.open_gate();
+    eventually(Duration::from_secs(5), "the response is stored", || {
+        let app = app.clone();
+        async move {
+            let seen = Seen::of(post_key(&app, "/gated", "walk-away").await).await;
+            seen.replayed()
+        }
+    })
+    .await;
+    let replay = Seen::of(post_key(&app, "/gated", "walk-away").await).await;
+    assert_eq!(replay.status, StatusCode::CREATED);
+    assert_eq!(replay.body, "order 1");
+    assert_eq!(shop.runs(), 1);
+}
+
+async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    for run in 1..=2 {
+        let seen = Seen::of(post_key(&app, "/failing", "flaky").await).await;
+        assert_eq!(seen.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!seen.replayed());
+        assert_eq!(shop.runs(), run);
+    }
+}
+
+async fn a_panic_removes_the_record<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let seen = post_key(&app, "/panicking", "boom").await;
+    assert_eq!(
+        seen.status(),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "CatchPanicLayer's"
+    );
+    assert_eq!(shop.runs(), 1);
+    // The record is removed in the background as the panic unwinds; retry until it is.
+    eventually(
+        Duration::from_secs(5),
+        "a retry runs the handler again",
+        || {
+            let (app, shop) = (app.clone(), shop.clone());
+            async move {
+                post_key(&app, "/panicking", "boom").await;
+                shop.runs() == 2
+            }
+        },
+    )
+    .await;
+}
+
+async fn invalid_keys_are_refused_before_the_handler<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    for bad in invalid_keys() {
+        let request = Request::post("/pay")
+            .header(&CLIENT, "alice")
+            .header(&KEY, bad.clone())
+            .body(Body::from("{}"))
+            .unwrap();
+        let seen = Seen::of(send(&app, request).await).await;
+        assert_eq!(seen.status, StatusCode::BAD_REQUEST, "{bad:?}");
+        assert_eq!(seen.problem(), "invalid-idempotency-key", "{bad:?}");
+    }
+    let twice = Request::post("/pay")
+        .header(&CLIENT, "alice")
+        .header(&KEY, "a")
+        .header(&KEY, "b")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, twice).await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(shop.runs(), 0);
+    // A longest key is fine.
+    let longest = format!("\"{}\"", "k".repeat(255));
+    assert_eq!(
+        post_key(&app, "/pay", &longest).await.status(),
+        StatusCode::CREATED
+    );
+}
+
+fn invalid_keys() -> Vec<HeaderValue> {
+    let texts = [
+        String::new(),
+        "\"\"".to_owned(),
+        "k".repeat(256),
+        format!("\"{}\"", "k".repeat(256)),
+        "\"tab\there\"".to_owned(),
+        "\"unterminated".to_owned(),
+        r#""bad \n escape""#.to_owned(),
+        "\"key\";param=1".to_owned(),
+        "\"a\", \"b\"".to_owned(),
+        "two words".to_owned(),
+    ];
+    let mut keys: Vec<HeaderValue> = texts
+        .iter()
+        .map(|text| HeaderValue::from_str(text).unwrap())
+        .collect();
+    keys.push(HeaderValue::from_bytes("\"caf\u{e9}\"".as_bytes()).unwrap());
+    keys.push(HeaderValue::from_bytes(b"caf\xe9").unwrap());
+    keys
+}
+
+async fn a_required_key_that_is_missing_is_400_and_an_optional_one_passes<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let seen = Seen::of(send(&app, request("/required", "alice", None, "{}")).await).await;
+    assert_eq!(seen.status, StatusCode::BAD_REQUEST);
+    assert_eq!(seen.problem(), "missing-idempotency-key");
+    assert!(
+        seen.detail().contains("`Idempotency-Key`"),
+        "{}",
+        seen.detail()
+    );
+    assert_eq!(shop.runs(), 0);
+    for run in 1..=2 {
+        let seen = send(&app, request("/pay", "alice", None, "{}")).await;
+        assert_eq!(
+            seen.status(),
+            StatusCode::CREATED,
+            "not required: unguarded"
+        );
+        assert_eq!(shop.runs(), run);
+    }
+}
+
+async fn unguarded_methods_pass_through_untouched<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    for run in 1..=2 {
+        let get = Request::get("/pay")
+            .header(&CLIENT, "alice")
+            .header(&KEY, "not a valid key, and ignored")
+            .body(Body::empty())
+            .unwrap();
+        let seen = Seen::of(send(&app, get).await).await;
+        assert_eq!(seen.status, StatusCode::CREATED);
+        assert!(!seen.replayed());
+        assert_eq!(shop.runs(), run);
+    }
+    let without = Router::new()
+        .route("/pay", axum::routing::get(pay))
+        .with_state(Shop::new());
+    let plain =
+        Seen::of(send(&without, Request::get("/pay").body(Body::empty()).unwrap()).await).await;
+    let get = Request::get("/pay")
+        .header(&CLIENT, "alice")
+        .body(Body::empty())
+        .unwrap();
+    let mut guarded = Seen::of(send(&app, get).await).await;
+    guarded.body = plain.body.clone(); // the run number differs; nothing else may
+    assert_eq!(guarded, plain);
+    assert_eq!(
+        send(
+            &app,
+            Request::builder()
+                .method(Method::PUT)
+                .uri("/pay")
+                .body(Body::empty())
+                .unwrap()
+        )
+        .await
+        .status(),
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+}
+
+async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let large = format!(r#"{{"note":"{}"}}"#, "x".repeat(100));
+    let seen = send(&app, request("/limited", "alice", Some("k"), &large)).await;
+    assert_eq!(seen.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(shop.runs(), 0);
+    // No record was left: the same key with a small body is a first request, not a 422.
+    let small = send(&app, request("/limited", "alice", Some("k"), "{}")).await;
+    assert_eq!(small.status(), StatusCode::CREATED);
+    assert_eq!(shop.runs(), 1);
+}
+
+async fn a_response_too_large_to_store_reaches_its_client_and_never_runs_again<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let first = Seen::of(post_key(&app, "/big", "big-1").await).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.body.len(),
+        4 * 1024,
+        "the first client gets all of it"
+    );
+    for _ in 0..2 {
+        let retry = Seen::of(post_key(&app, "/big", "big-1").await).await;
+        assert_eq!(retry.status, StatusCode::CONFLICT);
+        assert_eq!(retry.problem(), "response-not-replayable");
+        assert_eq!(retry.header("retry-after"), None, "retrying will not help");
+        assert!(retry.detail().contains("status 200"), "{}", retry.detail());
+    }
+    assert_eq!(shop.runs(), 1);
+}
+
+async fn keys_are_scoped_by_client<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    for client in ["alice", "bob"] {
+        let seen = Seen::of(send(&app, request("/pay", client, Some("same"), "{}")).await).await;
+        assert_eq!(seen.status, StatusCode::CREATED);
+        assert!(!seen.replayed(), "{client} has keys of its own");
+    }
+    assert_eq!(shop.runs(), 2);
+    let anonymous = Request::post("/pay")
+        .header(&KEY, "same")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        send(&app, anonymous).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(shop.runs(), 2);
+}
+
+async fn a_key_function_dedupes_callbacks_from_any_address<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let notification = r#"{"source":"alipay","seq":42,"amount":100}"#;
+    let front = Seen::of(
+        send(
+            &app,
+            request("/callback", "front-channel", None, notification),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(front.body, "acknowledged 1");
+    let back = Seen::of(
+        send(
+            &app,
+            request("/callback", "back-channel", None, notification),
+        )
+        .await,
+    )
+    .await;
+    assert!(back.replayed(), "the second delivery is a replay: {back:?}");
+    assert_eq!(back.body, "acknowledged 1");
+    let next = r#"{"source":"alipay","seq":43,"amount":100}"#;
+    let seen = Seen::of(send(&app, request("/callback", "front-channel", None, next)).await).await;
+    assert_eq!(seen.body, "acknowledged 2");
+    let unnamed =
+        Seen::of(send(&app, request("/callback", "front-channel", None, "{}")).await).await;
+    assert_eq!(unnamed.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        unnamed.detail(),
+        "a notification names its `source` and `seq`"
+    );
+    assert_eq!(shop.runs(), 2);
+}
+
+/// The store's timeout in the outage test: every answer must come within it and a slack.
+const TIMEOUT: Duration = Duration::from_millis(200);
+const SLACK: Duration = Duration::from_millis(800);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_failing_mid_test_follows_the_policy_without_hanging() {
+    let server = RedisServer::start();
+    let store = || server.store_with(idem_axum::RedisStore::builder().with_timeout(TIMEOUT));
+    let shop = Shop::new();
+    let closed = app_with(store(), &shop, StoreFailure::FailClosed);
+    let open = app_with(store(), &shop, StoreFailure::FailOpen);
+    assert_eq!(
+        post_key(&closed, "/pay", "before").await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        post_key(&open, "/pay", "before").await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(shop.runs(), 1, "the second instance replayed");
+
+    // A handler in flight when Redis stops answering: its client still gets its response,
+    // and waits for the failed store no longer than the timeout.
+    let in_flight = tokio::spawn({
+        let closed = closed.clone();
+        async move { post_key(&closed, "/gated", "in-flight").await }
+    });
+    shop.until_runs(2).await;
+    server.command(&["CLIENT", "PAUSE", "3000", "ALL"]);
+    let paused_at = Instant::now();
+    shop.open_gate();
+    let answered = in_flight.await.unwrap();
+    assert_eq!(answered.status(), StatusCode::CREATED);
+
+    // New requests: 503 when failing closed, unguarded when failing open; neither hangs.
+    let started = Instant::now();
+    let refused = Seen::of(post_key(&closed, "/pay", "during").await).await;
+    assert!(
+        started.elapsed() < TIMEOUT + SLACK,
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.problem(), "store-unavailable");
+    assert_eq!(refused.header("retry-after"), Some(b"1".as_slice()));
+    let started = Instant::now();
+    let let_through = post_key(&open, "/pay", "during").await;
+    assert!(
+        started.elapsed() < TIMEOUT + SLACK,
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(let_through.status(), StatusCode::CREATED);
+    assert_eq!(shop.runs(), 3);
+    assert!(
+        paused_at.elapsed() < Duration::from_secs(3),
+        "the checks ran while Redis was paused"
+    );
+
+    // Redis gone for good: the same answers, as fast.
+    drop(server);
+    let started = Instant::now();
+    assert_eq!(
+        post_key(&closed, "/pay", "after").await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert!(
+        started.elapsed() < TIMEOUT + SLACK,
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refused_requests_leave_no_key_in_redis() {
+    let server = RedisServer::start();
+    let shop = Shop::new();
+    let app = app(server.store(), &shop);
+    for bad in invalid_keys() {
+        let request = Request::post("/pay")
+            .header(&CLIENT, "alice")
+            .header(&KEY, bad)
+            .body(Body::from("{}"))
+            .unwrap();
+        assert_eq!(send(&app, request).await.status(), StatusCode::BAD_REQUEST);
+    }
+    let missing = send(&app, request("/required", "alice", None, "{}")).await;
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    let large = format!(r#"{{"note":"{}"}}"#, "x".repeat(100));
+    let too_large = send(&app, request("/limited", "alice", Some("k"), &large)).await;
+    assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(server.keys(), Vec::<String>::new());
+
+    // A server error's record is removed as well.
+    post_key(&app, "/failing", "flaky").await;
+    assert_eq!(server.keys(), Vec::<String>::new());
+    assert_eq!(shop.runs(), 1);
+}
