@@ -133,6 +133,9 @@ fn shrink_if_sparse<V>(map: &mut HashMap<Key, V>) {
     }
 }
 
+/// Stale reminders a shard keeps beyond twice its entries before it rebuilds its heap.
+const STALE_REMINDERS_KEPT: usize = 64;
+
 #[derive(Debug, Clone, Copy)]
 enum Space {
     Lock,
@@ -193,6 +196,36 @@ impl Shard {
             space,
             key: key.clone(),
         }));
+        // Reminders of entries released, consumed or renewed since stay in the heap until
+        // they come due; without this, a flood of short-lived keys (taken and released at
+        // once) would grow the heap with the request rate × TTL, outside the capacity.
+        let live = self.locks.len() + self.tokens.len() + self.records.len();
+        if self.due.len() > 2 * live + STALE_REMINDERS_KEPT {
+            self.rebuild_reminders();
+        }
+    }
+
+    /// One reminder per entry, at its current expiry: O(entries), and needed only after
+    /// the heap grew to twice the entries, so O(1) per operation amortised.
+    fn rebuild_reminders(&mut self) {
+        fn reminders<'m, V: Expiring>(
+            map: &'m HashMap<Key, V>,
+            space: Space,
+        ) -> impl Iterator<Item = Reverse<Due>> + 'm {
+            map.iter().map(move |(key, value)| {
+                Reverse(Due {
+                    at: value.expires_at(),
+                    space,
+                    key: key.clone(),
+                })
+            })
+        }
+        let mut due = std::mem::take(&mut self.due).into_vec();
+        due.clear();
+        due.extend(reminders(&self.locks, Space::Lock));
+        due.extend(reminders(&self.tokens, Space::Token));
+        due.extend(reminders(&self.records, Space::Record));
+        self.due = BinaryHeap::from(due);
     }
 
     /// Removes entries that expired by `now`, looking at no more than `limit` reminders.
@@ -479,5 +512,64 @@ impl Shard {
         self.records.remove(key);
         entries.remove(1);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reminders_stay_bounded_by_the_entries_through_a_flood_of_released_keys() {
+        let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000));
+        let (owner, ttl) = (Owner::random(), Duration::from_secs(30));
+        let mut most = 0;
+        for i in 0..100_000_u32 {
+            let key = Key::hashed([i.to_le_bytes()]);
+            let now = Instant::now();
+            shard
+                .acquire(&key, &owner, ttl, || None, now, &entries)
+                .unwrap();
+            assert!(shard.release(&key, &owner, now, &entries));
+            let token = Key::hashed([b"token".as_slice(), &i.to_le_bytes()]);
+            shard.put_token(&token, ttl, now, &entries).unwrap();
+            assert!(shard.consume_token(&token, now, &entries));
+            most = most.max(shard.due.len());
+        }
+        assert_eq!(entries.held(), 0);
+        // At most one entry is live at a time: twice that, plus the stale reminders kept.
+        assert!(
+            most <= 2 + STALE_REMINDERS_KEPT,
+            "the heap grew to {most} reminders"
+        );
+    }
+
+    #[test]
+    fn a_rebuilt_heap_still_expires_every_live_entry() {
+        let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000));
+        let now = Instant::now();
+        for i in 0..1_000_u32 {
+            let key = Key::hashed([i.to_le_bytes()]);
+            shard
+                .put_token(
+                    &key,
+                    Duration::from_millis(u64::from(i % 7) + 1),
+                    now,
+                    &entries,
+                )
+                .unwrap();
+            // Renewing pushes a second reminder for the same entry: stale ones pile up.
+            shard
+                .put_token(
+                    &key,
+                    Duration::from_millis(u64::from(i % 7) + 1),
+                    now,
+                    &entries,
+                )
+                .unwrap();
+        }
+        assert!(shard.due.len() < 2 * 1_000 + STALE_REMINDERS_KEPT + 1);
+        shard.reclaim(now + Duration::from_millis(10), &entries, usize::MAX);
+        assert_eq!(entries.held(), 0, "every token expired and was reclaimed");
     }
 }
