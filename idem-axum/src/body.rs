@@ -13,7 +13,21 @@ use crate::rejection::{Rejection, RejectionKind};
 /// `DefaultBodyLimit`, 2 MB unless set): over it is 413, a broken body is 400.
 pub(crate) async fn read_whole(request: Request<Body>) -> Result<(Parts, Bytes), Rejection> {
     let (parts, body) = request.with_limited_body().into_parts();
-    match axum::body::to_bytes(body, usize::MAX).await {
+    read_parts(parts, body, usize::MAX).await
+}
+
+/// Reads the body of `request` up to `limit` bytes, in place of the router's limit: over
+/// it is 413, a broken body is 400.
+pub(crate) async fn read_up_to(
+    request: Request<Body>,
+    limit: usize,
+) -> Result<(Parts, Bytes), Rejection> {
+    let (parts, body) = request.into_parts();
+    read_parts(parts, body, limit).await
+}
+
+async fn read_parts(parts: Parts, body: Body, limit: usize) -> Result<(Parts, Bytes), Rejection> {
+    match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => Ok((parts, bytes)),
         Err(error) if is_length_limit(&error) => Err(Rejection::new(
             RejectionKind::PayloadTooLarge,

@@ -11,7 +11,9 @@
 //!    install it with [`Idem::layer`].
 //! 2. Guard handlers with `#[avoid_repeat(timeout = "30s")]` or routes with
 //!    [`AvoidRepeatLayer`]: a repeat from the same client inside the window gets 409.
-//! 3. Make API requests idempotent with [`IdempotencyLayer`]: a retry with the same
+//! 3. Give forms a one-time token with the [`FormToken`] extractor and spend it on submit
+//!    with [`VerifyFormTokenLayer`]: the form is accepted once ([`form_token`]).
+//! 4. Make API requests idempotent with [`IdempotencyLayer`]: a retry with the same
 //!    `Idempotency-Key` gets the first response back, and the handler runs once
 //!    ([`idempotency`]).
 //!
@@ -41,11 +43,13 @@
 pub mod avoid_repeat;
 mod body;
 pub mod client;
+pub mod form_token;
 pub mod idempotency;
 mod rejection;
 mod runtime;
 
 pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatKey};
+pub use form_token::{FormToken, FormTokenConfig, VerifyFormTokenLayer};
 pub use idempotency::IdempotencyLayer;
 pub use idem_core::{
     Acquire, AnyStore, Begin, Fencing, FencingToken, Fingerprint, Key, KeyError, MemoryStore,

@@ -14,6 +14,10 @@
 //! | [`PayloadTooLarge`](RejectionKind::PayloadTooLarge) | 413 | a body that must be read whole is over the limit |
 //! | [`InvalidBody`](RejectionKind::InvalidBody) | 400 | a body that must be read whole could not be read |
 //! | [`MissingLayer`](RejectionKind::MissingLayer) | 500 | a guard runs without [`Idem::layer`](crate::Idem::layer) on the router |
+//! | [`MissingFormToken`](RejectionKind::MissingFormToken) | 400 | a guarded form is posted without its one-time token |
+//! | [`InvalidFormToken`](RejectionKind::InvalidFormToken) | 409 | a form token that is unknown, expired, already spent or another client's (one answer for all) |
+//! | [`UnsupportedMediaType`](RejectionKind::UnsupportedMediaType) | 415 | a body a guard must read is of a type it cannot (a form token in a JSON body) |
+//! | [`RandomnessUnavailable`](RejectionKind::RandomnessUnavailable) | 500 | the operating system's random generator failed, so no token could be drawn |
 //! | [`MissingIdempotencyKey`](RejectionKind::MissingIdempotencyKey) | 400 | a request that must carry an idempotency key has none |
 //! | [`InvalidIdempotencyKey`](RejectionKind::InvalidIdempotencyKey) | 400 | an `Idempotency-Key` header that is not 1–255 printable ASCII, quoted or bare |
 //! | [`IdempotentRequestInProgress`](RejectionKind::IdempotentRequestInProgress) | 409 + `Retry-After` | a retry while the first request with its key is still running |
@@ -29,6 +33,7 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
+pub(crate) use self::render::escape_html;
 pub(crate) use self::render::prefers_html;
 
 /// What kind of rejection, and so which status.
@@ -49,6 +54,15 @@ pub enum RejectionKind {
     InvalidBody,
     /// The [`Idem`](crate::Idem) layer is not installed: 500.
     MissingLayer,
+    /// A guarded form is posted without its one-time token: 400.
+    MissingFormToken,
+    /// A form token that is unknown, expired, already spent or issued to another client:
+    /// 409.
+    InvalidFormToken,
+    /// A body a guard must read is of a type it cannot read: 415.
+    UnsupportedMediaType,
+    /// The operating system's random generator failed: 500.
+    RandomnessUnavailable,
     /// A request that must carry an idempotency key has none: 400.
     MissingIdempotencyKey,
     /// An `Idempotency-Key` header that is malformed: 400.
@@ -75,6 +89,10 @@ impl RejectionKind {
             Self::ClientIdentityUnavailable | Self::MissingLayer => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            Self::MissingFormToken => StatusCode::BAD_REQUEST,
+            Self::InvalidFormToken => StatusCode::CONFLICT,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::RandomnessUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             Self::MissingIdempotencyKey | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
             Self::IdempotentRequestInProgress | Self::ResponseNotReplayable => {
                 StatusCode::CONFLICT
@@ -94,6 +112,10 @@ impl RejectionKind {
             Self::PayloadTooLarge => "Payload too large",
             Self::InvalidBody => "Invalid request body",
             Self::MissingLayer => "idem layer missing",
+            Self::MissingFormToken => "Form token missing",
+            Self::InvalidFormToken => "Form already submitted or expired",
+            Self::UnsupportedMediaType => "Unsupported media type",
+            Self::RandomnessUnavailable => "Randomness unavailable",
             Self::MissingIdempotencyKey => "Idempotency key missing",
             Self::InvalidIdempotencyKey => "Invalid idempotency key",
             Self::IdempotentRequestInProgress => "Request in progress",
@@ -113,6 +135,10 @@ impl RejectionKind {
             Self::PayloadTooLarge => "payload-too-large",
             Self::InvalidBody => "invalid-body",
             Self::MissingLayer => "missing-layer",
+            Self::MissingFormToken => "missing-form-token",
+            Self::InvalidFormToken => "invalid-form-token",
+            Self::UnsupportedMediaType => "unsupported-media-type",
+            Self::RandomnessUnavailable => "randomness-unavailable",
             Self::MissingIdempotencyKey => "missing-idempotency-key",
             Self::InvalidIdempotencyKey => "invalid-idempotency-key",
             Self::IdempotentRequestInProgress => "request-in-progress",

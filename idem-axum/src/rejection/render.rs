@@ -56,7 +56,8 @@ pub(super) fn render(rejection: &Rejection) -> Response {
     response
 }
 
-fn escape_html(text: &str) -> String {
+/// `text` with `& < > " '` escaped, fit for HTML text and quoted attribute values.
+pub(crate) fn escape_html(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -1,0 +1,215 @@
+//! [`FormToken`]: the extractor that issues a one-time token to the page rendering a form.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::request::Parts;
+use idem_core::{Key, Store};
+
+use super::FormTokenConfig;
+use super::store_failed;
+use crate::client::{ClientId, ClientRequest};
+use crate::rejection::{Rejection, RejectionKind, escape_html, prefers_html};
+use crate::runtime::Idem;
+
+/// Random bytes in a token: 128 bits, as many as a version 4 UUID has and then some.
+const TOKEN_BYTES: usize = 16;
+
+/// Characters in a token: `TOKEN_BYTES` in unpadded base64url.
+const TOKEN_LEN: usize = (TOKEN_BYTES * 4).div_ceil(3);
+
+/// A one-time token for a form, issued to the client of the request that extracts it.
+///
+/// Extracting it draws 128 bits from the operating system's random generator, stores them
+/// in the runtime's store under the client's scope for the configured TTL
+/// ([`FormTokenConfig`]), and gives the handler the value to put in the page. The store
+/// holds a hash of the client and the token, never the token itself.
+///
+/// - One token per request: extracting it twice in one request gives the same token.
+/// - On a route under [`VerifyFormTokenLayer`](super::VerifyFormTokenLayer) with
+///   [rotation](super::VerifyFormTokenLayer::with_rotation) on, it is the rotated token the
+///   layer issued (and put in the response header), not yet another one.
+/// - Without [`Idem::layer`] on the router it answers 500 naming the missing layer; for a
+///   client the runtime cannot tell, the runtime's rejection; when the store fails, the
+///   runtime's [`StoreFailure`](crate::StoreFailure) policy (fail closed: 503; fail open:
+///   the page gets a token the store does not know, refused when posted once the store is
+///   back).
+///
+/// ```
+/// use axum::response::Html;
+/// use idem_axum::FormToken;
+///
+/// async fn order_form(token: FormToken) -> Html<String> {
+///     Html(format!(
+///         r#"<form method="post" action="/orders">{}<button>Buy</button></form>"#,
+///         token.hidden_input()
+///     ))
+/// }
+/// ```
+#[derive(Clone)]
+pub struct FormToken {
+    value: Arc<str>,
+    field_name: Cow<'static, str>,
+}
+
+impl FormToken {
+    /// The token, 22 URL-safe characters (unpadded base64url of 128 random bits).
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// The form field it is to be posted in ([`FormTokenConfig::with_field_name`]).
+    pub fn field_name(&self) -> &str {
+        &self.field_name
+    }
+
+    /// A hidden input that posts the token with the form, HTML-escaped:
+    /// `<input type="hidden" name="form_token" value="...">`.
+    pub fn hidden_input(&self) -> String {
+        format!(
+            r#"<input type="hidden" name="{}" value="{}">"#,
+            escape_html(&self.field_name),
+            escape_html(&self.value),
+        )
+    }
+}
+
+/// Leaves the value out, so logging a token does not hand it out.
+impl fmt::Debug for FormToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FormToken")
+            .field("field_name", &self.field_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for FormToken {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(token) = parts.extensions.get::<Self>() {
+            return Ok(token.clone());
+        }
+        let html = prefers_html(&parts.headers);
+        let idem = Idem::from_extensions(&parts.extensions)
+            .map_err(|rejection| rejection.with_html(html).into_response())?;
+        let issued = match idem.client_id(&ClientRequest::from_parts(parts)) {
+            Ok(client) => {
+                let config = FormTokenConfig::from_extensions(&parts.extensions);
+                issue(&idem, &client, &config).await
+            }
+            Err(rejection) => Err(rejection),
+        };
+        let token = issued.map_err(|rejection| idem.respond(rejection.with_html(html)))?;
+        parts.extensions.insert(token.clone());
+        Ok(token)
+    }
+}
+
+/// Draws a token for `client` and stores it for the configured TTL.
+pub(super) async fn issue(
+    idem: &Idem,
+    client: &ClientId,
+    config: &FormTokenConfig,
+) -> Result<FormToken, Rejection> {
+    let mut bytes = [0; TOKEN_BYTES];
+    if let Err(error) = getrandom::fill(&mut bytes) {
+        tracing::error!(%error, "idem: the operating system's random generator failed");
+        return Err(Rejection::new(
+            RejectionKind::RandomnessUnavailable,
+            "the server could not draw a form token; please retry shortly",
+        ));
+    }
+    let value = URL_SAFE_NO_PAD.encode(bytes);
+    match idem
+        .store()
+        .put_token(&token_key(idem, client, &value), config.ttl())
+        .await
+    {
+        Ok(()) => tracing::debug!(idem.outcome = "issued", "idem: form token issued"),
+        Err(error) => store_failed(idem, &error, "form token not stored")?,
+    }
+    Ok(FormToken {
+        value: value.into(),
+        field_name: Cow::Owned(config.field_name().to_owned()),
+    })
+}
+
+/// The store key of `token` for `client`: hashed with the client, so a token is found only
+/// when its own client posts it, and so the store never sees the token itself.
+pub(super) fn token_key(idem: &Idem, client: &ClientId, token: &str) -> Key {
+    idem.key(&[b"form_token", client.as_bytes(), token.as_bytes()])
+}
+
+/// Whether `token` could be one [`issue`] drew. Anything else is unknown without asking
+/// the store.
+pub(super) fn well_formed(token: &str) -> bool {
+    token.len() == TOKEN_LEN
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(field_name: &'static str) -> FormToken {
+        FormToken {
+            value: "abc_-XYZ0123456789abcd".into(),
+            field_name: Cow::Borrowed(field_name),
+        }
+    }
+
+    #[test]
+    fn the_hidden_input_is_escaped() {
+        assert_eq!(
+            token("form_token").hidden_input(),
+            r#"<input type="hidden" name="form_token" value="abc_-XYZ0123456789abcd">"#
+        );
+        assert_eq!(
+            token(r#""><script>"#).hidden_input(),
+            r#"<input type="hidden" name="&quot;&gt;&lt;script&gt;" value="abc_-XYZ0123456789abcd">"#
+        );
+    }
+
+    #[test]
+    fn debug_leaves_the_value_out() {
+        let debug = format!("{:?}", token("form_token"));
+        assert!(!debug.contains("abc_"), "{debug}");
+    }
+
+    #[tokio::test]
+    async fn issued_tokens_are_long_random_and_well_formed() {
+        let idem = Idem::builder().build();
+        let client = ClientId::new("alice");
+        let config = FormTokenConfig::new();
+        let a = issue(&idem, &client, &config).await.unwrap();
+        let b = issue(&idem, &client, &config).await.unwrap();
+        assert_ne!(a.value(), b.value());
+        assert_eq!(a.value().len(), TOKEN_LEN);
+        assert_eq!(TOKEN_LEN, 22);
+        assert!(well_formed(a.value()) && well_formed(b.value()));
+        assert!(!well_formed("short"));
+        assert!(!well_formed(&"+".repeat(TOKEN_LEN)));
+        assert!(
+            idem.store()
+                .consume_token(&token_key(&idem, &client, a.value()))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !idem
+                .store()
+                .consume_token(&token_key(&idem, &ClientId::new("bob"), b.value()))
+                .await
+                .unwrap(),
+            "another client's key does not find it"
+        );
+    }
+}

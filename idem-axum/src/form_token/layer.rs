@@ -1,0 +1,302 @@
+//! [`VerifyFormTokenLayer`]: spends the form token of each request before the handler runs.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::HeaderValue;
+use idem_core::Store;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::extract::{issue, token_key, well_formed};
+use super::field::Form;
+use super::{FormToken, FormTokenConfig, store_failed};
+use crate::body::{read_up_to, read_whole};
+use crate::client::ClientRequest;
+use crate::rejection::{Rejection, RejectionKind, prefers_html};
+use crate::runtime::Idem;
+
+/// Verifies the one-time form token of every request to the routes it guards; see the
+/// [module docs](crate::form_token).
+///
+/// Install it with `route_layer` on the routes that receive forms. It reads the token
+/// from the configured header, or else from the form field of an urlencoded or multipart
+/// body, and spends it with one atomic delete in the store: of concurrent requests
+/// carrying one token, exactly one gets through.
+///
+/// ```
+/// use axum::{Form, Router, routing::post};
+/// use idem_axum::{Idem, VerifyFormTokenLayer};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order {
+///     item: String,
+/// }
+///
+/// async fn place_order(Form(order): Form<Order>) -> String {
+///     format!("ordered {}", order.item)
+/// }
+///
+/// let idem = Idem::builder().build();
+/// let app: Router = Router::new()
+///     .route("/orders", post(place_order))
+///     .route_layer(VerifyFormTokenLayer::new())
+///     .layer(idem.layer());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct VerifyFormTokenLayer {
+    settings: Arc<Settings>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Settings {
+    body_limit: Option<usize>,
+    rotation: bool,
+    message: Option<Cow<'static, str>>,
+}
+
+impl VerifyFormTokenLayer {
+    /// Verifies tokens with the defaults: the router's body limit, no rotation.
+    ///
+    /// ```
+    /// let layer = idem_axum::VerifyFormTokenLayer::new();
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How much of a form body is read to find the token, in bytes; over it is 413 and
+    /// no token is spent. By default the router's limit: axum's `DefaultBodyLimit`, 2 MB
+    /// unless set. A token sent in the header is found without reading the body.
+    ///
+    /// The handler's own `Form` or `Multipart` extractor still applies the router's
+    /// limit to the body this layer hands on.
+    ///
+    /// ```
+    /// let layer = idem_axum::VerifyFormTokenLayer::new().with_body_limit(64 * 1024);
+    /// ```
+    pub fn with_body_limit(mut self, limit: usize) -> Self {
+        Arc::make_mut(&mut self.settings).body_limit = Some(limit);
+        self
+    }
+
+    /// Whether a spent token is replaced (default `false`): the documents' "生成新的token
+    /// 返回", for pages that stay open and post again. A fresh token for the same client
+    /// is then issued before the handler runs, given to its [`FormToken`] extractor, and
+    /// sent back in the response's token header
+    /// ([`FormTokenConfig::with_header_name`]).
+    ///
+    /// It costs a second store operation per accepted request.
+    ///
+    /// ```
+    /// let layer = idem_axum::VerifyFormTokenLayer::new().with_rotation(true);
+    /// ```
+    pub fn with_rotation(mut self, rotation: bool) -> Self {
+        Arc::make_mut(&mut self.settings).rotation = rotation;
+        self
+    }
+
+    /// The message of the 409 for a token that is unknown, expired, spent or another
+    /// client's.
+    ///
+    /// ```
+    /// let layer = idem_axum::VerifyFormTokenLayer::new().with_message("请勿重复提交");
+    /// ```
+    pub fn with_message(mut self, message: impl Into<Cow<'static, str>>) -> Self {
+        Arc::make_mut(&mut self.settings).message = Some(message.into());
+        self
+    }
+}
+
+impl<S> Layer<S> for VerifyFormTokenLayer {
+    type Service = VerifyFormToken<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        VerifyFormToken {
+            inner,
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+/// The service [`VerifyFormTokenLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct VerifyFormToken<S> {
+    inner: S,
+    settings: Arc<Settings>,
+}
+
+impl<S> VerifyFormToken<S> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S> Service<Request> for VerifyFormToken<S>
+where
+    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        // The clone has not been polled ready; the one that was goes into the future.
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let settings = Arc::clone(&self.settings);
+        ResponseFuture {
+            inner: Box::pin(async move {
+                let html = prefers_html(request.headers());
+                let idem = match Idem::from_extensions(request.extensions()) {
+                    Ok(idem) => idem,
+                    Err(rejection) => return Ok(rejection.with_html(html).into_response()),
+                };
+                let config = FormTokenConfig::from_extensions(request.extensions());
+                let (request, rotated) = match verify(&idem, &config, &settings, request).await {
+                    Ok(verified) => verified,
+                    Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
+                };
+                let mut response = inner.call(request).await?;
+                // A token is base64url, always a valid header value.
+                let rotated = rotated.and_then(|token| HeaderValue::from_str(token.value()).ok());
+                if let Some(value) = rotated {
+                    response
+                        .headers_mut()
+                        .insert(config.header_name().clone(), value);
+                }
+                Ok(response)
+            }),
+        }
+    }
+}
+
+/// Spends the request's token; gives back the request, with its body as it came, and the
+/// rotated token if one was issued.
+async fn verify(
+    idem: &Idem,
+    config: &FormTokenConfig,
+    settings: &Settings,
+    request: Request,
+) -> Result<(Request, Option<FormToken>), Rejection> {
+    let client = idem.client_id(&ClientRequest::from_request(&request))?;
+    let (mut request, token) = find_token(config, settings, request).await?;
+    let Some(token) = token else {
+        tracing::debug!(idem.outcome = "missing", "idem: no form token");
+        return Err(Rejection::new(
+            RejectionKind::MissingFormToken,
+            format!(
+                "this form needs its one-time token, in the `{}` field or the `{}` header",
+                config.field_name(),
+                config.header_name(),
+            ),
+        ));
+    };
+    let spent = if well_formed(&token) {
+        match idem
+            .store()
+            .consume_token(&token_key(idem, &client, &token))
+            .await
+        {
+            Ok(spent) => spent,
+            Err(error) => {
+                store_failed(idem, &error, "form token not verified")?;
+                // Failing open: let the request through unverified, and spend nothing.
+                return Ok((request, None));
+            }
+        }
+    } else {
+        false
+    };
+    if !spent {
+        tracing::debug!(idem.outcome = "duplicate", "idem: form token refused");
+        return Err(Rejection::new(
+            RejectionKind::InvalidFormToken,
+            settings.message.clone().unwrap_or(Cow::Borrowed(
+                "This form was already submitted or has expired; reload the page and submit it again.",
+            )),
+        ));
+    }
+    tracing::debug!(idem.outcome = "accepted", "idem: form token spent");
+    if !settings.rotation {
+        return Ok((request, None));
+    }
+    match issue(idem, &client, config).await {
+        Ok(rotated) => {
+            request.extensions_mut().insert(rotated.clone());
+            Ok((request, Some(rotated)))
+        }
+        // The old token is spent already: refusing now would lose the submission as well.
+        // The handler runs; the page gets no new token from this response.
+        Err(rejection) => {
+            tracing::warn!(detail = rejection.detail(), "idem: no rotated form token");
+            Ok((request, None))
+        }
+    }
+}
+
+/// The token from the header, or else from the form body, read whole and put back.
+async fn find_token(
+    config: &FormTokenConfig,
+    settings: &Settings,
+    request: Request,
+) -> Result<(Request, Option<String>), Rejection> {
+    let header = request.headers().get(config.header_name());
+    if let Some(header) = header.filter(|header| !header.is_empty()) {
+        // A value that is not ASCII is no token we issued; it is refused as unknown.
+        let token = String::from_utf8_lossy(header.as_bytes()).into_owned();
+        return Ok((request, Some(token)));
+    }
+    let Some(form) = Form::of(request.headers())? else {
+        return Ok((request, None));
+    };
+    let (parts, body) = match settings.body_limit {
+        Some(limit) => read_up_to(request, limit).await?,
+        None => read_whole(request).await?,
+    };
+    let token = form.field(body.clone(), config.field_name()).await?;
+    Ok((Request::from_parts(parts, Body::from(body)), token))
+}
+
+/// The response future of [`VerifyFormToken`].
+pub struct ResponseFuture<E> {
+    inner: Pin<Box<dyn Future<Output = Result<Response, E>> + Send>>,
+}
+
+impl<E> fmt::Debug for ResponseFuture<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<E> Future for ResponseFuture<E> {
+    type Output = Result<Response, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}

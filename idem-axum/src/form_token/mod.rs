@@ -1,0 +1,126 @@
+//! One-time form tokens: [`FormToken`] issues one when a form is rendered,
+//! [`VerifyFormTokenLayer`] spends it when the form is posted.
+//!
+//! The documents' session `subToken` interceptor: the form page gets a random token, the
+//! submission must bring it back, and the token works once. The check *is* the delete
+//! ("删除成功代表token校验通过"): verifying is one atomic delete in the store that
+//! answers "deleted" to exactly one caller, never a read followed by a delete, which two
+//! concurrent submissions would both pass.
+//!
+//! **Issue.** Extracting [`FormToken`] draws 128 bits from the operating system's random
+//! generator, stores the token for the configured TTL under the client's scope (who the
+//! client is: the runtime's [`client`](crate::client) key), and gives the handler its
+//! [value](FormToken::value), [field name](FormToken::field_name) and a ready,
+//! HTML-escaped [hidden input](FormToken::hidden_input). Every rendering issues a new
+//! token, so a user with the form open in two tabs can post each once. The store holds a
+//! hash of the namespace, client and token — a dump of it yields no usable token.
+//!
+//! **Verify.** [`VerifyFormTokenLayer`], installed with `route_layer`, takes the token
+//! from the configured header, or else from the form field of an
+//! `application/x-www-form-urlencoded` or `multipart/form-data` body (read whole within
+//! a limit, then handed on unchanged, so the handler's `Form` or `Multipart` extractor
+//! still works), and spends it:
+//!
+//! | request | answer | token spent |
+//! |---|---|---|
+//! | a token issued to this client, not yet spent nor expired | the handler's | yes |
+//! | a token unknown, expired, already spent, or issued to another client | 409 [`InvalidFormToken`](crate::RejectionKind::InvalidFormToken) — one answer for all, so it tells nothing | — |
+//! | no token (no header, no field, or a request without a `Content-Type`) | 400 [`MissingFormToken`](crate::RejectionKind::MissingFormToken) | no |
+//! | no token header and a body that is no form (`application/json`, …) | 415 [`UnsupportedMediaType`](crate::RejectionKind::UnsupportedMediaType) | no |
+//! | a urlencoded body that is not UTF-8; a multipart body malformed or cut short | 400 [`InvalidBody`](crate::RejectionKind::InvalidBody) | no |
+//! | a form body over the limit ([`with_body_limit`](VerifyFormTokenLayer::with_body_limit)) | 413 [`PayloadTooLarge`](crate::RejectionKind::PayloadTooLarge) | no |
+//! | the store fails | the runtime's [`StoreFailure`] policy: 503, or through unverified | no |
+//!
+//! A body is checked whole before its token is spent, so a submission the handler would
+//! refuse anyway does not cost the user the form.
+//!
+//! **Configuration** lives in two places, by who needs it. What a token *is* — the
+//! field name, the header name, the TTL — must be the same for the page that issues it
+//! and the route that verifies it, so it is one [`FormTokenConfig`] in the request
+//! extensions, put there with axum's [`Extension`](axum::Extension) layer over both (the
+//! defaults without it). How one route *verifies* — the body limit, rotation, the 409
+//! message — is set on its [`VerifyFormTokenLayer`].
+//!
+//! **Rotation** (off by default): with
+//! [`with_rotation(true)`](VerifyFormTokenLayer::with_rotation) an accepted submission
+//! gets a fresh token for the same client — in the handler's [`FormToken`] extractor and
+//! in the response's token header — for a page that stays open and posts again.
+//!
+//! **Beside `#[avoid_repeat]`.** Both guards can protect one handler. Put
+//! `VerifyFormTokenLayer` outside (added after `AvoidRepeatLayer`, or on a handler with
+//! `#[avoid_repeat]`): a request refused for its token then takes no anti-repeat key.
+//! Inside, the anti-repeat window is taken first, and a request refused for its token
+//! (a 4xx, not a failure) still holds it for the window.
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::response::Html;
+//! use axum::routing::{get, post};
+//! use axum::{Extension, Form, Router};
+//! use idem_axum::client::CookieKey;
+//! use idem_axum::{FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer};
+//!
+//! async fn order_form(token: FormToken) -> Html<String> {
+//!     Html(format!(
+//!         r#"<form method="post" action="/orders">
+//!              <input name="item"> {} <button>Buy</button>
+//!            </form>"#,
+//!         token.hidden_input()
+//!     ))
+//! }
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order {
+//!     item: String,
+//! }
+//!
+//! async fn place_order(Form(order): Form<Order>) -> String {
+//!     format!("ordered {}", order.item)
+//! }
+//!
+//! let idem = Idem::builder()
+//!     .with_client_key(CookieKey::new("session"))
+//!     .build();
+//! let app: Router = Router::new()
+//!     .route("/orders/new", get(order_form))
+//!     .route(
+//!         "/orders",
+//!         post(place_order).route_layer(VerifyFormTokenLayer::new().with_message("请勿重复提交")),
+//!     )
+//!     .layer(Extension(FormTokenConfig::new().with_ttl(Duration::from_secs(15 * 60))))
+//!     .layer(idem.layer());
+//! ```
+
+mod config;
+mod extract;
+mod field;
+mod layer;
+
+use std::time::Duration;
+
+use idem_core::StoreError;
+
+pub use self::config::FormTokenConfig;
+pub use self::extract::FormToken;
+pub use self::layer::{ResponseFuture, VerifyFormToken, VerifyFormTokenLayer};
+use crate::rejection::{Rejection, RejectionKind};
+use crate::runtime::{Idem, StoreFailure};
+
+/// Applies the runtime's store-failure policy to a failed issue or verify: the rejection
+/// when it fails closed, `Ok` to go on without the store when it fails open.
+fn store_failed(idem: &Idem, error: &StoreError, what: &str) -> Result<(), Rejection> {
+    match idem.store_failure() {
+        StoreFailure::FailClosed => {
+            tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}; refused (fail closed)");
+            Err(Rejection::new(
+                RejectionKind::StoreUnavailable,
+                "form protection is unavailable right now; please retry shortly",
+            )
+            .with_retry_after(Duration::from_secs(1)))
+        }
+        StoreFailure::FailOpen => {
+            tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}; let through (fail open)");
+            Ok(())
+        }
+    }
+}
