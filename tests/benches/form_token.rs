@@ -1,0 +1,120 @@
+//! What one-time form tokens add to a form's life: the page that renders the form (a
+//! `GET`) and the post that submits it (a `POST` of an urlencoded form), through a
+//! `Router` with `oneshot`, on `MemoryStore` and on a real Redis.
+//!
+//! - `baseline`: the same two routes without tokens — the page answers a fixed string,
+//!   the post parses its `Form` — under the same `Idem` layer.
+//! - `issue+verify`: the page extracts a `FormToken` (one `SET`), the post goes through
+//!   `VerifyFormTokenLayer` (one `DEL`, the form body read and handed on).
+//! - `issue+verify+rotate`: the same with rotation, which issues the next token on the
+//!   post (one more `SET`) and returns it in a header.
+//!
+//! Every iteration is one page and one post with the token that page gave, and is checked
+//! to be accepted. `cargo bench -p idem-tests --bench form_token`
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderName, Request, StatusCode, header};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use criterion::{Criterion, criterion_group, criterion_main};
+use idem_axum::client::HeaderKey;
+use idem_axum::{FormToken, Idem, MemoryStore, Store, VerifyFormTokenLayer};
+use idem_tests::RedisServer;
+use tower::ServiceExt;
+
+const CLIENT: HeaderName = HeaderName::from_static("x-client");
+
+#[derive(serde::Deserialize)]
+struct Order {
+    item: String,
+}
+
+async fn fixed_page() -> &'static str {
+    "AAAAAAAAAAAAAAAAAAAAAA"
+}
+
+async fn token_page(token: FormToken) -> String {
+    token.value().to_owned()
+}
+
+async fn place_order(Form(order): Form<Order>) -> String {
+    order.item
+}
+
+fn app<S: Store>(store: S) -> Router {
+    let idem = Idem::builder()
+        .with_store(store)
+        .with_client_key(HeaderKey::new(CLIENT))
+        .build();
+    Router::new()
+        .route("/baseline/form", get(fixed_page))
+        .route("/baseline/orders", post(place_order))
+        .route("/issue+verify/form", get(token_page))
+        .route(
+            "/issue+verify/orders",
+            post(place_order).route_layer(VerifyFormTokenLayer::new()),
+        )
+        .route("/issue+verify+rotate/form", get(token_page))
+        .route(
+            "/issue+verify+rotate/orders",
+            post(place_order).route_layer(VerifyFormTokenLayer::new().with_rotation(true)),
+        )
+        .layer(idem.layer())
+}
+
+/// One page and one post of the form it rendered.
+async fn round_trip(app: Router, case: &str) {
+    let page = Request::get(format!("/{case}/form"))
+        .header(&CLIENT, "alice")
+        .body(Body::empty())
+        .expect("a valid request");
+    let page = app.clone().oneshot(page).await.expect("infallible");
+    assert_eq!(page.status(), StatusCode::OK, "{case}");
+    let token = axum::body::to_bytes(page.into_body(), usize::MAX)
+        .await
+        .expect("the page");
+    let mut form = b"item=tea+cup&form_token=".to_vec();
+    form.extend_from_slice(&token);
+    let post = Request::post(format!("/{case}/orders"))
+        .header(&CLIENT, "alice")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(form))
+        .expect("a valid request");
+    let response = app.oneshot(post).await.expect("infallible");
+    assert_eq!(response.status(), StatusCode::OK, "{case}");
+}
+
+fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::Runtime) {
+    let mut group = c.benchmark_group(format!("form_token/{backend}"));
+    for case in ["baseline", "issue+verify", "issue+verify+rotate"] {
+        group.bench_function(case, |b| {
+            b.to_async(runtime).iter(|| round_trip(app.clone(), case));
+        });
+    }
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    run(c, "memory", app(MemoryStore::new()), &runtime);
+
+    let server = RedisServer::start();
+    let redis = runtime.block_on(async { server.store() });
+    run(c, "redis", app(redis), &runtime);
+}
+
+criterion_group! {
+    name = form_token;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .sample_size(40);
+    targets = benches
+}
+criterion_main!(form_token);
