@@ -53,8 +53,10 @@ impl Record {
     }
 
     async fn keep_alive(&self, lease: Duration) -> Infallible {
+        // A lease under 3 ms would otherwise renew in a tight loop.
+        let period = (lease / 3).max(Duration::from_millis(1));
         loop {
-            tokio::time::sleep(lease / 3).await;
+            tokio::time::sleep(period).await;
             match self.store.renew_record(&self.key, &self.owner, lease).await {
                 Ok(true) => {}
                 Ok(false) => {

@@ -1,0 +1,125 @@
+//! What `IdempotencyLayer` adds to a request: the same trivial handler through a `Router`
+//! with `oneshot`, bare and guarded, on `MemoryStore` and on a real Redis.
+//!
+//! - `bare`: the handler without the layer (the same request, key header and all).
+//! - `first`: a first request — a **new key every iteration** — so each one begins a
+//!   record, runs the handler in its own task, and stores the response.
+//! - `replay`: a retry of a completed key: the stored response is decoded and sent; the
+//!   handler does not run.
+//! - `get`: a method the layer does not guard, passed through.
+//!
+//! `cargo bench -p idem-tests --bench idempotency`
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderName, Request, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use criterion::{Criterion, criterion_group, criterion_main};
+use idem_axum::client::HeaderKey;
+use idem_axum::{Idem, IdempotencyLayer, MemoryStore, Store};
+use idem_tests::RedisServer;
+use tower::ServiceExt;
+
+const CLIENT: HeaderName = HeaderName::from_static("x-client");
+const KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// A typical small API request body.
+const BODY: &str = r#"{"amount":100,"currency":"EUR","reference":"order-42"}"#;
+const REPLAYED_KEY: &str = "\"the-replayed-key\"";
+
+async fn create() -> (StatusCode, Json<serde_json::Value>) {
+    (
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "id": "pay_1", "status": "succeeded" })),
+    )
+}
+
+fn app<S: Store>(store: S) -> Router {
+    let idem = Idem::builder()
+        .with_store(store)
+        .with_client_key(HeaderKey::new(CLIENT))
+        .build();
+    Router::new()
+        .route("/bare", post(create))
+        .route(
+            "/guarded",
+            post(create)
+                .get(create)
+                .route_layer(IdempotencyLayer::new()),
+        )
+        .layer(idem.layer())
+}
+
+/// A key no earlier request of this process used.
+fn fresh_key() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("\"key-{}\"", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+fn request(method: &str, path: &str, key: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header(&CLIENT, "client-1")
+        .header(&KEY, key)
+        .header("content-type", "application/json")
+        .body(Body::from(BODY))
+        .expect("a valid request")
+}
+
+async fn send(app: &Router, request: Request<Body>) {
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("a readable body");
+}
+
+fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::Runtime) {
+    runtime.block_on(send(&app, request("POST", "/guarded", REPLAYED_KEY)));
+    let mut group = c.benchmark_group(format!("idempotency/{backend}"));
+    group.bench_function("bare", |b| {
+        b.to_async(runtime)
+            .iter(|| send(&app, request("POST", "/bare", REPLAYED_KEY)));
+    });
+    group.bench_function("first", |b| {
+        b.to_async(runtime)
+            .iter(|| send(&app, request("POST", "/guarded", &fresh_key())));
+    });
+    group.bench_function("replay", |b| {
+        b.to_async(runtime)
+            .iter(|| send(&app, request("POST", "/guarded", REPLAYED_KEY)));
+    });
+    group.bench_function("get", |b| {
+        b.to_async(runtime)
+            .iter(|| send(&app, request("GET", "/guarded", REPLAYED_KEY)));
+    });
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    // Every first request leaves a record for 24 h: room for all of them.
+    let memory = MemoryStore::builder().with_capacity(50_000_000).build();
+    run(c, "memory", app(memory), &runtime);
+
+    let server = RedisServer::start();
+    let redis = runtime.block_on(async { server.store() });
+    run(c, "redis", app(redis), &runtime);
+}
+
+criterion_group! {
+    name = idempotency;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .sample_size(40);
+    targets = benches
+}
+criterion_main!(idempotency);
