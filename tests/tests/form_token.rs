@@ -182,6 +182,14 @@ fn app<S: Store>(store: S, shop: &Shop) -> Router {
     app_with(store, shop, FormTokenConfig::new())
 }
 
+/// A backend, the shop's counters, and the shop on the backend's store.
+fn shop_on<B: Backend>() -> (B, Shop, Router) {
+    let backend = B::start();
+    let shop = Shop::default();
+    let app = app(backend.store(), &shop);
+    (backend, shop, app)
+}
+
 fn app_with<S: Store>(store: S, shop: &Shop, config: FormTokenConfig) -> Router {
     routes(shop)
         .layer(Extension(config))
@@ -286,14 +294,20 @@ async fn problem_code(response: Response) -> String {
     kind.rsplit(':').next().unwrap_or_default().to_owned()
 }
 
+/// Posts the order form with `token` to `path` and expects it accepted: proof that
+/// whatever came before left the token unspent.
+async fn accepted(app: &Router, path: &str, client: &str, token: &str, why: &str) -> Response {
+    let response = post_form(app, path, client, order(token)).await;
+    assert_eq!(response.status(), StatusCode::CREATED, "{path}: {why}");
+    response
+}
+
 fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
     statuses.iter().filter(|s| **s == status).count()
 }
 
 async fn two_hundred_posts_with_one_token_run_the_handler_once<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     for path in ["/orders", "/upload"] {
         let token = issue(&app, "alice").await;
         let runs_before = shop.runs();
@@ -340,9 +354,7 @@ async fn two_instances_on_one_store_accept_a_token_once<B: Backend>() {
 }
 
 async fn a_token_is_refused_from_another_client_and_stays_usable<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     let alices = issue(&app, "alice").await;
     let bobs = issue(&app, "bob").await;
     let stolen = post_form(&app, "/orders", "bob", order(&alices)).await;
@@ -350,20 +362,10 @@ async fn a_token_is_refused_from_another_client_and_stays_usable<B: Backend>() {
     assert_eq!(problem_code(stolen).await, "invalid-form-token");
     assert_eq!(shop.runs(), 0);
 
-    let own = post_form(&app, "/orders", "alice", order(&alices)).await;
-    assert_eq!(
-        own.status(),
-        StatusCode::CREATED,
-        "still usable by its client"
-    );
+    let own = accepted(&app, "/orders", "alice", &alices, "still usable by alice").await;
     assert_eq!(body_text(own).await, "ordered tea cup");
-    assert_eq!(
-        post_form(&app, "/orders", "bob", order(&bobs))
-            .await
-            .status(),
-        StatusCode::CREATED,
-        "bob's own token was not touched by his attempt with alice's"
-    );
+    let why = "bob's own token was not touched by his attempt with alice's";
+    accepted(&app, "/orders", "bob", &bobs, why).await;
     assert_eq!(shop.runs(), 2);
 }
 
@@ -374,13 +376,7 @@ async fn an_expired_token_is_refused<B: Backend>() {
     let app = app_with(backend.store(), &shop, config);
     let stale = issue(&app, "alice").await;
     let fresh = issue(&app, "alice").await;
-    assert_eq!(
-        post_form(&app, "/orders", "alice", order(&fresh))
-            .await
-            .status(),
-        StatusCode::CREATED,
-        "a token inside its TTL is accepted"
-    );
+    accepted(&app, "/orders", "alice", &fresh, "inside its TTL").await;
     tokio::time::sleep(Duration::from_millis(400)).await; // past the 300 ms TTL
     let expired = post_form(&app, "/orders", "alice", order(&stale)).await;
     assert_eq!(expired.status(), StatusCode::CONFLICT);
@@ -389,9 +385,7 @@ async fn an_expired_token_is_refused<B: Backend>() {
 }
 
 async fn a_missing_token_is_a_bad_request<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     let token = issue(&app, "alice").await;
     let no_content_type = send(
         &app,
@@ -427,18 +421,11 @@ async fn a_missing_token_is_a_bad_request<B: Backend>() {
         );
     }
     assert_eq!(shop.runs(), 0);
-    assert_eq!(
-        post_form(&app, "/orders", "alice", order(&token))
-            .await
-            .status(),
-        StatusCode::CREATED
-    );
+    accepted(&app, "/orders", "alice", &token, "no token was spent").await;
 }
 
 async fn bad_bodies_spend_no_token<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     let token = issue(&app, "alice").await;
 
     let json = post_typed(
@@ -481,19 +468,12 @@ async fn bad_bodies_spend_no_token<B: Backend>() {
     }
     assert_eq!(shop.runs(), 0);
 
-    let accepted = post_form(&app, "/orders", "alice", order(&token)).await;
-    assert_eq!(
-        accepted.status(),
-        StatusCode::CREATED,
-        "none of the bad bodies spent the token"
-    );
+    accepted(&app, "/orders", "alice", &token, "no bad body spent it").await;
     assert_eq!(shop.runs(), 1);
 }
 
 async fn an_oversize_body_spends_no_token<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     let token = issue(&app, "alice").await;
     // Over the layer's own limit (1 KiB on `/small`), and over the router's default
     // (axum's 2 MB) on `/orders`; the token comes first, the padding after it.
@@ -504,19 +484,12 @@ async fn an_oversize_body_spends_no_token<B: Backend>() {
         assert_eq!(problem_code(too_large).await, "payload-too-large");
     }
     assert_eq!(shop.runs(), 0);
-    let fits = post_form(&app, "/small", "alice", order(&token)).await;
-    assert_eq!(
-        fits.status(),
-        StatusCode::CREATED,
-        "the token was not spent"
-    );
+    accepted(&app, "/small", "alice", &token, "no oversize body spent it").await;
     assert_eq!(shop.runs(), 1);
 }
 
 async fn a_token_in_the_header_leaves_the_body_to_the_handler<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     let token = issue(&app, "alice").await;
     let with_header = || {
         as_client(Request::post("/api/orders"), "alice")
@@ -552,9 +525,7 @@ async fn a_token_in_the_header_leaves_the_body_to_the_handler<B: Backend>() {
 }
 
 async fn multipart_forms_reach_the_handler_whole<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     let token = issue(&app, "alice").await;
     let content_type = multipart_content_type();
     let first = post_typed(
@@ -583,9 +554,7 @@ async fn multipart_forms_reach_the_handler_whole<B: Backend>() {
 }
 
 async fn rotation_hands_out_a_fresh_token<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     let first = issue(&app, "alice").await;
 
     let response = post_form(&app, "/editing", "alice", order(&first)).await;
@@ -652,8 +621,7 @@ async fn beside_avoid_repeat_in_either_order<B: Backend>() {
 
         // Another client is subject to neither.
         let token = issue(&app, "bob").await;
-        let other = post_form(&app, path, "bob", order(&token)).await;
-        assert_eq!(other.status(), StatusCode::CREATED, "{path}");
+        accepted(&app, path, "bob", &token, "another client").await;
         assert_eq!(shop.runs(), 2, "{path}");
     }
 
@@ -665,8 +633,7 @@ async fn beside_avoid_repeat_in_either_order<B: Backend>() {
         let missing = post_form(&app, path, "carol", "item=tea").await;
         assert_eq!(missing.status(), StatusCode::BAD_REQUEST, "{path}");
         let token = issue(&app, "carol").await;
-        let valid = post_form(&app, path, "carol", order(&token)).await;
-        assert_eq!(valid.status(), StatusCode::CREATED, "{path}");
+        accepted(&app, path, "carol", &token, "the 400 took no key").await;
         assert_eq!(shop.runs(), 1, "{path}");
     }
 }
@@ -674,9 +641,7 @@ async fn beside_avoid_repeat_in_either_order<B: Backend>() {
 async fn over_tcp_a_get_issues_and_one_post_spends<B: Backend>() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let backend = B::start();
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
