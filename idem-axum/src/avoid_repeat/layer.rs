@@ -19,7 +19,7 @@ use super::{Release, RepeatKey, Settings};
 use crate::client::ClientRequest;
 
 /// Guards the routes of a router with the anti-repeat window; see the
-/// [module docs](crate::avoid_repeat).
+/// [module docs](mod@crate::avoid_repeat).
 ///
 /// Install it with `route_layer`, so the handler identity is the method and the route's
 /// matched path (`POST /orders/{id}`). Under plain `layer` there is no matched path and
