@@ -1,6 +1,5 @@
 //! [`FormToken`]: the extractor that issues a one-time token to the page rendering a form.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -54,7 +53,7 @@ const TOKEN_LEN: usize = (TOKEN_BYTES * 4).div_ceil(3);
 #[derive(Clone)]
 pub struct FormToken {
     value: Arc<str>,
-    field_name: Cow<'static, str>,
+    config: FormTokenConfig,
 }
 
 impl FormToken {
@@ -65,7 +64,7 @@ impl FormToken {
 
     /// The form field it is to be posted in ([`FormTokenConfig::with_field_name`]).
     pub fn field_name(&self) -> &str {
-        &self.field_name
+        self.config.field_name()
     }
 
     /// A hidden input that posts the token with the form, HTML-escaped:
@@ -73,7 +72,7 @@ impl FormToken {
     pub fn hidden_input(&self) -> String {
         format!(
             r#"<input type="hidden" name="{}" value="{}">"#,
-            escape_html(&self.field_name),
+            escape_html(self.field_name()),
             escape_html(&self.value),
         )
     }
@@ -83,7 +82,7 @@ impl FormToken {
 impl fmt::Debug for FormToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FormToken")
-            .field("field_name", &self.field_name)
+            .field("field_name", &self.field_name())
             .finish_non_exhaustive()
     }
 }
@@ -136,7 +135,7 @@ pub(super) async fn issue(
     }
     Ok(FormToken {
         value: value.into(),
-        field_name: Cow::Owned(config.field_name().to_owned()),
+        config: config.clone(),
     })
 }
 
@@ -162,7 +161,7 @@ mod tests {
     fn token(field_name: &'static str) -> FormToken {
         FormToken {
             value: "abc_-XYZ0123456789abcd".into(),
-            field_name: Cow::Borrowed(field_name),
+            config: FormTokenConfig::new().with_field_name(field_name),
         }
     }
 

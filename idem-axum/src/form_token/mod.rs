@@ -46,6 +46,9 @@
 //! gets a fresh token for the same client — in the handler's [`FormToken`] extractor and
 //! in the response's token header — for a page that stays open and posts again.
 //!
+//! **Observability.** `tracing` events carry an `idem.outcome` field: `issued`,
+//! `accepted` (a token spent), `duplicate` (a token refused), `missing`, `store_error`.
+//!
 //! **Beside `#[avoid_repeat]`.** Both guards can protect one handler. Put
 //! `VerifyFormTokenLayer` outside (added after `AvoidRepeatLayer`, or on a handler with
 //! `#[avoid_repeat]`): a request refused for its token then takes no anti-repeat key.
