@@ -636,6 +636,17 @@ async fn beside_avoid_repeat_in_either_order<B: Backend>() {
         accepted(&app, path, "carol", &token, "the 400 took no key").await;
         assert_eq!(shop.runs(), 1, "{path}");
     }
+    // Inside, the window is taken before the token is looked at, and a 400 is no failure
+    // that gives it back: the order the module docs advise against.
+    let shop = Shop::default();
+    let app = app(backend.store(), &shop);
+    let missing = post_form(&app, "/both/token-inside", "carol", "item=tea").await;
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    let token = issue(&app, "carol").await;
+    let held = post_form(&app, "/both/token-inside", "carol", order(&token)).await;
+    assert_eq!(held.status(), StatusCode::CONFLICT);
+    assert_eq!(problem_code(held).await, "duplicate-request");
+    assert_eq!(shop.runs(), 0);
 }
 
 async fn over_tcp_a_get_issues_and_one_post_spends<B: Backend>() {
