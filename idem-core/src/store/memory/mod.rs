@@ -19,9 +19,9 @@ use crate::key::{Fingerprint, Key, Owner};
 /// other; 64 is plenty for the cores a single process has.
 const SHARDS: usize = 64;
 
-/// Reminders each operation looks at on its way, so expired entries go even between
-/// reaper passes, at a bounded cost per operation.
-const RECLAIM_PER_OPERATION: usize = 4;
+/// Reminders a reclaiming pass handles per hold of a shard's lock, so a pass over a large
+/// store never keeps a request waiting long.
+const RECLAIM_CHUNK: usize = 256;
 
 /// An in-process [`Store`]: the default when an application runs as one instance.
 ///
@@ -32,7 +32,7 @@ const RECLAIM_PER_OPERATION: usize = 4;
 /// [`StoreError::Capacity`] — a flood of unique keys cannot grow memory without bound, and
 /// live keys are never evicted to make room (evicting one would let a duplicate through).
 ///
-/// Expired entries are also reclaimed by a background thread every
+/// Expired entries are reclaimed by a background thread every
 /// [`reclaim_interval`](MemoryStoreBuilder::with_reclaim_interval) (default 1 s), and map
 /// capacity is given back once most entries are gone. The thread stops when the last
 /// clone of the store is dropped.
@@ -68,7 +68,7 @@ pub struct MemoryStore {
 #[derive(Debug)]
 struct Shared {
     shards: Box<[Mutex<Shard>]>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::fast::RandomState,
     entries: Entries,
     last_fence: AtomicU64,
 }
@@ -81,11 +81,14 @@ impl Shared {
     }
 
     /// Removes every expired entry and returns spare map capacity.
+    ///
+    /// Requests never do this on their way (expired entries count as absent to every
+    /// operation), so its cost stays off their latency: the reaper thread does it, and a
+    /// full store before refusing.
     fn reclaim_all(&self) {
         for shard in &*self.shards {
-            let mut shard = lock(shard);
-            shard.reclaim(Instant::now(), &self.entries, usize::MAX);
-            shard.shrink();
+            while lock(shard).reclaim(Instant::now(), &self.entries, RECLAIM_CHUNK) {}
+            lock(shard).shrink();
         }
     }
 
@@ -141,7 +144,6 @@ impl MemoryStore {
         // Read the clock under the lock: a caller that waited for it must not judge expiry
         // (or compute a remaining TTL) by an instant older than the last change it sees.
         let now = Instant::now();
-        shard.reclaim(now, &self.shared.entries, RECLAIM_PER_OPERATION);
         op(&mut shard, now, &self.shared.entries)
     }
 

@@ -17,7 +17,7 @@ pub(super) struct Reaper {
 
 impl Reaper {
     /// Starts the thread; `None` (and a warning) if the OS refuses one, in which case
-    /// expired entries are still reclaimed as operations pass by and when the store is full.
+    /// expired entries are reclaimed only when the store is full.
     pub(super) fn spawn(shared: Weak<Shared>, every: Duration) -> Option<Self> {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let signal = Arc::clone(&stop);

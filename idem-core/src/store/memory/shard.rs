@@ -15,6 +15,11 @@ use tokio::sync::Notify;
 use crate::key::{Fingerprint, Key, Owner};
 use crate::store::{Acquire, Begin, FencingToken};
 
+/// A shard's map. Keys are SHA-256 output or names the application chose, never raw
+/// client input, so a fast hash serves; std's SipHash was the largest single cost of an
+/// operation.
+type Map<V> = HashMap<Key, V, foldhash::fast::RandomState>;
+
 /// The store holds as many entries as its capacity allows.
 #[derive(Debug)]
 pub(super) struct Full;
@@ -110,7 +115,7 @@ impl Expiring for Instant {
 
 /// Looks up an entry that has not expired.
 fn live<'m, V: Expiring>(
-    map: &'m mut HashMap<Key, V>,
+    map: &'m mut Map<V>,
     key: &Key,
     now: Instant,
 ) -> Option<&'m mut V> {
@@ -118,7 +123,7 @@ fn live<'m, V: Expiring>(
 }
 
 /// Removes the entry under `key` if it has expired by `now`.
-fn remove_expired<V: Expiring>(map: &mut HashMap<Key, V>, key: &Key, now: Instant) -> bool {
+fn remove_expired<V: Expiring>(map: &mut Map<V>, key: &Key, now: Instant) -> bool {
     if map.get(key).is_some_and(|v| v.expires_at() <= now) {
         map.remove(key);
         true
@@ -127,7 +132,7 @@ fn remove_expired<V: Expiring>(map: &mut HashMap<Key, V>, key: &Key, now: Instan
     }
 }
 
-fn shrink_if_sparse<V>(map: &mut HashMap<Key, V>) {
+fn shrink_if_sparse<V>(map: &mut Map<V>) {
     if map.capacity() > 64 && map.len() * 4 < map.capacity() {
         map.shrink_to(map.len() * 2);
     }
@@ -182,10 +187,10 @@ struct Signal {
 
 #[derive(Debug, Default)]
 pub(super) struct Shard {
-    locks: HashMap<Key, Lock>,
-    tokens: HashMap<Key, Instant>,
-    records: HashMap<Key, Record>,
-    signals: HashMap<Key, Signal>,
+    locks: Map<Lock>,
+    tokens: Map<Instant>,
+    records: Map<Record>,
+    signals: Map<Signal>,
     due: BinaryHeap<Reverse<Due>>,
 }
 
@@ -209,7 +214,7 @@ impl Shard {
     /// the heap grew to twice the entries, so O(1) per operation amortised.
     fn rebuild_reminders(&mut self) {
         fn reminders<'m, V: Expiring>(
-            map: &'m HashMap<Key, V>,
+            map: &'m Map<V>,
             space: Space,
         ) -> impl Iterator<Item = Reverse<Due>> + 'm {
             map.iter().map(move |(key, value)| {
@@ -228,25 +233,32 @@ impl Shard {
         self.due = BinaryHeap::from(due);
     }
 
-    /// Removes entries that expired by `now`, looking at no more than `limit` reminders.
-    pub(super) fn reclaim(&mut self, now: Instant, entries: &Entries, limit: usize) {
+    /// Removes entries that expired by `now`, looking at no more than `limit` reminders;
+    /// `true` if more reminders are due.
+    pub(super) fn reclaim(&mut self, now: Instant, entries: &Entries, limit: usize) -> bool {
         let mut removed = 0;
-        for _ in 0..limit {
+        let mut looked = 0;
+        let more = loop {
             match self.due.peek() {
                 Some(Reverse(due)) if due.at <= now => {}
-                _ => break,
+                _ => break false,
+            }
+            if looked == limit {
+                break true;
             }
             let Some(Reverse(due)) = self.due.pop() else {
-                break;
+                break false;
             };
+            looked += 1;
             let expired = match due.space {
                 Space::Lock => remove_expired(&mut self.locks, &due.key, now),
                 Space::Token => remove_expired(&mut self.tokens, &due.key, now),
                 Space::Record => remove_expired(&mut self.records, &due.key, now),
             };
             removed += usize::from(expired);
-        }
+        };
         entries.remove(removed);
+        more
     }
 
     /// Slots the maps and the reminder heap hold, used or not.

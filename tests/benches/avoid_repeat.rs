@@ -1,0 +1,102 @@
+//! What `#[avoid_repeat]` adds to a request: the same trivial handler through a `Router`
+//! with `oneshot`, bare and guarded, on `MemoryStore` and on a real Redis.
+//!
+//! Every guarded iteration comes from a new client, so each one takes the accept path (a
+//! new key), as a stream of distinct users would; the bare baseline sends the same header.
+//! The window is 2 s, so the store reaches a steady state in which keys expire as fast as
+//! they are made (a 30 s window at these rates would grow the maps for the whole run and
+//! time their rehashing instead).
+//! `cargo bench -p idem-tests --bench avoid_repeat`
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderName, Request};
+use axum::routing::post;
+use criterion::{Criterion, criterion_group, criterion_main};
+use idem_axum::client::HeaderKey;
+use idem_axum::{AvoidRepeatLayer, Idem, MemoryStore, Store, avoid_repeat};
+use idem_tests::RedisServer;
+use tower::ServiceExt;
+
+const CLIENT: HeaderName = HeaderName::from_static("x-client");
+
+async fn bare() -> &'static str {
+    "ok"
+}
+
+#[avoid_repeat(timeout = "2s")]
+async fn guarded() -> &'static str {
+    "ok"
+}
+
+fn app<S: Store>(store: S) -> Router {
+    let idem = Idem::builder()
+        .with_store(store)
+        .with_client_key(HeaderKey::new(CLIENT))
+        .build();
+    Router::new()
+        .route("/bare", post(bare))
+        .route("/macro", post(guarded))
+        .route(
+            "/layer",
+            post(bare).route_layer(AvoidRepeatLayer::new(Duration::from_secs(2))),
+        )
+        .layer(idem.layer())
+}
+
+/// A new client for every request.
+fn request(path: &str) -> Request<Body> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let client = NEXT.fetch_add(1, Ordering::Relaxed);
+    Request::post(path)
+        .header(&CLIENT, client.to_string())
+        .body(Body::empty())
+        .expect("a valid request")
+}
+
+fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::Runtime) {
+    let mut group = c.benchmark_group(format!("avoid_repeat/{backend}"));
+    for path in ["/bare", "/macro", "/layer"] {
+        group.bench_function(path.trim_start_matches('/'), |b| {
+            b.to_async(runtime).iter(|| {
+                let app = app.clone();
+                async move {
+                    let response = app.oneshot(request(path)).await.expect("infallible");
+                    assert!(
+                        response.status().is_success(),
+                        "{path}: {}",
+                        response.status()
+                    );
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let memory = MemoryStore::new();
+    run(c, "memory", app(memory), &runtime);
+
+    let server = RedisServer::start();
+    let redis = runtime.block_on(async { server.store() });
+    run(c, "redis", app(redis), &runtime);
+}
+
+criterion_group! {
+    name = avoid_repeat;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .sample_size(40);
+    targets = benches
+}
+criterion_main!(avoid_repeat);
