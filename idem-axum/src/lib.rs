@@ -16,6 +16,8 @@
 //! 4. Make API requests idempotent with [`IdempotencyLayer`]: a retry with the same
 //!    `Idempotency-Key` gets the first response back, and the handler runs once
 //!    ([`idempotency`]).
+//! 5. Serialise work across instances with a distributed [`Lock`] (owner tokens, fencing
+//!    tokens, watchdog renewal), re-exported from `idem_core`.
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -38,7 +40,8 @@
 //! Every refusal is a [`Rejection`]: `application/problem+json` by default, a small HTML
 //! page for browsers, replaceable with [`IdemBuilder::with_responder`]. Outcomes are
 //! logged as `tracing` events with an `idem.outcome` field (`accepted`, `duplicate`,
-//! `store_error`).
+//! `store_error`, and for idempotency `replayed`, `conflict`, `mismatch`; each module's
+//! docs list its own).
 
 pub mod avoid_repeat;
 mod body;
@@ -50,15 +53,16 @@ mod runtime;
 
 pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatKey};
 pub use form_token::{FormToken, FormTokenConfig, VerifyFormTokenLayer};
-pub use idempotency::IdempotencyLayer;
 pub use idem_core::{
     Acquire, AnyStore, Begin, Fencing, FencingToken, Fingerprint, Key, KeyError, MemoryStore,
     MemoryStoreBuilder, Owner, Store, StoreError,
 };
+pub use idem_core::{Lease, Lock, LockError, LockGuard, LockLost};
 #[cfg(feature = "redis")]
 pub use idem_core::{RedisSetupError, RedisStore, RedisStoreBuilder};
 #[cfg(feature = "macros")]
 pub use idem_macros::avoid_repeat;
+pub use idempotency::IdempotencyLayer;
 pub use rejection::{Rejection, RejectionKind};
 pub use runtime::{Idem, IdemBuilder, IdemLayer, IdemService, StoreFailure};
 

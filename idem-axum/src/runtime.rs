@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::response::{IntoResponse, Response};
-use idem_core::{AnyStore, Key, MemoryStore, Store};
+use idem_core::{AnyStore, Key, MemoryStore, Store, StoreError};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -141,6 +141,26 @@ impl Idem {
                     Rejection::new(RejectionKind::ClientIdentityUnavailable, why)
                 }
             })
+    }
+
+    /// Applies the store-failure policy to `error`, met while doing `what`: the 503
+    /// rejection when the runtime fails closed, `Ok` to go on unguarded when it fails open.
+    /// Logged either way.
+    pub(crate) fn store_failed(&self, error: &StoreError, what: &str) -> Result<(), Rejection> {
+        match self.inner.store_failure {
+            StoreFailure::FailClosed => {
+                tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}: refused (fail closed)");
+                Err(Rejection::new(
+                    RejectionKind::StoreUnavailable,
+                    "protection against duplicate requests is unavailable right now; please retry shortly",
+                )
+                .with_retry_after(std::time::Duration::from_secs(1)))
+            }
+            StoreFailure::FailOpen => {
+                tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}: let through unguarded (fail open)");
+                Ok(())
+            }
+        }
     }
 
     /// A store key in this runtime's namespace, hashed from `parts`.

@@ -15,3 +15,28 @@ mod redis_server;
 pub use backend::{AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend};
 pub use concurrency::{all_at_once, eventually};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
+
+/// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per
+/// store, as a `#[tokio::test]` in a module named after the store (`memory`, `redis`), so
+/// an HTTP suite runs every case against `MemoryStore` and a real Redis.
+#[macro_export]
+macro_rules! on_every_store {
+    ($($case:ident),+ $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<$crate::MemoryBackend>().await;
+                }
+            )+
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<$crate::RedisBackend>().await;
+                }
+            )+
+        }
+    };
+}

@@ -19,29 +19,7 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
 
-/// Each case, generated once per backend as `#[tokio::test]` in a module named after it.
-macro_rules! on_every_store {
-    ($($case:ident),+ $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::MemoryBackend>().await;
-                }
-            )+
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::RedisBackend>().await;
-                }
-            )+
-        }
-    };
-}
-
-on_every_store!(
+idem_tests::on_every_store!(
     five_hundred_identical_posts_run_the_body_once,
     two_instances_on_one_store_run_the_body_once,
     clients_do_not_block_each_other,

@@ -19,29 +19,7 @@ use idem_axum::{
 use idem_tests::{Backend, all_at_once};
 use tower::ServiceExt;
 
-/// Each case, generated once per backend as `#[tokio::test]` in a module named after it.
-macro_rules! on_every_store {
-    ($($case:ident),+ $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::MemoryBackend>().await;
-                }
-            )+
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::RedisBackend>().await;
-                }
-            )+
-        }
-    };
-}
-
-on_every_store!(
+idem_tests::on_every_store!(
     two_hundred_posts_with_one_token_run_the_handler_once,
     two_instances_on_one_store_accept_a_token_once,
     a_token_is_refused_from_another_client_and_stays_usable,

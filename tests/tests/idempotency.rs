@@ -19,29 +19,7 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
 
-/// Each case, generated once per backend as `#[tokio::test]` in a module named after it.
-macro_rules! on_every_store {
-    ($($case:ident),+ $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::MemoryBackend>().await;
-                }
-            )+
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::RedisBackend>().await;
-                }
-            )+
-        }
-    };
-}
-
-on_every_store!(
+idem_tests::on_every_store!(
     three_hundred_concurrent_requests_run_the_handler_once,
     a_replay_is_the_first_response_byte_for_byte,
     the_same_key_with_another_request_is_422,

@@ -9,7 +9,7 @@ use idem_core::{Acquire, AnyStore, Fencing, Fingerprint, Key, Owner, Store};
 use super::{Release, Settings};
 use crate::client::ClientId;
 use crate::rejection::{Rejection, RejectionKind};
-use crate::runtime::{Idem, StoreFailure};
+use crate::runtime::Idem;
 
 /// Runs the handler `start` starts under the key `key`, or answers for it. The handler is
 /// not started (a tower service not even called) unless the key was taken.
@@ -51,21 +51,9 @@ where
                 .with_html(html);
             return Ok(idem.respond(rejection));
         }
-        Err(error) => match idem.store_failure() {
-            StoreFailure::FailClosed => {
-                tracing::warn!(idem.outcome = "store_error", idem.handler = handler_id, %error, "refused (fail closed)");
-                let rejection = Rejection::new(
-                    RejectionKind::StoreUnavailable,
-                    "duplicate protection is unavailable right now; please retry shortly",
-                )
-                .with_retry_after(std::time::Duration::from_secs(1))
-                .with_html(html);
-                return Ok(idem.respond(rejection));
-            }
-            StoreFailure::FailOpen => {
-                tracing::warn!(idem.outcome = "store_error", idem.handler = handler_id, %error, "let through unguarded (fail open)");
-                None
-            }
+        Err(error) => match idem.store_failed(&error, handler_id) {
+            Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
+            Ok(()) => None,
         },
     };
     let result = start().await;

@@ -11,7 +11,6 @@ use http::request::Parts;
 use idem_core::{Key, Store};
 
 use super::FormTokenConfig;
-use super::store_failed;
 use crate::client::{ClientId, ClientRequest};
 use crate::rejection::{Rejection, RejectionKind, escape_html, prefers_html};
 use crate::runtime::Idem;
@@ -131,7 +130,7 @@ pub(super) async fn issue(
         .await
     {
         Ok(()) => tracing::debug!(idem.outcome = "issued", "idem: form token issued"),
-        Err(error) => store_failed(idem, &error, "form token not stored")?,
+        Err(error) => idem.store_failed(&error, "form token not stored")?,
     }
     Ok(FormToken {
         value: value.into(),

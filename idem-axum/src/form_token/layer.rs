@@ -17,7 +17,7 @@ use tower_service::Service;
 
 use super::extract::{issue, token_key, well_formed};
 use super::field::Form;
-use super::{FormToken, FormTokenConfig, store_failed};
+use super::{FormToken, FormTokenConfig};
 use crate::body::{read_up_to, read_whole};
 use crate::client::ClientRequest;
 use crate::rejection::{Rejection, RejectionKind, prefers_html};
@@ -224,7 +224,7 @@ async fn verify(
         {
             Ok(spent) => spent,
             Err(error) => {
-                store_failed(idem, &error, "form token not verified")?;
+                idem.store_failed(&error, "form token not verified")?;
                 // Failing open: let the request through unverified, and spend nothing.
                 return Ok((request, None));
             }

@@ -29,7 +29,7 @@
 //! | no token header and a body that is no form (`application/json`, …) | 415 [`UnsupportedMediaType`](crate::RejectionKind::UnsupportedMediaType) | no |
 //! | a urlencoded body that is not UTF-8; a multipart body malformed or cut short | 400 [`InvalidBody`](crate::RejectionKind::InvalidBody) | no |
 //! | a form body over the limit ([`with_body_limit`](VerifyFormTokenLayer::with_body_limit)) | 413 [`PayloadTooLarge`](crate::RejectionKind::PayloadTooLarge) | no |
-//! | the store fails | the runtime's [`StoreFailure`] policy: 503, or through unverified | no |
+//! | the store fails | the runtime's [`StoreFailure`](crate::StoreFailure) policy: 503, or through unverified | no |
 //!
 //! A body is checked whole before its token is spent, so a submission the handler would
 //! refuse anyway does not cost the user the form.
@@ -99,31 +99,6 @@ mod extract;
 mod field;
 mod layer;
 
-use std::time::Duration;
-
-use idem_core::StoreError;
-
 pub use self::config::FormTokenConfig;
 pub use self::extract::FormToken;
 pub use self::layer::{ResponseFuture, VerifyFormToken, VerifyFormTokenLayer};
-use crate::rejection::{Rejection, RejectionKind};
-use crate::runtime::{Idem, StoreFailure};
-
-/// Applies the runtime's store-failure policy to a failed issue or verify: the rejection
-/// when it fails closed, `Ok` to go on without the store when it fails open.
-fn store_failed(idem: &Idem, error: &StoreError, what: &str) -> Result<(), Rejection> {
-    match idem.store_failure() {
-        StoreFailure::FailClosed => {
-            tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}; refused (fail closed)");
-            Err(Rejection::new(
-                RejectionKind::StoreUnavailable,
-                "form protection is unavailable right now; please retry shortly",
-            )
-            .with_retry_after(Duration::from_secs(1)))
-        }
-        StoreFailure::FailOpen => {
-            tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}; let through (fail open)");
-            Ok(())
-        }
-    }
-}

@@ -20,7 +20,7 @@ use super::{KeyScope, KeySource, Settings, key};
 use crate::body::read_whole;
 use crate::client::ClientRequest;
 use crate::rejection::{Rejection, RejectionKind, prefers_html};
-use crate::runtime::{Idem, StoreFailure};
+use crate::runtime::Idem;
 
 /// How long a client that met a running attempt is told to wait: the attempt's lease
 /// says only when a *dead* attempt frees the key, not when a live one will finish.
@@ -143,21 +143,9 @@ where
                  path, query or body differ); use a new key for a new request",
             ))
         }
-        Err(error) => match idem.store_failure() {
-            StoreFailure::FailClosed => {
-                tracing::warn!(idem.outcome = "store_error", %error, "refused (fail closed)");
-                refuse(
-                    Rejection::new(
-                        RejectionKind::StoreUnavailable,
-                        "duplicate protection is unavailable right now; please retry shortly",
-                    )
-                    .with_retry_after(Duration::from_secs(1)),
-                )
-            }
-            StoreFailure::FailOpen => {
-                tracing::warn!(idem.outcome = "store_error", %error, "let through unguarded (fail open)");
-                inner.call(rebuild(parts, body)).await
-            }
+        Err(error) => match idem.store_failed(&error, "begin an idempotency record") {
+            Err(rejection) => refuse(rejection),
+            Ok(()) => inner.call(rebuild(parts, body)).await,
         },
     }
 }

@@ -94,9 +94,7 @@ impl RejectionKind {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RandomnessUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             Self::MissingIdempotencyKey | Self::InvalidIdempotencyKey => StatusCode::BAD_REQUEST,
-            Self::IdempotentRequestInProgress | Self::ResponseNotReplayable => {
-                StatusCode::CONFLICT
-            }
+            Self::IdempotentRequestInProgress | Self::ResponseNotReplayable => StatusCode::CONFLICT,
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnreadableIdempotencyRecord => StatusCode::INTERNAL_SERVER_ERROR,
         }

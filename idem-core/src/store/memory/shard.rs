@@ -114,11 +114,7 @@ impl Expiring for Instant {
 }
 
 /// Looks up an entry that has not expired.
-fn live<'m, V: Expiring>(
-    map: &'m mut Map<V>,
-    key: &Key,
-    now: Instant,
-) -> Option<&'m mut V> {
+fn live<'m, V: Expiring>(map: &'m mut Map<V>, key: &Key, now: Instant) -> Option<&'m mut V> {
     map.get_mut(key).filter(|v| v.expires_at() > now)
 }
 
