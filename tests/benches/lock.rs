@@ -105,8 +105,9 @@ fn redis_benchmark(server: &RedisServer, settings: Settings, command: &[&str]) -
         .unwrap_or_else(|| panic!("no requests per second in {stdout:?}"))
 }
 
-/// `redis-benchmark`'s pairs per second: `SET NX PX`, then the release script.
-fn redis_benchmark_pairs(server: &RedisServer, settings: Settings, sha: &str) -> f64 {
+/// `redis-benchmark`'s rates: `SET NX PX`, the release script, and the pairs per second
+/// of the two in turn (one pair takes `1/set + 1/release` seconds).
+fn redis_benchmark_pairs(server: &RedisServer, settings: Settings, sha: &str) -> (f64, f64, f64) {
     let set = redis_benchmark(
         server,
         settings,
@@ -117,7 +118,7 @@ fn redis_benchmark_pairs(server: &RedisServer, settings: Settings, sha: &str) ->
         settings,
         &["EVALSHA", sha, "1", "lock:__rand_int__", "owner"],
     );
-    1.0 / (1.0 / set + 1.0 / release)
+    (set, release, 1.0 / (1.0 / set + 1.0 / release))
 }
 
 /// What one pair of a measured loop does.
@@ -279,14 +280,14 @@ fn main() {
         settings.tasks, settings.pairs
     );
     println!(
-        "| round | redis-benchmark `SET NX` + `EVALSHA` release, pairs/s | {} |",
+        "| round | redis-benchmark `SET NX`/s | redis-benchmark `EVALSHA` release/s | redis-benchmark pairs/s | {} |",
         pairs
             .map(|pair| format!("{}, pairs/s (ratio)", pair.name()))
             .join(" | ")
     );
-    println!("|---|---|{}", "---|".repeat(pairs.len()));
+    println!("|---|---|---|---|{}", "---|".repeat(pairs.len()));
     for round in 1..=settings.rounds {
-        let reference = redis_benchmark_pairs(&server, settings, &sha);
+        let (set, release, reference) = redis_benchmark_pairs(&server, settings, &sha);
         benchmark.push(reference);
         let mut cells = Vec::new();
         for (pair, results) in pairs.iter().zip(&mut ours) {
@@ -294,7 +295,10 @@ fn main() {
             results.push(rate);
             cells.push(format!("{rate:.0} ({:.2})", rate / reference));
         }
-        println!("| {round} | {reference:.0} | {} |", cells.join(" | "));
+        println!(
+            "| {round} | {set:.0} | {release:.0} | {reference:.0} | {} |",
+            cells.join(" | ")
+        );
     }
     let reference = median(&mut benchmark);
     let medians: Vec<String> = ours
@@ -304,7 +308,10 @@ fn main() {
             format!("**{rate:.0} ({:.2})**", rate / reference)
         })
         .collect();
-    println!("| median | **{reference:.0}** | {} |", medians.join(" | "));
+    println!(
+        "| median | | | **{reference:.0}** | {} |",
+        medians.join(" | ")
+    );
 
     let before = server.command_calls();
     let one_task = Settings {
