@@ -18,7 +18,9 @@ use idem_core::{
     Acquire, Begin, Fencing, Fingerprint, Key, Lease, Lock, LockError, LockLost, MemoryStore,
     Owner, Store, StoreError,
 };
-use idem_tests::{AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend};
+use idem_tests::{
+    AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend, eventually,
+};
 use tokio::sync::Barrier;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -303,19 +305,6 @@ impl<S: Store> Store for Counting<S> {
 
 fn key(name: &str) -> Key {
     Key::new(name).expect("a valid test key")
-}
-
-/// Waits for `condition`, checking every 5 ms, failing the test after `within`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn is_free(store: &impl Store, key: &Key) -> bool {
