@@ -1,24 +1,51 @@
-//! The example web shop: the first thing to run, and the proof that idem works end to
-//! end. For now it only serves its front page; the shop's orders, payments and flash
-//! sale arrive with the capabilities they show.
+//! `example-webshop`: runs the shop.
+//!
+//! ```text
+//! example-webshop [--port N] [--db URL] [--redis URL]
+//! ```
+//!
+//! | option | environment | default |
+//! |---|---|---|
+//! | `--port N` | `PORT` | 3000 |
+//! | `--db URL` | `DATABASE_URL` | `sqlite://<this crate>/data/webshop.db`, directory created |
+//! | `--redis URL` | `IDEM_REDIS_URL` | none: the embedded `MemoryStore` |
+//!
+//! An option wins over its variable. With `--redis`, the guards' keys and the flash
+//! sale's locks live in Redis, so several instances on one database behave as one shop.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 
-use axum::Router;
-use axum::response::Html;
-use axum::routing::get;
+use example_webshop::Shop;
+use idem_axum::{MemoryStore, RedisStore};
 
 /// The port when neither `--port` nor `PORT` gives one.
 const DEFAULT_PORT: u16 = 3000;
 
+const USAGE: &str = "usage: example-webshop [--port N] [--db URL] [--redis URL]";
+
+/// What the command line and the environment ask for.
+#[derive(Debug)]
+struct Config {
+    port: u16,
+    db: String,
+    redis: Option<String>,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let port = port_from_args_or_env()?;
-    let app = Router::new().route("/", get(front_page));
+    let config = Config::from_args_and_env()?;
+    let db = example_webshop::connect(&config.db).await?;
+    let shop = match &config.redis {
+        Some(url) => Shop::new(db, RedisStore::from_url(url)?),
+        None => Shop::new(db, MemoryStore::new()),
+    };
     let listener =
-        tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await?;
+        tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, config.port))).await?;
+    let store = config.redis.as_deref().unwrap_or("the in-memory store");
+    println!("database {}, guards on {store}", config.db);
     println!("idem example shop: open http://{}/", listener.local_addr()?);
-    axum::serve(listener, app)
+    axum::serve(listener, shop.router())
         .with_graceful_shutdown(async {
             // Without a signal handler there is nothing to wait for: serve until killed.
             if tokio::signal::ctrl_c().await.is_err() {
@@ -29,30 +56,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// `--port N` wins over `PORT`, which wins over the default.
-fn port_from_args_or_env() -> Result<u16, String> {
-    let mut args = std::env::args().skip(1);
-    let mut port = std::env::var("PORT").ok();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--port" => port = Some(args.next().ok_or("--port needs a value")?),
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?}; usage: example-webshop [--port N]"
-                ));
-            }
+impl Config {
+    /// Options win over variables, which win over the defaults.
+    fn from_args_and_env() -> Result<Self, String> {
+        let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        let mut port = env("PORT");
+        let mut db = env("DATABASE_URL");
+        let mut redis = env("IDEM_REDIS_URL");
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let slot = match arg.as_str() {
+                "--port" => &mut port,
+                "--db" => &mut db,
+                "--redis" => &mut redis,
+                "-h" | "--help" => return Err(USAGE.to_owned()),
+                other => return Err(format!("unknown argument {other:?}; {USAGE}")),
+            };
+            *slot = Some(args.next().ok_or(format!("{arg} needs a value; {USAGE}"))?);
         }
+        let port = port.map_or(Ok(DEFAULT_PORT), |p| {
+            p.parse().map_err(|_| format!("invalid port {p:?}"))
+        })?;
+        let db = match db {
+            Some(db) => db,
+            None => default_database()?,
+        };
+        Ok(Self { port, db, redis })
     }
-    port.map_or(Ok(DEFAULT_PORT), |p| {
-        p.parse().map_err(|_| format!("invalid port {p:?}"))
-    })
 }
 
-async fn front_page() -> Html<&'static str> {
-    Html(concat!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>idem shop</title></head>",
-        "<body><h1>idem example shop</h1>",
-        "<p>This is the shop's front page only. Its order form, JSON API, payment callbacks ",
-        "and flash sale arrive with the idem guards they show.</p></body></html>",
-    ))
+/// `data/webshop.db` beside this crate's manifest (ignored by git), so `cargo run -p
+/// example-webshop` works from anywhere with no setup and keeps its orders across runs.
+fn default_database() -> Result<String, String> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(format!("sqlite://{}", dir.join("webshop.db").display()))
 }

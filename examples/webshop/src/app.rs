@@ -1,0 +1,97 @@
+//! The shop's state and its router.
+
+use axum::Router;
+use axum::http::Method;
+use axum::middleware;
+use axum::routing::{get, post, put};
+use idem_axum::idempotency::KeyScope;
+use idem_axum::{AnyStore, Idem, IdempotencyLayer, Store, VerifyFormTokenLayer};
+use sqlx::SqlitePool;
+
+use crate::client;
+use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
+
+/// One shop instance: its database and its idem runtime.
+///
+/// Instances built on the same database and the same store (a `RedisStore` on one Redis)
+/// behave as one shop: a duplicate is refused whichever instance it reaches.
+#[derive(Debug, Clone)]
+pub struct Shop {
+    db: SqlitePool,
+    idem: Idem,
+}
+
+impl Shop {
+    /// A shop on `db` whose guards keep their keys in `store`.
+    pub fn new<S: Store>(db: SqlitePool, store: S) -> Self {
+        let idem = Idem::builder()
+            .with_store(store)
+            .with_client_key(client::client_key())
+            .with_namespace("shop")
+            .build();
+        Self { db, idem }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &SqlitePool {
+        &self.db
+    }
+
+    /// The store the guards and the flash sale's locks use.
+    pub(crate) fn store(&self) -> &AnyStore {
+        self.idem.store()
+    }
+
+    /// Every route of the shop, with its guards.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/", get(pages::index))
+            .route("/orders/new", get(orders::new_form))
+            .route(
+                "/orders",
+                // Outside `#[avoid_repeat]`: a post refused for its token takes no window.
+                post(orders::place).route_layer(
+                    VerifyFormTokenLayer::new()
+                        .with_message("This form was already submitted. 请勿重复提交"),
+                ),
+            )
+            .route("/orders/{id}", get(orders::show))
+            .route(
+                "/api/orders",
+                // GET passes the layer untouched: only POST is guarded.
+                get(orders::list)
+                    .post(orders::create)
+                    .route_layer(IdempotencyLayer::new().with_required(true)),
+            )
+            .route(
+                "/api/payments/callback",
+                post(payments::callback).route_layer(payments::idempotency()),
+            )
+            .route("/api/tickets", post(tickets::create))
+            .route(
+                "/api/accounts/{id}/withdrawals/{ticket_id}",
+                put(accounts::withdraw).route_layer(withdrawal_idempotency()),
+            )
+            .route("/api/accounts/{id}", get(accounts::show))
+            .route("/api/vouchers/{id}/seckill", post(vouchers::seckill))
+            .route("/api/vouchers/{id}", get(vouchers::show))
+            .layer(self.idem.layer())
+            // Outside the runtime, so the session exists before any guard asks for it.
+            .layer(middleware::from_fn(client::ensure_session))
+            .with_state(self.clone())
+    }
+}
+
+/// The ticket is the idempotency key of a withdrawal: every call with one ticket, from
+/// whichever client, gets the first call's outcome. Tickets are random ids the shop
+/// issued, unique by construction, so one key space serves every client.
+fn withdrawal_idempotency() -> IdempotencyLayer {
+    IdempotencyLayer::new()
+        .with_methods([Method::PUT])
+        .with_key_fn(|head, _body| {
+            let ticket = head.uri.path().rsplit('/').next()?;
+            Some(format!("withdrawal:{ticket}"))
+        })
+        .with_key_scope(KeyScope::Shared)
+        .with_required(true)
+}

@@ -1,0 +1,156 @@
+//! Orders: the browser's order form (form token + anti-repeat window) and the JSON API
+//! (`Idempotency-Key`).
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, Redirect};
+use axum::{Form, Json};
+use idem_axum::{FormToken, avoid_repeat};
+use serde::Deserialize;
+
+use crate::app::Shop;
+use crate::client::Client;
+use crate::db::{Order, Product};
+use crate::error::{ApiError, PageError};
+
+/// The most of one product one order may hold.
+const MAX_QUANTITY: i64 = 99;
+
+/// The order form of one product.
+#[derive(Template)]
+#[template(path = "order_form.html")]
+struct OrderFormPage {
+    product: Product,
+    /// The one-time token's hidden input, already HTML.
+    token_input: String,
+}
+
+/// An order's page.
+#[derive(Template)]
+#[template(path = "order.html")]
+struct OrderPage {
+    order: Order,
+    product: Product,
+}
+
+/// `?product_id=N`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ProductQuery {
+    product_id: i64,
+}
+
+/// What the order form and the API post.
+#[derive(Debug, Deserialize)]
+pub(crate) struct NewOrder {
+    product_id: i64,
+    quantity: i64,
+}
+
+impl NewOrder {
+    fn quantity_is_valid(&self) -> bool {
+        (1..=MAX_QUANTITY).contains(&self.quantity)
+    }
+}
+
+/// `GET /orders/new?product_id=N`: the form, with a fresh one-time token.
+pub(crate) async fn new_form(
+    State(shop): State<Shop>,
+    Query(query): Query<ProductQuery>,
+    token: FormToken,
+) -> Result<Html<String>, PageError> {
+    let product = Product::find(shop.db(), query.product_id)
+        .await?
+        .ok_or(PageError::new(
+            StatusCode::NOT_FOUND,
+            "There is no such product.",
+        ))?;
+    let page = OrderFormPage {
+        product,
+        token_input: token.hidden_input(),
+    };
+    Ok(Html(page.render()?))
+}
+
+/// `POST /orders`: places the order once, then sends the browser to its page
+/// (post/redirect/get, so a reload of the result repeats a `GET`, not the order).
+///
+/// The form token (verified by the route's layer) makes each rendered form good for one
+/// order; the window refuses a second order from the same browser for a few seconds,
+/// such as one from the same form opened twice.
+#[avoid_repeat(
+    timeout = "5s",
+    message = "This order was already submitted. 请勿重复提交"
+)]
+pub(crate) async fn place(
+    State(shop): State<Shop>,
+    headers: HeaderMap,
+    Form(form): Form<NewOrder>,
+) -> Result<Redirect, PageError> {
+    // The session layer gives every page request a session, so this only fails for a
+    // request that was built by hand without one; the guards refuse those first.
+    let client = Client::of(&headers).ok_or(PageError::new(
+        StatusCode::BAD_REQUEST,
+        "Your browser sent no session cookie.",
+    ))?;
+    if !form.quantity_is_valid() {
+        return Err(PageError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "The quantity must be between 1 and 99.",
+        ));
+    }
+    if Product::find(shop.db(), form.product_id).await?.is_none() {
+        return Err(PageError::new(
+            StatusCode::NOT_FOUND,
+            "There is no such product.",
+        ));
+    }
+    let order = Order::insert(shop.db(), form.product_id, form.quantity, &client.label()).await?;
+    Ok(Redirect::to(&format!("/orders/{}", order.id)))
+}
+
+/// `GET /orders/{id}`: the order's page.
+pub(crate) async fn show(
+    State(shop): State<Shop>,
+    Path(id): Path<i64>,
+) -> Result<Html<String>, PageError> {
+    let not_found = || PageError::new(StatusCode::NOT_FOUND, "There is no such order.");
+    let order = Order::find(shop.db(), id).await?.ok_or_else(not_found)?;
+    let product = Product::find(shop.db(), order.product_id)
+        .await?
+        .ok_or_else(not_found)?;
+    Ok(Html(OrderPage { order, product }.render()?))
+}
+
+/// `GET /api/orders`: every order.
+pub(crate) async fn list(State(shop): State<Shop>) -> Result<Json<Vec<Order>>, ApiError> {
+    let orders = sqlx::query_as("SELECT id, product_id, quantity, client FROM orders ORDER BY id")
+        .fetch_all(shop.db())
+        .await?;
+    Ok(Json(orders))
+}
+
+/// `POST /api/orders`: places an order; the route's `IdempotencyLayer` makes a retry with
+/// the same `Idempotency-Key` get this response again instead of a second order.
+pub(crate) async fn create(
+    State(shop): State<Shop>,
+    headers: HeaderMap,
+    Json(order): Json<NewOrder>,
+) -> Result<(StatusCode, Json<Order>), ApiError> {
+    // The runtime's client key already required one of the two.
+    let client = Client::of(&headers).ok_or(ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "send an X-User-Id header",
+    ))?;
+    if !order.quantity_is_valid() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "quantity must be between 1 and 99",
+        ));
+    }
+    if Product::find(shop.db(), order.product_id).await?.is_none() {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such product"));
+    }
+    let order = Order::insert(shop.db(), order.product_id, order.quantity, &client.label()).await?;
+    Ok((StatusCode::CREATED, Json(order)))
+}
