@@ -1,0 +1,731 @@
+//! The shop's HTTP contract, on `MemoryStore` and on a real Redis (the harness starts
+//! `redis-server`): every route and every duplicate path, counted in the database —
+//! orders rows, payments, balances, stock — not only in status codes. Then two shop
+//! instances on one store and one SQLite file, as two processes behind a load balancer
+//! would be.
+//!
+//! These tests live beside the shop (not in `tests/`) because they drive its router
+//! (`Shop::router`, no sockets) and read its database; they borrow only the workspace's
+//! store harness.
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use example_webshop::Shop;
+use idem_tests::{Backend, all_at_once};
+use serde_json::{Value, json};
+use sqlx::SqlitePool;
+use tempfile::TempDir;
+use tower::ServiceExt;
+
+idem_tests::on_every_store!(
+    pages_show_products_and_hand_out_a_session,
+    a_form_places_one_order_however_often_it_is_posted,
+    a_double_click_places_one_order,
+    a_second_form_inside_the_window_is_refused_for_that_browser_only,
+    form_posts_without_token_or_session_are_refused_and_place_nothing,
+    api_order_retries_replay_the_first_order,
+    concurrent_api_retries_place_one_order,
+    api_orders_need_a_key_and_a_client_and_good_json,
+    payment_callbacks_pay_once_per_source_and_seq,
+    withdrawals_deduct_once_per_ticket,
+    insufficient_funds_is_the_tickets_recorded_outcome,
+    seckill_sells_one_voucher_per_user_and_stops_at_zero,
+    two_instances_place_one_order_for_duplicates_split_across_them,
+    two_instances_sell_exactly_the_stock_to_200_buyers,
+);
+
+/// One shop instance under test, on a database of its own (or shared, see
+/// [`TestShop::another_instance`]).
+struct TestShop<B> {
+    router: Router,
+    db: SqlitePool,
+    url: String,
+    backend: B,
+    _dir: TempDir,
+}
+
+impl<B: Backend> TestShop<B> {
+    async fn start() -> Self {
+        let backend = B::start();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("shop.db").display());
+        let db = example_webshop::connect(&url).await.expect("the database");
+        let router = Shop::new(db.clone(), backend.store()).router();
+        Self {
+            router,
+            db,
+            url,
+            backend,
+            _dir: dir,
+        }
+    }
+
+    /// A second instance on the same database file and the same store data, with its own
+    /// connections to both.
+    async fn another_instance(&self) -> Router {
+        let db = example_webshop::connect(&self.url)
+            .await
+            .expect("the database");
+        Shop::new(db, self.backend.store_of_another_instance()).router()
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(&self.db)
+            .await
+            .expect("a count")
+    }
+}
+
+/// A response, read whole.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("a JSON body")
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+async fn send(router: &Router, request: Request<Body>) -> Answer {
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    let (parts, body) = response.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .expect("a whole body");
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+fn get(uri: &str, cookie: Option<&str>) -> Request<Body> {
+    let mut request = Request::get(uri);
+    if let Some(session) = cookie {
+        request = request.header(header::COOKIE, format!("shop_session={session}"));
+    }
+    request.body(Body::empty()).expect("a request")
+}
+
+fn json_request(
+    method: Method,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Request<Body> {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request
+        .body(Body::from(body.to_string()))
+        .expect("a request")
+}
+
+fn form_post(session: &str, form: &str) -> Request<Body> {
+    Request::post("/orders")
+        .header(header::COOKIE, format!("shop_session={session}"))
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT, "text/html")
+        .body(Body::from(form.to_owned()))
+        .expect("a request")
+}
+
+/// Opens the order form of product 1 as `session` and returns its one-time token.
+async fn form_token(router: &Router, session: &str) -> String {
+    let page = send(router, get("/orders/new?product_id=1", Some(session))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let html = page.text();
+    let start = html
+        .find("name=\"form_token\" value=\"")
+        .expect("a token field")
+        + "name=\"form_token\" value=\"".len();
+    let len = html[start..].find('"').expect("a closing quote");
+    html[start..start + len].to_owned()
+}
+
+fn order_form(token: &str) -> String {
+    format!("product_id=1&quantity=2&form_token={token}")
+}
+
+async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let front = send(&shop.router, get("/", None)).await;
+    assert_eq!(front.status, StatusCode::OK);
+    assert!(front.text().contains("Hand grinder"), "{}", front.text());
+    let cookie = front.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.starts_with("shop_session="), "{cookie}");
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+
+    // A browser that has its session gets no new one.
+    let again = send(&shop.router, get("/", Some("s1"))).await;
+    assert!(again.headers.get(header::SET_COOKIE).is_none());
+
+    // The first page a browser opens is the order form: its token is that new session's.
+    let form = send(&shop.router, get("/orders/new?product_id=1", None)).await;
+    assert_eq!(form.status, StatusCode::OK);
+    let session = form.headers[header::SET_COOKIE].to_str().unwrap();
+    let session = session
+        .trim_start_matches("shop_session=")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let html = form.text();
+    let start = html.find("name=\"form_token\" value=\"").unwrap() + 25;
+    let token = &html[start..start + html[start..].find('"').unwrap()];
+    let placed = send(&shop.router, form_post(&session, &order_form(token))).await;
+    assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
+
+    let missing = send(&shop.router, get("/orders/new?product_id=99", Some("s1"))).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    let bad = send(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        send(&shop.router, get("/orders/99", Some("s1")))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+async fn a_form_places_one_order_however_often_it_is_posted<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let token = form_token(&shop.router, "s1").await;
+    let placed = send(&shop.router, form_post("s1", &order_form(&token))).await;
+    assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
+    assert_eq!(placed.headers[header::LOCATION], "/orders/1");
+
+    // Back and submit again, or the browser's re-POST: the token is spent.
+    for _ in 0..3 {
+        let repeat = send(&shop.router, form_post("s1", &order_form(&token))).await;
+        assert_eq!(repeat.status, StatusCode::CONFLICT);
+        assert!(repeat.text().contains("请勿重复提交"), "{}", repeat.text());
+    }
+    // The page the redirect leads to; reloading it is a GET and places nothing.
+    for _ in 0..2 {
+        let page = send(&shop.router, get("/orders/1", Some("s1"))).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(page.text().contains("Order 1"));
+    }
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 1);
+    let orders = send(&shop.router, get("/api/orders", None)).await.json();
+    assert_eq!(orders[0]["product_id"], 1);
+    assert_eq!(orders[0]["quantity"], 2);
+    assert!(
+        orders[0]["client"]
+            .as_str()
+            .unwrap()
+            .starts_with("browser:")
+    );
+}
+
+async fn a_double_click_places_one_order<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let token = form_token(&shop.router, "s1").await;
+    let router = shop.router.clone();
+    let statuses = all_at_once(20, |_| {
+        let (router, form) = (router.clone(), order_form(&token));
+        async move { send(&router, form_post("s1", &form)).await.status }
+    })
+    .await;
+    let placed = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SEE_OTHER)
+        .count();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CONFLICT)
+        .count();
+    assert_eq!((placed, refused), (1, 19), "{statuses:?}");
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 1);
+}
+
+async fn a_second_form_inside_the_window_is_refused_for_that_browser_only<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let first = form_token(&shop.router, "s1").await;
+    let second = form_token(&shop.router, "s1").await;
+    let other = form_token(&shop.router, "s2").await;
+    assert_eq!(
+        send(&shop.router, form_post("s1", &order_form(&first)))
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
+    // A fresh token, but the same browser inside `#[avoid_repeat]`'s window.
+    assert_eq!(
+        send(&shop.router, form_post("s1", &order_form(&second)))
+            .await
+            .status,
+        StatusCode::CONFLICT
+    );
+    // Another browser is not blocked, and one browser cannot spend another's token.
+    assert_eq!(
+        send(&shop.router, form_post("s1", &order_form(&other)))
+            .await
+            .status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        send(&shop.router, form_post("s2", &order_form(&other)))
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);
+}
+
+async fn form_posts_without_token_or_session_are_refused_and_place_nothing<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let no_token = send(&shop.router, form_post("s1", "product_id=1&quantity=1")).await;
+    assert_eq!(no_token.status, StatusCode::BAD_REQUEST);
+    let forged = send(&shop.router, form_post("s1", &order_form("forged"))).await;
+    assert_eq!(forged.status, StatusCode::CONFLICT);
+    let token = form_token(&shop.router, "s1").await;
+    let bad_quantity = send(
+        &shop.router,
+        form_post("s1", &format!("product_id=1&quantity=0&form_token={token}")),
+    )
+    .await;
+    assert_eq!(bad_quantity.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 0);
+}
+
+fn api_order(key: &str, user: &str, body: &Value) -> Request<Body> {
+    json_request(
+        Method::POST,
+        "/api/orders",
+        &[("idempotency-key", key), ("x-user-id", user)],
+        body,
+    )
+}
+
+async fn api_order_retries_replay_the_first_order<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let body = json!({ "product_id": 2, "quantity": 3 });
+    let first = send(&shop.router, api_order("k1", "7", &body)).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(
+        first.json(),
+        json!({ "id": 1, "product_id": 2, "quantity": 3, "client": "user:7" })
+    );
+    for _ in 0..3 {
+        let retry = send(&shop.router, api_order("k1", "7", &body)).await;
+        assert_eq!(retry.status, StatusCode::CREATED);
+        assert_eq!(retry.body, first.body);
+        assert_eq!(retry.headers["idempotent-replayed"], "true");
+    }
+    // The same key with another order is refused; another user's key is their own.
+    let other = json!({ "product_id": 2, "quantity": 4 });
+    assert_eq!(
+        send(&shop.router, api_order("k1", "7", &other))
+            .await
+            .status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        send(&shop.router, api_order("k1", "8", &body)).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);
+    let orders = send(&shop.router, get("/api/orders", None)).await;
+    assert_eq!(orders.status, StatusCode::OK);
+    assert_eq!(orders.json().as_array().unwrap().len(), 2);
+}
+
+async fn concurrent_api_retries_place_one_order<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let router = shop.router.clone();
+    let statuses = all_at_once(20, |_| {
+        let router = router.clone();
+        async move {
+            let body = json!({ "product_id": 1, "quantity": 1 });
+            send(&router, api_order("k", "7", &body)).await.status
+        }
+    })
+    .await;
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::CREATED || *s == StatusCode::CONFLICT),
+        "{statuses:?}"
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 1);
+}
+
+async fn api_orders_need_a_key_and_a_client_and_good_json<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let body = json!({ "product_id": 1, "quantity": 1 });
+    let no_key = json_request(Method::POST, "/api/orders", &[("x-user-id", "7")], &body);
+    assert_eq!(
+        send(&shop.router, no_key).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let no_client = json_request(
+        Method::POST,
+        "/api/orders",
+        &[("idempotency-key", "k")],
+        &body,
+    );
+    assert_eq!(
+        send(&shop.router, no_client).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let broken = Request::post("/api/orders")
+        .header("idempotency-key", "k2")
+        .header("x-user-id", "7")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{\"product_id\":"))
+        .unwrap();
+    assert!(send(&shop.router, broken).await.status.is_client_error());
+    let no_product = json!({ "product_id": 99, "quantity": 1 });
+    assert_eq!(
+        send(&shop.router, api_order("k3", "7", &no_product))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 0);
+}
+
+fn callback(body: &Value, caller: &str) -> Request<Body> {
+    // Callers differ by address in life; here by a header the shop must not care about.
+    json_request(
+        Method::POST,
+        "/api/payments/callback",
+        &[("x-forwarded-for", caller)],
+        body,
+    )
+}
+
+async fn payment_callbacks_pay_once_per_source_and_seq<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let order = json!({ "product_id": 1, "quantity": 1 });
+    assert_eq!(
+        send(&shop.router, api_order("k", "7", &order)).await.status,
+        StatusCode::CREATED
+    );
+
+    let paid = json!({ "source": "alipay", "seq": 42, "order_id": 1, "amount": 2400 });
+    let first = send(&shop.router, callback(&paid, "10.0.0.1")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.json(), json!({ "payment_id": 1, "status": "paid" }));
+    // The back channel, from another address, and the provider's retries.
+    for caller in ["10.0.0.2", "10.0.0.1"] {
+        let repeat = send(&shop.router, callback(&paid, caller)).await;
+        assert_eq!(repeat.status, StatusCode::OK);
+        assert_eq!(repeat.body, first.body);
+    }
+    let other = json!({ "source": "alipay", "seq": 42, "order_id": 1, "amount": 1 });
+    assert_eq!(
+        send(&shop.router, callback(&other, "10.0.0.1"))
+            .await
+            .status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    // Many deliveries of a new pair at once: one payment.
+    let router = shop.router.clone();
+    let next = json!({ "source": "wechat", "seq": 1, "order_id": 1, "amount": 2400 });
+    let statuses = all_at_once(20, |_| {
+        let (router, next) = (router.clone(), next.clone());
+        async move { send(&router, callback(&next, "10.0.0.3")).await.status }
+    })
+    .await;
+    assert!(statuses.contains(&StatusCode::OK), "{statuses:?}");
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 2);
+
+    let broken = Request::post("/api/payments/callback")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{not json"))
+        .unwrap();
+    assert_eq!(
+        send(&shop.router, broken).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let no_order = json!({ "source": "alipay", "seq": 43, "order_id": 9, "amount": 1 });
+    assert_eq!(
+        send(&shop.router, callback(&no_order, "10.0.0.1"))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 2);
+}
+
+async fn new_ticket(router: &Router) -> String {
+    let ticket = send(
+        router,
+        Request::post("/api/tickets").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(ticket.status, StatusCode::CREATED);
+    ticket.json()["ticket_id"]
+        .as_str()
+        .expect("a ticket id")
+        .to_owned()
+}
+
+fn withdraw(account: i64, ticket: &str, amount: i64) -> Request<Body> {
+    json_request(
+        Method::PUT,
+        &format!("/api/accounts/{account}/withdrawals/{ticket}"),
+        &[],
+        &json!({ "amount": amount }),
+    )
+}
+
+async fn balance(router: &Router) -> i64 {
+    let account = send(router, get("/api/accounts/1", None)).await;
+    assert_eq!(account.status, StatusCode::OK);
+    assert_eq!(account.json()["id"], 1);
+    account.json()["balance"].as_i64().unwrap()
+}
+
+async fn withdrawals_deduct_once_per_ticket<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    assert_eq!(balance(&shop.router).await, 1000);
+    let ticket = new_ticket(&shop.router).await;
+    let first = send(&shop.router, withdraw(1, &ticket, 300)).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.json(),
+        json!({ "ticket_id": ticket, "amount": 300, "balance": 700 })
+    );
+    for _ in 0..3 {
+        let retry = send(&shop.router, withdraw(1, &ticket, 300)).await;
+        assert_eq!(retry.status, StatusCode::OK);
+        assert_eq!(retry.body, first.body);
+    }
+    assert_eq!(balance(&shop.router).await, 700);
+    // The ticket cannot be spent on another amount or another account.
+    assert_eq!(
+        send(&shop.router, withdraw(1, &ticket, 1)).await.status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    // Concurrent retries of one new ticket: one deduction.
+    let ticket = new_ticket(&shop.router).await;
+    let router = shop.router.clone();
+    let statuses = all_at_once(20, |_| {
+        let (router, ticket) = (router.clone(), ticket.clone());
+        async move { send(&router, withdraw(1, &ticket, 100)).await.status }
+    })
+    .await;
+    assert!(statuses.contains(&StatusCode::OK), "{statuses:?}");
+    assert_eq!(balance(&shop.router).await, 600);
+    assert_eq!(shop.count("SELECT COUNT(*) FROM withdrawals").await, 2);
+
+    assert_eq!(
+        send(&shop.router, withdraw(1, "no-such-ticket", 1))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let ticket = new_ticket(&shop.router).await;
+    assert_eq!(
+        send(&shop.router, withdraw(1, &ticket, 0)).await.status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        send(
+            &shop.router,
+            withdraw(9, &new_ticket(&shop.router).await, 1)
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        send(&shop.router, get("/api/accounts/9", None))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(balance(&shop.router).await, 600);
+}
+
+async fn insufficient_funds_is_the_tickets_recorded_outcome<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let ticket = new_ticket(&shop.router).await;
+    let refused = send(&shop.router, withdraw(1, &ticket, 5000)).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    assert_eq!(refused.json()["balance"], 1000);
+    assert_eq!(refused.json()["ticket_id"], ticket.as_str());
+    // Money arrives; the ticket's outcome stays what it was.
+    sqlx::query("UPDATE accounts SET balance = 10000 WHERE id = 1")
+        .execute(&shop.db)
+        .await
+        .unwrap();
+    let retry = send(&shop.router, withdraw(1, &ticket, 5000)).await;
+    assert_eq!(retry.status, StatusCode::CONFLICT);
+    assert_eq!(retry.body, refused.body);
+    assert_eq!(balance(&shop.router).await, 10000);
+}
+
+fn seckill(voucher: i64, user: Option<&str>) -> Request<Body> {
+    let mut request = Request::post(format!("/api/vouchers/{voucher}/seckill"));
+    if let Some(user) = user {
+        request = request.header("x-user-id", user);
+    }
+    request.body(Body::empty()).unwrap()
+}
+
+async fn voucher(router: &Router) -> Value {
+    let voucher = send(router, get("/api/vouchers/1", None)).await;
+    assert_eq!(voucher.status, StatusCode::OK);
+    voucher.json()
+}
+
+async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    assert_eq!(
+        voucher(&shop.router).await,
+        json!({ "id": 1, "stock": 100, "sold": 0 })
+    );
+    assert_eq!(
+        send(&shop.router, seckill(1, Some("u1"))).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        send(&shop.router, seckill(1, Some("u1"))).await.status,
+        StatusCode::CONFLICT
+    );
+
+    // One user's many clicks at once: one voucher.
+    let router = shop.router.clone();
+    let statuses = all_at_once(20, |_| {
+        let router = router.clone();
+        async move { send(&router, seckill(1, Some("u2"))).await.status }
+    })
+    .await;
+    let bought = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CREATED)
+        .count();
+    assert_eq!(bought, 1, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::CREATED || *s == StatusCode::CONFLICT)
+    );
+    assert_eq!(
+        voucher(&shop.router).await,
+        json!({ "id": 1, "stock": 98, "sold": 2 })
+    );
+
+    sqlx::query("UPDATE vouchers SET stock = 1 WHERE id = 1")
+        .execute(&shop.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        send(&shop.router, seckill(1, Some("u3"))).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        send(&shop.router, seckill(1, Some("u4"))).await.status,
+        StatusCode::GONE
+    );
+    assert_eq!(voucher(&shop.router).await["stock"], 0);
+
+    assert_eq!(
+        send(&shop.router, seckill(1, None)).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        send(&shop.router, seckill(9, Some("u5"))).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        send(&shop.router, get("/api/vouchers/9", None))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM voucher_orders").await, 3);
+}
+
+async fn two_instances_place_one_order_for_duplicates_split_across_them<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let instances = [shop.router.clone(), shop.another_instance().await];
+
+    // A double-clicked form, its posts spread over both instances.
+    let token = form_token(&instances[0], "s1").await;
+    let routers = instances.clone();
+    let statuses = all_at_once(20, |i| {
+        let (router, form) = (routers[i % 2].clone(), order_form(&token));
+        async move { send(&router, form_post("s1", &form)).await.status }
+    })
+    .await;
+    let placed = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SEE_OTHER)
+        .count();
+    assert_eq!(placed, 1, "{statuses:?}");
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 1);
+
+    // An API client's retries, spread the same way.
+    let routers = instances.clone();
+    all_at_once(20, |i| {
+        let router = routers[i % 2].clone();
+        async move {
+            let body = json!({ "product_id": 1, "quantity": 1 });
+            send(&router, api_order("k", "7", &body)).await.status
+        }
+    })
+    .await;
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);
+    let retry = send(
+        &instances[1],
+        api_order("k", "7", &json!({ "product_id": 1, "quantity": 1 })),
+    )
+    .await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert_eq!(retry.json()["id"], 2);
+}
+
+async fn two_instances_sell_exactly_the_stock_to_200_buyers<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let instances = [shop.router.clone(), shop.another_instance().await];
+    // 200 buyers, each clicking twice — once on each instance.
+    let routers = instances.clone();
+    let statuses = all_at_once(400, |i| {
+        let router = routers[i % 2].clone();
+        let user = format!("buyer-{}", i / 2);
+        async move { send(&router, seckill(1, Some(&user))).await.status }
+    })
+    .await;
+    let bought = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CREATED)
+        .count();
+    assert_eq!(bought, 100, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| [StatusCode::CREATED, StatusCode::CONFLICT, StatusCode::GONE].contains(s)),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        voucher(&instances[1]).await,
+        json!({ "id": 1, "stock": 0, "sold": 100 })
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM voucher_orders").await, 100);
+    assert_eq!(
+        shop.count("SELECT COUNT(DISTINCT user_id) FROM voucher_orders")
+            .await,
+        100
+    );
+}
