@@ -1,0 +1,309 @@
+#!/usr/bin/env bash
+# End-to-end HTTP benchmark: what each guarded request costs through axum, on MemoryStore
+# and on Redis, next to the bare handler and to redis-benchmark on the same server.
+#
+#   bench/http.sh          # about 4 minutes; writes bench/results/http.md (+ *.raw)
+#
+# IDEM_BENCH_DURATION (5s), IDEM_BENCH_CONNECTIONS (32) and IDEM_BENCH_ROUNDS (3) change
+# the wrk runs. Everything listens on 127.0.0.1 only, and everything started here is stopped on
+# exit. See BENCHMARKS.md, "HTTP end to end", for what each case measures.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$PWD
+results=$root/bench/results
+duration=${IDEM_BENCH_DURATION:-5s}
+# Every case once per round, and the median of the rounds reported: this VM's throughput
+# drifts by a quarter within a minute, which one long run per case would pin on
+# whichever cases it happened to hit.
+rounds=${IDEM_BENCH_ROUNDS:-3}
+connections=${IDEM_BENCH_CONNECTIONS:-32}
+flood_keys=1000000
+flood_ttl_ms=10000
+# Enough SETs for redis-benchmark to run about as long as one wrk case here.
+benchmark_requests=$((connections * 3000))
+
+# --- tools -----------------------------------------------------------------------------
+missing=()
+command -v wrk >/dev/null || missing+=(wrk)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-benchmark >/dev/null || missing+=(redis-tools)
+command -v curl >/dev/null || missing+=(curl)
+if ((${#missing[@]})); then
+    if [[ $(id -u) != 0 ]]; then
+        echo "missing: ${missing[*]}; install them (Debian: apt-get install -y ${missing[*]})" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+# The server gets one core; wrk, redis-server and redis-benchmark the other. On a machine
+# with one core there is nothing to split.
+if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
+    on_server_core=(taskset -c 0)
+    on_load_core=(taskset -c 1)
+    core_split="server on CPU 0 (1 tokio worker); wrk, redis-server on CPU 1; redis-benchmark on CPU 0 (the client's core, the server idle meanwhile)"
+else
+    on_server_core=()
+    on_load_core=()
+    core_split="not pinned ($(nproc) CPU)"
+fi
+
+cargo build --release --quiet -p idem-bench
+mkdir -p "$results"
+
+# --- processes -------------------------------------------------------------------------
+pids=()
+stop_all() {
+    local pid
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+}
+trap stop_all EXIT
+
+free_port() {
+    local port
+    while :; do
+        port=$(shuf -i 20000-60999 -n 1)
+        if [[ -z $(ss -Htln "sport = :$port") ]]; then
+            echo "$port"
+            return
+        fi
+    done
+}
+
+redis_port=$(free_port)
+"${on_load_core[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' \
+    --appendonly no --logfile "$results/redis-server.raw" &
+pids+=($!)
+server_port=$(free_port)
+while [[ $server_port == "$redis_port" ]]; do server_port=$(free_port); done
+"${on_server_core[@]}" "$root/target/release/idem-bench" --port "$server_port" \
+    --redis "redis://127.0.0.1:$redis_port" --workers 1 >"$results/server.raw" 2>&1 &
+server_pid=$!
+pids+=("$server_pid")
+
+redis() { redis-cli -h 127.0.0.1 -p "$redis_port" "$@"; }
+base=http://127.0.0.1:$server_port
+for _ in $(seq 100); do
+    if redis ping >/dev/null 2>&1 && curl -sf "$base/flood" >/dev/null; then break; fi
+    sleep 0.1
+done
+curl -sf "$base/flood" >/dev/null || { echo "the bench server did not start" >&2; exit 1; }
+
+# --- measurements ----------------------------------------------------------------------
+rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$server_pid/status"; }
+flood_entries() { curl -sf "$base/flood" | sed 's/entries=//'; }
+wait_until_empty() {
+    local waited=0
+    while (($(flood_entries) > 0)) && ((waited < 60)); do
+        sleep 1
+        waited=$((waited + 1))
+    done
+}
+
+# "user nice system idle iowait irq softirq steal" of each CPU, one line per CPU.
+cpu_times() { awk '/^cpu[0-9]/ {print $1, $2, $3, $4, $5, $6, $7, $8, $9}' /proc/stat; }
+# Percent busy and percent stolen of each CPU between two cpu_times snapshots, as
+# "busy0,steal0,busy1,steal1,...".
+cpu_use() {
+    awk 'NR == FNR {for (i = 2; i <= 9; i++) a[$1, i] = $i; next}
+         {total = 0; for (i = 2; i <= 9; i++) {d[i] = $i - a[$1, i]; total += d[i]}
+          busy = d[2] + d[3] + d[4] + d[7] + d[8]
+          printf "%s%d,%d", (FNR > 1 ? "," : ""), 100 * busy / total, 100 * d[9] / total}
+         END {print ""}' "$1" "$2"
+}
+
+commandstats() { redis info commandstats | tr -d '\r' | sed -n 's/^cmdstat_\([^:]*\):calls=\([0-9]*\).*/\1 \2/p' | tr '|' '_'; }
+
+# wrk's figures: requests, requests/s, p50 and p99 in ms, non-2xx responses, socket errors.
+wrk_figures() {
+    awk 'function ms(v) {
+             if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000
+             return v }
+         / requests in / {requests = $1}
+         /^Requests\/sec:/ {rps = $2}
+         /^ +50%/ {p50 = ms($2)}
+         /^ +99%/ {p99 = ms($2)}
+         /Non-2xx/ {bad = $NF}
+         /Socket errors/ {errors = $0; sub(/.*errors: /, "", errors); gsub(/ /, "", errors)}
+         END {printf "%s %s %.3f %.3f %d %s\n", requests, rps, p50, p99, bad, (errors == "" ? "-" : errors)}' "$1"
+}
+
+echo "== memory flood: $flood_keys unique keys, TTL $((flood_ttl_ms / 1000)) s"
+rss_start=$(rss_kib)
+flood_started=$(date +%s.%N)
+curl -sf -X POST "$base/flood?n=$flood_keys&ttl_ms=$flood_ttl_ms" >/dev/null
+flood_seconds=$(awk -v a="$flood_started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+rss_full=$(rss_kib)
+entries_full=$(flood_entries)
+wait_until_empty
+sleep 2
+rss_expired=$(rss_kib)
+entries_expired=$(flood_entries)
+curl -sf -X POST "$base/flood?n=$flood_keys&ttl_ms=$flood_ttl_ms" >/dev/null
+rss_refilled=$(rss_kib)
+entries_refilled=$(flood_entries)
+wait_until_empty
+sleep 2
+rss_reexpired=$(rss_kib)
+entries_reexpired=$(flood_entries)
+echo "RSS KiB: start $rss_start, 1M live $rss_full ($entries_full entries, filled in ${flood_seconds}s), expired $rss_expired ($entries_expired), refilled $rss_refilled, expired again $rss_reexpired ($entries_reexpired)"
+
+# name | wrk script mode | URL path | store
+cases=(
+    "bare handler|fixed|/bare|none"
+    "avoid_repeat expire|new_client|/memory/avoid_repeat|memory"
+    "avoid_repeat finish|new_client|/memory/avoid_repeat_finish|memory"
+    "form token issue+verify|form|/memory|memory"
+    "idempotency first request|new_key|/memory/idempotency|memory"
+    "idempotency replay|same_key|/memory/idempotency|memory"
+    "lock acquire+release|new_client|/memory/lock|memory"
+    "avoid_repeat expire|new_client|/redis/avoid_repeat|redis"
+    "avoid_repeat finish|new_client|/redis/avoid_repeat_finish|redis"
+    "form token issue+verify|form|/redis|redis"
+    "idempotency first request|new_key|/redis/idempotency|redis"
+    "idempotency replay|same_key|/redis/idempotency|redis"
+    "lock acquire+release|new_client|/redis/lock|redis"
+)
+
+run_wrk() { # mode, url, connections, duration, output
+    IDEM_CASE=$1 "${on_load_core[@]}" wrk -t1 -c"$3" -d"$4" --latency \
+        -s "$root/bench/wrk/case.lua" "$base$2" >"$5"
+}
+
+redis_benchmark() { # output
+    "${on_server_core[@]}" redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$connections" \
+        -n "$benchmark_requests" -t set --csv >"$1"
+    awk -F'","' 'NR == 2 {print $2, $5, $7}' "$1"
+}
+
+# One line per case and round:
+# round|name|store|requests|rps|p50|p99|non2xx|errors|cpu|top-level|in scripts|by name
+figures=$results/figures.raw
+: >"$figures"
+: >"$results/redis-benchmark.raw"
+slug() { echo "$1-$2" | tr ' +' '__'; }
+for round in $(seq "$rounds"); do
+    benchmarked=""
+    for case in "${cases[@]}"; do
+        IFS='|' read -r name mode path store <<<"$case"
+        raw=$results/$(slug "$store" "$name")-$round
+        if [[ $store == redis && -z $benchmarked ]]; then
+            echo "== round $round: redis-benchmark -c $connections -n $benchmark_requests -t set"
+            redis_benchmark "$raw.redis-benchmark.raw" | tee -a "$results/redis-benchmark.raw"
+            benchmarked=yes
+        fi
+        echo "== round $round: $store: $name (wrk -c$connections -d$duration $path, $mode)"
+        if [[ $store == redis ]]; then commandstats >"$raw.commandstats-before.raw"; fi
+        cpu_times >"$raw.cpu-before.raw"
+        run_wrk "$mode" "$path" "$connections" "$duration" "$raw.wrk.raw"
+        cpu_times >"$raw.cpu-after.raw"
+        read -r requests rps p50 p99 bad errors < <(wrk_figures "$raw.wrk.raw")
+        cpu=$(cpu_use "$raw.cpu-before.raw" "$raw.cpu-after.raw")
+        top=- inner=- by_name=-
+        if [[ $store == redis ]]; then
+            commandstats >"$raw.commandstats-after.raw"
+            # Calls per request by command over the run, the bench's own INFO left out.
+            # Redis 7 counts a script's inner calls under their own names as well.
+            by_name=$(awk -v n="$requests" 'NR == FNR {before[$1] = $2; next}
+                $1 != "info" && $2 > before[$1] {printf "%s%s=%.3f", sep, $1, ($2 - before[$1]) / n; sep = ","}' \
+                "$raw.commandstats-before.raw" "$raw.commandstats-after.raw")
+            if ((round == 1)); then
+                # Which of them the server sent (round trips) and which ran inside a
+                # script: MONITOR marks the latter "[0 lua]". It slows Redis down, so it
+                # watches a short run of its own at low concurrency, once per case.
+                # Not in `pids`: it ends by itself when redis-server does.
+                redis-cli -h 127.0.0.1 -p "$redis_port" monitor >"$raw.monitor.raw" &
+                monitor_pid=$!
+                sleep 0.3
+                run_wrk "$mode" "$path" 4 1s "$raw.monitor-wrk.raw"
+                sleep 1
+                kill "$monitor_pid"
+                wait "$monitor_pid" 2>/dev/null || true
+                sampled=$(awk '/ requests in / {print $1}' "$raw.monitor-wrk.raw")
+                read -r top inner < <(awk -v n="$sampled" '$2 == "[0" && $3 ~ /^127/ {top++}
+                    $2 == "[0" && $3 == "lua]" {inner++}
+                    END {printf "%.3f %.3f\n", top / n, inner / n}' "$raw.monitor.raw")
+                awk '$2 == "[0" {print ($3 == "lua]" ? "script" : "top-level"), tolower($4)}' "$raw.monitor.raw" |
+                    sort | uniq -c >"$raw.monitor-summary.raw"
+            fi
+        fi
+        echo "$requests requests, $rps/s, p50 $p50 ms, p99 $p99 ms, non-2xx $bad, socket errors $errors, CPU busy,steal $cpu${by_name:+, calls/request $by_name, top-level $top, in scripts $inner}"
+        printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$round" "$name" "$store" "$requests" "$rps" \
+            "$p50" "$p99" "$bad" "$errors" "$cpu" "$top" "$inner" "$by_name" >>"$figures"
+    done
+done
+
+# --- report ----------------------------------------------------------------------------
+median_awk='function median(list,    v, n, i, j, t) {
+    n = split(list, v, " ")
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {t = v[j]; v[j] = v[j - 1]; v[j - 1] = t}
+    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+}'
+read -r rb rb_p50 rb_p99 < <(awk "$median_awk"'
+    {rps = rps " " $1; p50 = p50 " " $2; p99 = p99 " " $3}
+    END {print median(rps), median(p50), median(p99)}' "$results/redis-benchmark.raw")
+report=$results/http.md
+{
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' (+ uncommitted changes)'); $(nproc) vCPUs."
+    echo "wrk -t1 -c$connections -d$duration --latency per case and round, $rounds rounds, medians shown; $core_split."
+    echo
+    echo "| store | case | requests/s | p50 ms | p99 ms | × bare | Redis commands/request: top-level + in scripts | limit req/s | × limit | target | CPU 0 / CPU 1 busy (steal) |"
+    echo "|---|---|---:|---:|---:|---:|---|---:|---:|---|---|"
+    awk -F'|' -v rb="$rb" "$median_awk"'
+        !(($3, $2) in seen) {seen[$3, $2] = 1; order[++cases] = $3 SUBSEP $2}
+        {
+            k = $3 SUBSEP $2
+            rps[k] = rps[k] " " $5; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7
+            bad[k] += $8; if ($9 != "-") errors[k] = errors[k] " " $9
+            split($10, c, ","); for (i = 1; i <= 4; i++) cpu[k, i] += c[i]; runs[k]++
+            if ($11 != "-") {top[k] = $11; inner[k] = $12}
+        }
+        END {
+            bare = median(rps[order[1]])
+            for (i = 1; i <= cases; i++) {
+                k = order[i]; split(k, sn, SUBSEP); store = sn[1]; name = sn[2]
+                r = median(rps[k]); x = r / bare
+                cpus = sprintf("%d%% (%d%%) / %d%% (%d%%)", cpu[k, 1] / runs[k], cpu[k, 2] / runs[k], cpu[k, 3] / runs[k], cpu[k, 4] / runs[k])
+                if (store == "redis") {
+                    limit = rb / top[k]; if (limit > bare) limit = bare
+                    against = r / limit
+                    target = (against >= 0.7 ? "met" : "missed") sprintf(" (%.2f vs 0.7)", against)
+                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f + %.2f | %.0f | %.2f | %s | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, top[k], inner[k], limit, against, target, cpus
+                } else {
+                    target = (store == "memory") ? ((x >= 0.9 ? "met" : "missed") sprintf(" (%.2f vs 0.9)", x)) : "—"
+                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | — | — | — | %s | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, target, cpus
+                }
+                if (bad[k] > 0 || errors[k] != "") notes = notes sprintf("\n- %s %s: %d non-2xx responses over the rounds; socket errors:%s", store, name, bad[k], (errors[k] == "" ? " none" : errors[k]))
+            }
+            if (notes != "") print "\nNot every response was a 2xx:" notes
+        }' "$figures"
+    echo
+    printf 'redis-benchmark -c %s -n %s -t set, once a round before the Redis cases: median %.0f SET/s (p50 %s ms, p99 %s ms); all rounds: %s. A Redis case'"'"'s limit is the lower of the bare handler'"'"'s requests/s and that median divided by the case'"'"'s top-level commands per request.\n' \
+        "$connections" "$benchmark_requests" "$rb" "$rb_p50" "$rb_p99" "$(awk '{printf "%s%.0f", (NR > 1 ? ", " : ""), $1}' "$results/redis-benchmark.raw")"
+    echo
+    echo "Redis calls per request in the last round (\`INFO commandstats\`; a script's inner calls are counted under their own names too):"
+    echo
+    awk -F'|' -v last="$rounds" '$1 == last && $3 == "redis" {gsub(/,/, ", ", $13); gsub(/=/, " ", $13); printf "- %s: %s\n", $2, $13}' "$figures"
+    echo
+    echo "Memory flood ($flood_keys keys through \`MemoryStore::acquire\`, TTL $((flood_ttl_ms / 1000)) s, a store of its own, before any wrk case), the server's VmRSS:"
+    echo
+    echo "| moment | VmRSS MiB | entry_count |"
+    echo "|---|---:|---:|"
+    awk -v s="$rss_start" -v f="$rss_full" -v e="$rss_expired" -v r="$rss_refilled" -v a="$rss_reexpired" \
+        -v ef="$entries_full" -v er="$entries_refilled" -v ee="$entries_expired" -v ea="$entries_reexpired" -v fs="$flood_seconds" 'BEGIN {
+        printf "| started | %.1f | 0 |\n", s / 1024
+        printf "| 1M live keys (filled in %.2f s) | %.1f | %d |\n", fs, f / 1024, ef
+        printf "| expired and reclaimed | %.1f | %d |\n", e / 1024, ee
+        printf "| 1M live keys again | %.1f | %d |\n", r / 1024, er
+        printf "| expired again | %.1f | %d |\n", a / 1024, ea
+    }'
+} >"$report"
+echo
+cat "$report"
