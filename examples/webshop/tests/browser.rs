@@ -1,0 +1,195 @@
+//! The order form in a real browser: Debian's `chromium`, driven through
+//! `chromedriver` (WebDriver) with `fantoccini`. Double-click "Place order", reload the
+//! order page, press back and triple-click "Place order" on the form again: exactly one
+//! order exists. The refused duplicate's page is saved as a screenshot under Cargo's
+//! per-test temporary directory (`target/tmp/webshop-browser/refused-duplicate.png`).
+//!
+//! A missing `chromedriver` fails the test with a message that says how to install it,
+//! never a skip; `scripts/test.sh` installs it where it can. `IDEM_CHROMEDRIVER` names a
+//! binary that is not on `PATH`.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use example_webshop::Shop;
+use fantoccini::actions::{InputSource, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
+use fantoccini::{Client, ClientBuilder, Locator};
+use idem_axum::MemoryStore;
+use idem_tests::unused_port;
+use sqlx::SqlitePool;
+
+/// What the shop's refusals say (its form-token and window messages).
+const REFUSED: &str = "请勿重复提交";
+
+/// A `chromedriver` of this test's own, killed when dropped.
+struct ChromeDriver {
+    child: Child,
+    port: u16,
+}
+
+impl ChromeDriver {
+    fn start() -> Self {
+        let binary = std::env::var("IDEM_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+        let port = unused_port();
+        let child = Command::new(&binary)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!(
+                    "cannot run {binary:?} ({error}): install Debian's chromium and \
+                     chromium-driver (`apt-get install chromium chromium-driver`; \
+                     `bash scripts/test.sh` does it), or set IDEM_CHROMEDRIVER"
+                )
+            });
+        let driver = Self { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not listen on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        driver
+    }
+
+    async fn browser(&self) -> Client {
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                         "--disable-gpu", "--window-size=1024,768"]
+            }),
+        );
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{}", self.port))
+            .await
+            .expect("a chromium session")
+    }
+}
+
+impl Drop for ChromeDriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Clicks `element` `times` times in a row, as fast as a user's double or triple click.
+async fn click(browser: &Client, element: fantoccini::elements::Element, times: usize) {
+    let mut mouse = MouseActions::new("mouse".into()).then(PointerAction::MoveToElement {
+        element,
+        duration: None,
+        x: 0.0,
+        y: 0.0,
+    });
+    for _ in 0..times {
+        mouse = mouse
+            .then(PointerAction::Down {
+                button: MOUSE_BUTTON_LEFT,
+            })
+            .then(PointerAction::Up {
+                button: MOUSE_BUTTON_LEFT,
+            });
+    }
+    browser.perform_actions(mouse).await.expect("the clicks");
+}
+
+/// Waits until the page shows `text`, and returns its source.
+async fn page_with(browser: &Client, text: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(source) = browser.source().await
+            && source.contains(text)
+        {
+            return source;
+        }
+        assert!(Instant::now() < deadline, "no page with {text:?} came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every order, once the requests in flight have landed: the count must stay put.
+async fn settled_orders(db: &SqlitePool) -> i64 {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sqlx::query_scalar("SELECT COUNT(*) FROM orders")
+        .fetch_one(db)
+        .await
+        .expect("a count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn double_and_triple_clicks_reloads_and_back_place_one_order() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let db = example_webshop::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("shop.db").display()
+    ))
+    .await
+    .expect("the database");
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .expect("a port");
+    let base = format!("http://{}", listener.local_addr().expect("an address"));
+    let router = Shop::new(db.clone(), MemoryStore::new()).router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let driver = ChromeDriver::start();
+    let browser = driver.browser().await;
+
+    // Double-click "Place order".
+    browser
+        .goto(&format!("{base}/orders/new?product_id=1"))
+        .await
+        .expect("the order form");
+    let submit = browser
+        .find(Locator::Id("submit"))
+        .await
+        .expect("the button");
+    click(&browser, submit, 2).await;
+    page_with(&browser, "</h1>").await;
+    assert_eq!(settled_orders(&db).await, 1);
+
+    // Reload the order's page: a GET, nothing is ordered again.
+    browser
+        .goto(&format!("{base}/orders/1"))
+        .await
+        .expect("the order page");
+    for _ in 0..2 {
+        browser.refresh().await.expect("a reload");
+        page_with(&browser, "Order 1").await;
+    }
+    assert_eq!(settled_orders(&db).await, 1);
+
+    // Back to the form (past the double click's answer), and triple-click it again.
+    // Press back until the form is shown: once when the double click ended on the order
+    // page, twice when it ended on the refusal of its second click.
+    for _ in 0..2 {
+        browser.back().await.expect("back");
+        let url = browser.current_url().await.expect("a URL");
+        if url.path() == "/orders/new" {
+            break;
+        }
+    }
+    let submit = browser
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Id("submit"))
+        .await
+        .expect("the form again");
+    click(&browser, submit, 3).await;
+    page_with(&browser, REFUSED).await;
+    let screenshot = browser.screenshot().await.expect("a screenshot");
+    let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webshop-browser");
+    std::fs::create_dir_all(&artifacts).expect("the artifact directory");
+    std::fs::write(artifacts.join("refused-duplicate.png"), screenshot).expect("the screenshot");
+    assert_eq!(settled_orders(&db).await, 1);
+
+    browser.close().await.expect("the session closes");
+}
