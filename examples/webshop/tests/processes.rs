@@ -1,0 +1,174 @@
+//! Two shop *processes* — the `example-webshop` binary itself, started twice on two ports
+//! with `--redis` and `--db` pointing at one Redis and one SQLite file — spoken to over
+//! TCP, as a load balancer would spread one user's requests over two instances.
+//!
+//! `http.rs` checks the same with two routers in one process, on every store; this is
+//! the binary, its command line and its real sockets.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use idem_tests::{RedisServer, all_at_once};
+use serde_json::{Value, json};
+
+/// One running shop process, killed when dropped.
+struct ShopProcess {
+    child: Child,
+    base: String,
+}
+
+impl ShopProcess {
+    /// Starts the shop on a port of its choosing and waits for the URL it prints.
+    fn start(db: &str, redis: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_example-webshop"))
+            .args(["--port", "0", "--db", db, "--redis", redis])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the shop starts");
+        let stdout = child.stdout.take().expect("its stdout");
+        let base = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let url = line.split("open ").nth(1)?;
+                Some(url.trim().trim_end_matches('/').to_owned())
+            })
+            .expect("the shop prints its URL");
+        Self { child, base }
+    }
+}
+
+impl Drop for ShopProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type Http = Client<HttpConnector, Body>;
+
+/// Sends `request` and returns the status and the body.
+async fn send(http: &Http, request: Request<Body>) -> (StatusCode, Vec<u8>) {
+    let response = http.request(request).await.expect("the shop answers");
+    let status = response.status();
+    let body = axum::body::to_bytes(Body::new(response.into_body()), usize::MAX)
+        .await
+        .expect("a whole body");
+    (status, body.to_vec())
+}
+
+async fn get_json(http: &Http, url: String) -> Value {
+    let (status, body) = send(http, Request::get(url).body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    serde_json::from_slice(&body).expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_on_one_redis_and_one_database_act_as_one_shop() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let db = format!("sqlite://{}", dir.path().join("shop.db").display());
+    // One after the other, so the second finds the schema the first made.
+    let first = ShopProcess::start(&db, &redis.url());
+    let second = ShopProcess::start(&db, &redis.url());
+    let bases = [first.base.clone(), second.base.clone()];
+    let http: Http = Client::builder(TokioExecutor::new()).build_http();
+
+    // An API client's retries, spread over both.
+    let statuses = all_at_once(20, |i| {
+        let (http, url) = (http.clone(), format!("{}/api/orders", bases[i % 2]));
+        async move {
+            let request = Request::post(url)
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("x-user-id", "7")
+                .header("idempotency-key", "retry-me")
+                .body(Body::from(
+                    json!({ "product_id": 1, "quantity": 1 }).to_string(),
+                ))
+                .unwrap();
+            send(&http, request).await.0
+        }
+    })
+    .await;
+    assert!(statuses.contains(&StatusCode::CREATED), "{statuses:?}");
+    let orders = get_json(&http, format!("{}/api/orders", bases[1])).await;
+    assert_eq!(orders.as_array().map(Vec::len), Some(1), "{orders}");
+
+    // A double-clicked form: issued by one instance, its posts spread over both.
+    let (_, form) = send(
+        &http,
+        Request::get(format!("{}/orders/new?product_id=2", bases[0]))
+            .header(header::COOKIE, "shop_session=browser-1")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let form = String::from_utf8(form).expect("HTML");
+    let start = form.find("name=\"form_token\" value=\"").expect("a token") + 25;
+    let token = form[start..start + form[start..].find('"').unwrap()].to_owned();
+    let statuses = all_at_once(20, |i| {
+        let (http, url) = (http.clone(), format!("{}/orders", bases[i % 2]));
+        let body = format!("product_id=2&quantity=1&form_token={token}");
+        async move {
+            let request = Request::post(url)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .header(header::COOKIE, "shop_session=browser-1")
+                .body(Body::from(body))
+                .unwrap();
+            send(&http, request).await.0
+        }
+    })
+    .await;
+    let placed = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SEE_OTHER)
+        .count();
+    assert_eq!(placed, 1, "{statuses:?}");
+    let orders = get_json(&http, format!("{}/api/orders", bases[0])).await;
+    assert_eq!(orders.as_array().map(Vec::len), Some(2), "{orders}");
+
+    // The flash sale: 200 buyers, each clicking once on each instance, for 100 vouchers.
+    let statuses = all_at_once(400, |i| {
+        let (http, url) = (
+            http.clone(),
+            format!("{}/api/vouchers/1/seckill", bases[i % 2]),
+        );
+        let user = format!("buyer-{}", i / 2);
+        async move {
+            let request = Request::post(url)
+                .header("x-user-id", user)
+                .body(Body::empty())
+                .unwrap();
+            send(&http, request).await.0
+        }
+    })
+    .await;
+    let sold = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CREATED)
+        .count();
+    assert_eq!(sold, 100, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| [StatusCode::CREATED, StatusCode::CONFLICT, StatusCode::GONE].contains(s)),
+        "{statuses:?}"
+    );
+    let voucher = get_json(&http, format!("{}/api/vouchers/1", bases[1])).await;
+    assert_eq!(voucher, json!({ "id": 1, "stock": 0, "sold": 100 }));
+
+    // Each buyer at most once, as the database has it.
+    let pool = example_webshop::connect(&db).await.expect("the database");
+    let (rows, buyers): (i64, i64) =
+        sqlx::query_as("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM voucher_orders")
+            .fetch_one(&pool)
+            .await
+            .expect("counts");
+    assert_eq!((rows, buyers), (100, 100));
+}
