@@ -11,6 +11,27 @@
 //! | `PUT /api/accounts/{id}/withdrawals/{ticket_id}` | a retried withdrawal | the ticket is the idempotency key; one outcome row per ticket |
 //! | `POST /api/vouchers/{id}/seckill` | a flash-sale buyer's repeated clicks, many buyers at once | a [`idem_axum::Lock`] per user + a conditional `UPDATE` on stock; unique index |
 //!
+//! The HTTP contract (other tools drive the shop through these paths and shapes):
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | HTML product list |
+//! | `GET /orders/new?product_id=N` | HTML order form carrying a one-time form token |
+//! | `POST /orders` | form `product_id`, `quantity` + token: `303` to `/orders/{id}`; a spent, forged or other browser's token, or a second order from one browser within 5 s → `409` |
+//! | `GET /orders/{id}` | HTML order page |
+//! | `GET /api/orders` | JSON array of every order: `id`, `product_id`, `quantity`, `client` |
+//! | `POST /api/orders` | JSON `{product_id, quantity}`, `Idempotency-Key` and `X-User-Id` required: `201` + the order; retries replay it |
+//! | `POST /api/payments/callback` | JSON `{source, seq, order_id, amount}`: `200 {"payment_id", "status": "paid"}`, the same for every repeat; the pair with another payload → `422` |
+//! | `POST /api/tickets` | `201 {"ticket_id"}` |
+//! | `PUT /api/accounts/{id}/withdrawals/{ticket_id}` | JSON `{amount}`: `200 {ticket_id, amount, balance}` once per ticket and on every retry; insufficient funds → `409` (with `error`), the ticket's outcome for good |
+//! | `GET /api/accounts/{id}` | JSON `{id, balance}` |
+//! | `POST /api/vouchers/{id}/seckill` | `X-User-Id`: `201` bought, `409` bought already or in progress, `410` sold out |
+//! | `GET /api/vouchers/{id}` | JSON `{id, stock, sold}` |
+//!
+//! Unknown products, orders, accounts, tickets and vouchers are `404`; malformed input is
+//! a `4xx` that changes nothing. Seed data: three products, account 1 with balance 1000,
+//! voucher 1 with stock 100.
+//!
 //! **Who the client is.** One [`idem_axum::Idem`] has one client-key extractor, so the
 //! shop's says: the `X-User-Id` header when a request has one (the JSON API), else the
 //! anonymous `shop_session` cookie that every page hands out (the browser). A request

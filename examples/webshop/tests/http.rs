@@ -108,6 +108,11 @@ async fn send(router: &Router, request: Request<Body>) -> Answer {
     }
 }
 
+/// Only the status of the answer to `request`.
+async fn status(router: &Router, request: Request<Body>) -> StatusCode {
+    send(router, request).await.status
+}
+
 fn get(uri: &str, cookie: Option<&str>) -> Request<Body> {
     let mut request = Request::get(uri);
     if let Some(session) = cookie {
@@ -147,11 +152,13 @@ fn form_post(session: &str, form: &str) -> Request<Body> {
 async fn form_token(router: &Router, session: &str) -> String {
     let page = send(router, get("/orders/new?product_id=1", Some(session))).await;
     assert_eq!(page.status, StatusCode::OK);
-    let html = page.text();
-    let start = html
-        .find("name=\"form_token\" value=\"")
-        .expect("a token field")
-        + "name=\"form_token\" value=\"".len();
+    token_in(&page.text())
+}
+
+/// The one-time token in an order form's HTML.
+fn token_in(html: &str) -> String {
+    let field = "name=\"form_token\" value=\"";
+    let start = html.find(field).expect("a token field") + field.len();
     let len = html[start..].find('"').expect("a closing quote");
     html[start..start + len].to_owned()
 }
@@ -183,10 +190,8 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
         .next()
         .unwrap()
         .to_owned();
-    let html = form.text();
-    let start = html.find("name=\"form_token\" value=\"").unwrap() + 25;
-    let token = &html[start..start + html[start..].find('"').unwrap()];
-    let placed = send(&shop.router, form_post(&session, &order_form(token))).await;
+    let token = token_in(&form.text());
+    let placed = send(&shop.router, form_post(&session, &order_form(&token))).await;
     assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
 
     let missing = send(&shop.router, get("/orders/new?product_id=99", Some("s1"))).await;
@@ -194,9 +199,7 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
     let bad = send(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(
-        send(&shop.router, get("/orders/99", Some("s1")))
-            .await
-            .status,
+        status(&shop.router, get("/orders/99", Some("s1"))).await,
         StatusCode::NOT_FOUND
     );
 }
@@ -238,7 +241,7 @@ async fn a_double_click_places_one_order<B: Backend>() {
     let router = shop.router.clone();
     let statuses = all_at_once(20, |_| {
         let (router, form) = (router.clone(), order_form(&token));
-        async move { send(&router, form_post("s1", &form)).await.status }
+        async move { status(&router, form_post("s1", &form)).await }
     })
     .await;
     let placed = statuses
@@ -259,29 +262,21 @@ async fn a_second_form_inside_the_window_is_refused_for_that_browser_only<B: Bac
     let second = form_token(&shop.router, "s1").await;
     let other = form_token(&shop.router, "s2").await;
     assert_eq!(
-        send(&shop.router, form_post("s1", &order_form(&first)))
-            .await
-            .status,
+        status(&shop.router, form_post("s1", &order_form(&first))).await,
         StatusCode::SEE_OTHER
     );
     // A fresh token, but the same browser inside `#[avoid_repeat]`'s window.
     assert_eq!(
-        send(&shop.router, form_post("s1", &order_form(&second)))
-            .await
-            .status,
+        status(&shop.router, form_post("s1", &order_form(&second))).await,
         StatusCode::CONFLICT
     );
     // Another browser is not blocked, and one browser cannot spend another's token.
     assert_eq!(
-        send(&shop.router, form_post("s1", &order_form(&other)))
-            .await
-            .status,
+        status(&shop.router, form_post("s1", &order_form(&other))).await,
         StatusCode::CONFLICT
     );
     assert_eq!(
-        send(&shop.router, form_post("s2", &order_form(&other)))
-            .await
-            .status,
+        status(&shop.router, form_post("s2", &order_form(&other))).await,
         StatusCode::SEE_OTHER
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);
@@ -330,13 +325,11 @@ async fn api_order_retries_replay_the_first_order<B: Backend>() {
     // The same key with another order is refused; another user's key is their own.
     let other = json!({ "product_id": 2, "quantity": 4 });
     assert_eq!(
-        send(&shop.router, api_order("k1", "7", &other))
-            .await
-            .status,
+        status(&shop.router, api_order("k1", "7", &other)).await,
         StatusCode::UNPROCESSABLE_ENTITY
     );
     assert_eq!(
-        send(&shop.router, api_order("k1", "8", &body)).await.status,
+        status(&shop.router, api_order("k1", "8", &body)).await,
         StatusCode::CREATED
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);
@@ -352,7 +345,7 @@ async fn concurrent_api_retries_place_one_order<B: Backend>() {
         let router = router.clone();
         async move {
             let body = json!({ "product_id": 1, "quantity": 1 });
-            send(&router, api_order("k", "7", &body)).await.status
+            status(&router, api_order("k", "7", &body)).await
         }
     })
     .await;
@@ -369,10 +362,7 @@ async fn api_orders_need_a_key_and_a_client_and_good_json<B: Backend>() {
     let shop = TestShop::<B>::start().await;
     let body = json!({ "product_id": 1, "quantity": 1 });
     let no_key = json_request(Method::POST, "/api/orders", &[("x-user-id", "7")], &body);
-    assert_eq!(
-        send(&shop.router, no_key).await.status,
-        StatusCode::BAD_REQUEST
-    );
+    assert_eq!(status(&shop.router, no_key).await, StatusCode::BAD_REQUEST);
     let no_client = json_request(
         Method::POST,
         "/api/orders",
@@ -380,7 +370,7 @@ async fn api_orders_need_a_key_and_a_client_and_good_json<B: Backend>() {
         &body,
     );
     assert_eq!(
-        send(&shop.router, no_client).await.status,
+        status(&shop.router, no_client).await,
         StatusCode::BAD_REQUEST
     );
     let broken = Request::post("/api/orders")
@@ -389,12 +379,10 @@ async fn api_orders_need_a_key_and_a_client_and_good_json<B: Backend>() {
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from("{\"product_id\":"))
         .unwrap();
-    assert!(send(&shop.router, broken).await.status.is_client_error());
+    assert!(status(&shop.router, broken).await.is_client_error());
     let no_product = json!({ "product_id": 99, "quantity": 1 });
     assert_eq!(
-        send(&shop.router, api_order("k3", "7", &no_product))
-            .await
-            .status,
+        status(&shop.router, api_order("k3", "7", &no_product)).await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 0);
@@ -414,7 +402,7 @@ async fn payment_callbacks_pay_once_per_source_and_seq<B: Backend>() {
     let shop = TestShop::<B>::start().await;
     let order = json!({ "product_id": 1, "quantity": 1 });
     assert_eq!(
-        send(&shop.router, api_order("k", "7", &order)).await.status,
+        status(&shop.router, api_order("k", "7", &order)).await,
         StatusCode::CREATED
     );
 
@@ -430,9 +418,7 @@ async fn payment_callbacks_pay_once_per_source_and_seq<B: Backend>() {
     }
     let other = json!({ "source": "alipay", "seq": 42, "order_id": 1, "amount": 1 });
     assert_eq!(
-        send(&shop.router, callback(&other, "10.0.0.1"))
-            .await
-            .status,
+        status(&shop.router, callback(&other, "10.0.0.1")).await,
         StatusCode::UNPROCESSABLE_ENTITY
     );
 
@@ -441,7 +427,7 @@ async fn payment_callbacks_pay_once_per_source_and_seq<B: Backend>() {
     let next = json!({ "source": "wechat", "seq": 1, "order_id": 1, "amount": 2400 });
     let statuses = all_at_once(20, |_| {
         let (router, next) = (router.clone(), next.clone());
-        async move { send(&router, callback(&next, "10.0.0.3")).await.status }
+        async move { status(&router, callback(&next, "10.0.0.3")).await }
     })
     .await;
     assert!(statuses.contains(&StatusCode::OK), "{statuses:?}");
@@ -451,15 +437,10 @@ async fn payment_callbacks_pay_once_per_source_and_seq<B: Backend>() {
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from("{not json"))
         .unwrap();
-    assert_eq!(
-        send(&shop.router, broken).await.status,
-        StatusCode::BAD_REQUEST
-    );
+    assert_eq!(status(&shop.router, broken).await, StatusCode::BAD_REQUEST);
     let no_order = json!({ "source": "alipay", "seq": 43, "order_id": 9, "amount": 1 });
     assert_eq!(
-        send(&shop.router, callback(&no_order, "10.0.0.1"))
-            .await
-            .status,
+        status(&shop.router, callback(&no_order, "10.0.0.1")).await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 2);
@@ -512,7 +493,7 @@ async fn withdrawals_deduct_once_per_ticket<B: Backend>() {
     assert_eq!(balance(&shop.router).await, 700);
     // The ticket cannot be spent on another amount or another account.
     assert_eq!(
-        send(&shop.router, withdraw(1, &ticket, 1)).await.status,
+        status(&shop.router, withdraw(1, &ticket, 1)).await,
         StatusCode::UNPROCESSABLE_ENTITY
     );
 
@@ -521,7 +502,7 @@ async fn withdrawals_deduct_once_per_ticket<B: Backend>() {
     let router = shop.router.clone();
     let statuses = all_at_once(20, |_| {
         let (router, ticket) = (router.clone(), ticket.clone());
-        async move { send(&router, withdraw(1, &ticket, 100)).await.status }
+        async move { status(&router, withdraw(1, &ticket, 100)).await }
     })
     .await;
     assert!(statuses.contains(&StatusCode::OK), "{statuses:?}");
@@ -529,29 +510,24 @@ async fn withdrawals_deduct_once_per_ticket<B: Backend>() {
     assert_eq!(shop.count("SELECT COUNT(*) FROM withdrawals").await, 2);
 
     assert_eq!(
-        send(&shop.router, withdraw(1, "no-such-ticket", 1))
-            .await
-            .status,
+        status(&shop.router, withdraw(1, "no-such-ticket", 1)).await,
         StatusCode::NOT_FOUND
     );
     let ticket = new_ticket(&shop.router).await;
     assert_eq!(
-        send(&shop.router, withdraw(1, &ticket, 0)).await.status,
+        status(&shop.router, withdraw(1, &ticket, 0)).await,
         StatusCode::UNPROCESSABLE_ENTITY
     );
     assert_eq!(
-        send(
+        status(
             &shop.router,
             withdraw(9, &new_ticket(&shop.router).await, 1)
         )
-        .await
-        .status,
+        .await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(
-        send(&shop.router, get("/api/accounts/9", None))
-            .await
-            .status,
+        status(&shop.router, get("/api/accounts/9", None)).await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(balance(&shop.router).await, 600);
@@ -596,11 +572,11 @@ async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
         json!({ "id": 1, "stock": 100, "sold": 0 })
     );
     assert_eq!(
-        send(&shop.router, seckill(1, Some("u1"))).await.status,
+        status(&shop.router, seckill(1, Some("u1"))).await,
         StatusCode::CREATED
     );
     assert_eq!(
-        send(&shop.router, seckill(1, Some("u1"))).await.status,
+        status(&shop.router, seckill(1, Some("u1"))).await,
         StatusCode::CONFLICT
     );
 
@@ -608,7 +584,7 @@ async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
     let router = shop.router.clone();
     let statuses = all_at_once(20, |_| {
         let router = router.clone();
-        async move { send(&router, seckill(1, Some("u2"))).await.status }
+        async move { status(&router, seckill(1, Some("u2"))).await }
     })
     .await;
     let bought = statuses
@@ -631,27 +607,25 @@ async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
         .await
         .unwrap();
     assert_eq!(
-        send(&shop.router, seckill(1, Some("u3"))).await.status,
+        status(&shop.router, seckill(1, Some("u3"))).await,
         StatusCode::CREATED
     );
     assert_eq!(
-        send(&shop.router, seckill(1, Some("u4"))).await.status,
+        status(&shop.router, seckill(1, Some("u4"))).await,
         StatusCode::GONE
     );
     assert_eq!(voucher(&shop.router).await["stock"], 0);
 
     assert_eq!(
-        send(&shop.router, seckill(1, None)).await.status,
+        status(&shop.router, seckill(1, None)).await,
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        send(&shop.router, seckill(9, Some("u5"))).await.status,
+        status(&shop.router, seckill(9, Some("u5"))).await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(
-        send(&shop.router, get("/api/vouchers/9", None))
-            .await
-            .status,
+        status(&shop.router, get("/api/vouchers/9", None)).await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM voucher_orders").await, 3);
@@ -666,7 +640,7 @@ async fn two_instances_place_one_order_for_duplicates_split_across_them<B: Backe
     let routers = instances.clone();
     let statuses = all_at_once(20, |i| {
         let (router, form) = (routers[i % 2].clone(), order_form(&token));
-        async move { send(&router, form_post("s1", &form)).await.status }
+        async move { status(&router, form_post("s1", &form)).await }
     })
     .await;
     let placed = statuses
@@ -682,7 +656,7 @@ async fn two_instances_place_one_order_for_duplicates_split_across_them<B: Backe
         let router = routers[i % 2].clone();
         async move {
             let body = json!({ "product_id": 1, "quantity": 1 });
-            send(&router, api_order("k", "7", &body)).await.status
+            status(&router, api_order("k", "7", &body)).await
         }
     })
     .await;
@@ -704,7 +678,7 @@ async fn two_instances_sell_exactly_the_stock_to_200_buyers<B: Backend>() {
     let statuses = all_at_once(400, |i| {
         let router = routers[i % 2].clone();
         let user = format!("buyer-{}", i / 2);
-        async move { send(&router, seckill(1, Some(&user))).await.status }
+        async move { status(&router, seckill(1, Some(&user))).await }
     })
     .await;
     let bought = statuses
