@@ -119,6 +119,9 @@ cpu_use() {
          END {print ""}' "$1" "$2"
 }
 
+# The server's CPU time so far (all threads, user + system), in clock ticks.
+server_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
+
 commandstats() { redis info commandstats | tr -d '\r' | sed -n 's/^cmdstat_\([^:]*\):calls=\([0-9]*\).*/\1 \2/p' | tr '|' '_'; }
 
 # wrk's figures: requests, requests/s, p50 and p99 in ms, non-2xx responses, socket errors.
@@ -184,7 +187,8 @@ redis_benchmark() { # output
 }
 
 # One line per case and round:
-# round|name|store|requests|rps|p50|p99|non2xx|errors|cpu|top-level|in scripts|by name
+# round|name|store|requests|rps|p50|p99|non2xx|errors|cpu|top-level|in scripts|by name|
+# server CPU µs/request
 figures=$results/figures.raw
 : >"$figures"
 : >"$results/redis-benchmark.raw"
@@ -202,10 +206,13 @@ for round in $(seq "$rounds"); do
         echo "== round $round: $store: $name (wrk -c$connections -d$duration $path, $mode)"
         if [[ $store == redis ]]; then commandstats >"$raw.commandstats-before.raw"; fi
         cpu_times >"$raw.cpu-before.raw"
+        ticks_before=$(server_ticks)
         run_wrk "$mode" "$path" "$connections" "$duration" "$raw.wrk.raw"
         cpu_times >"$raw.cpu-after.raw"
+        ticks=$(($(server_ticks) - ticks_before))
         read -r requests rps p50 p99 bad errors < <(wrk_figures "$raw.wrk.raw")
         cpu=$(cpu_use "$raw.cpu-before.raw" "$raw.cpu-after.raw")
+        server_us=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
         top=- inner=- by_name=-
         if [[ $store == redis ]]; then
             commandstats >"$raw.commandstats-after.raw"
@@ -234,9 +241,9 @@ for round in $(seq "$rounds"); do
                     sort | uniq -c >"$raw.monitor-summary.raw"
             fi
         fi
-        echo "$requests requests, $rps/s, p50 $p50 ms, p99 $p99 ms, non-2xx $bad, socket errors $errors, CPU busy,steal $cpu${by_name:+, calls/request $by_name, top-level $top, in scripts $inner}"
-        printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$round" "$name" "$store" "$requests" "$rps" \
-            "$p50" "$p99" "$bad" "$errors" "$cpu" "$top" "$inner" "$by_name" >>"$figures"
+        echo "$requests requests, $rps/s, p50 $p50 ms, p99 $p99 ms, non-2xx $bad, socket errors $errors, server CPU $server_us µs/request, CPU busy,steal $cpu${by_name:+, calls/request $by_name, top-level $top, in scripts $inner}"
+        printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$round" "$name" "$store" "$requests" "$rps" \
+            "$p50" "$p99" "$bad" "$errors" "$cpu" "$top" "$inner" "$by_name" "$server_us" >>"$figures"
     done
 done
 
@@ -251,16 +258,16 @@ read -r rb rb_p50 rb_p99 < <(awk "$median_awk"'
     END {print median(rps), median(p50), median(p99)}' "$results/redis-benchmark.raw")
 report=$results/http.md
 {
-    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' (+ uncommitted changes)'); $(nproc) vCPUs."
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench idem-core idem-axum idem-macros || echo ' (+ uncommitted changes)'); $(nproc) vCPUs."
     echo "wrk -t1 -c$connections -d$duration --latency per case and round, $rounds rounds, medians shown; $core_split."
     echo
-    echo "| store | case | requests/s | p50 ms | p99 ms | × bare | Redis commands/request: top-level + in scripts | limit req/s | × limit | target | CPU 0 / CPU 1 busy (steal) |"
-    echo "|---|---|---:|---:|---:|---:|---|---:|---:|---|---|"
+    echo "| store | case | requests/s | p50 ms | p99 ms | × bare | Redis commands/request: top-level + in scripts | limit req/s | × limit | target | server CPU µs/request | CPU 0 / CPU 1 busy (steal) |"
+    echo "|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---|"
     awk -F'|' -v rb="$rb" "$median_awk"'
         !(($3, $2) in seen) {seen[$3, $2] = 1; order[++cases] = $3 SUBSEP $2}
         {
             k = $3 SUBSEP $2
-            rps[k] = rps[k] " " $5; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7
+            rps[k] = rps[k] " " $5; us[k] = us[k] " " $14; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7
             bad[k] += $8; if ($9 != "-") errors[k] = errors[k] " " $9
             split($10, c, ","); for (i = 1; i <= 4; i++) cpu[k, i] += c[i]; runs[k]++
             if ($11 != "-") {top[k] = $11; inner[k] = $12}
@@ -275,10 +282,10 @@ report=$results/http.md
                     limit = rb / top[k]; if (limit > bare) limit = bare
                     against = r / limit
                     target = (against >= 0.7 ? "met" : "missed") sprintf(" (%.2f vs 0.7)", against)
-                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f + %.2f | %.0f | %.2f | %s | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, top[k], inner[k], limit, against, target, cpus
+                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f + %.2f | %.0f | %.2f | %s | %.1f | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, top[k], inner[k], limit, against, target, median(us[k]), cpus
                 } else {
                     target = (store == "memory") ? ((x >= 0.9 ? "met" : "missed") sprintf(" (%.2f vs 0.9)", x)) : "—"
-                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | — | — | — | %s | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, target, cpus
+                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | — | — | — | %s | %.1f | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, target, median(us[k]), cpus
                 }
                 if (bad[k] > 0 || errors[k] != "") notes = notes sprintf("\n- %s %s: %d non-2xx responses over the rounds; socket errors:%s", store, name, bad[k], (errors[k] == "" ? " none" : errors[k]))
             }
