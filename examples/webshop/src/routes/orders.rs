@@ -8,6 +8,7 @@ use axum::response::{Html, Redirect};
 use axum::{Form, Json};
 use idem_axum::{FormToken, avoid_repeat};
 use serde::Deserialize;
+use sqlx::SqlitePool;
 
 use crate::app::Shop;
 use crate::client::Client;
@@ -93,20 +94,36 @@ pub(crate) async fn place(
         StatusCode::BAD_REQUEST,
         "Your browser sent no session cookie.",
     ))?;
+    // A double click makes the browser abandon its first post for the second: the first
+    // request's connection closes and the server drops its handler. Its form token is
+    // spent by then, so the second post is refused as a duplicate — the first one's order
+    // must still be placed. It is placed in a task of its own, which a dropped handler
+    // does not cancel.
+    let placing = tokio::spawn(place_order(shop.db().clone(), form, client.label()));
+    let order = placing.await.map_err(|_| {
+        PageError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The order could not be placed.",
+        )
+    })??;
+    Ok(Redirect::to(&format!("/orders/{}", order.id)))
+}
+
+/// Validates and places a browser's order.
+async fn place_order(db: SqlitePool, form: NewOrder, client: String) -> Result<Order, PageError> {
     if !form.quantity_is_valid() {
         return Err(PageError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "The quantity must be between 1 and 99.",
         ));
     }
-    if Product::find(shop.db(), form.product_id).await?.is_none() {
+    if Product::find(&db, form.product_id).await?.is_none() {
         return Err(PageError::new(
             StatusCode::NOT_FOUND,
             "There is no such product.",
         ));
     }
-    let order = Order::insert(shop.db(), form.product_id, form.quantity, &client.label()).await?;
-    Ok(Redirect::to(&format!("/orders/{}", order.id)))
+    Ok(Order::insert(&db, form.product_id, form.quantity, &client).await?)
 }
 
 /// `GET /orders/{id}`: the order's page.
