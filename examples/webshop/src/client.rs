@@ -66,6 +66,9 @@ pub(crate) fn user_id(headers: &HeaderMap) -> Option<&str> {
         .filter(|user| !user.is_empty())
 }
 
+/// The session cookie's value, read by idem's own `CookieKey`, so the shop and its guards
+/// can never disagree on which cookie is the session (`ClientRequest` is built from a
+/// request only, hence the one borrowed here).
 fn session_id(headers: &HeaderMap) -> Option<String> {
     let mut request = axum::http::Request::new(());
     *request.headers_mut() = headers.clone();
