@@ -2,7 +2,7 @@
 # End-to-end HTTP benchmark: what each guarded request costs through axum, on MemoryStore
 # and on Redis, next to the bare handler and to redis-benchmark on the same server.
 #
-#   bench/http.sh          # about 4 minutes; writes bench/results/http.md (+ *.raw)
+#   bench/http.sh          # about 5 minutes; writes bench/results/http.md (+ *.raw)
 #
 # IDEM_BENCH_DURATION (5s), IDEM_BENCH_CONNECTIONS (32) and IDEM_BENCH_ROUNDS (3) change
 # the wrk runs. Everything listens on 127.0.0.1 only, and everything started here is stopped on
