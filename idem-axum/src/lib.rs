@@ -46,6 +46,7 @@
 pub mod avoid_repeat;
 mod body;
 pub mod client;
+mod detached;
 pub mod form_token;
 pub mod idempotency;
 mod rejection;

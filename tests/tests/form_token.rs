@@ -16,7 +16,7 @@ use idem_axum::client::CookieKey;
 use idem_axum::{
     AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, Store, VerifyFormTokenLayer, avoid_repeat,
 };
-use idem_tests::{Backend, all_at_once};
+use idem_tests::{Backend, all_at_once, eventually};
 use tower::ServiceExt;
 
 idem_tests::on_every_store!(
@@ -727,6 +727,46 @@ async fn redis_holds_no_raw_token_and_one_command_does_each_step() {
         [("del".to_owned(), 1), ("set".to_owned(), 1)].into(),
         "rotation: the DEL that spends, the SET that issues"
     );
+}
+
+async fn slow_order(State(shop): State<Shop>, Form(_order): Form<Order>) -> StatusCode {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    shop.ran();
+    StatusCode::CREATED
+}
+
+/// A browser abandons the first POST of a double click: the request's future is dropped
+/// after its token was spent. The submission must still be made — else the second click
+/// is refused as a duplicate of an order that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_post_still_makes_its_submission() {
+    let shop = Shop::default();
+    let app = Router::new()
+        .route("/form", get(order_form))
+        .route(
+            "/slow",
+            post(slow_order).route_layer(VerifyFormTokenLayer::new()),
+        )
+        .with_state(shop.clone())
+        .layer(idem(idem_axum::MemoryStore::new()).layer());
+    let token = issue(&app, "alice").await;
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(30),
+        post_form(&app, "/slow", "alice", order(&token)),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the first POST is dropped mid-handler");
+    let second = post_form(&app, "/slow", "alice", order(&token)).await;
+    assert_eq!(second.status(), StatusCode::CONFLICT, "the token is spent");
+    eventually(
+        Duration::from_secs(5),
+        "the abandoned submission completes",
+        || {
+            let shop = shop.clone();
+            async move { shop.runs() == 1 }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -10,8 +10,9 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use http::HeaderValue;
+use http::{HeaderValue, StatusCode};
 use idem_core::Store;
+use tokio::runtime::Handle;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -20,6 +21,7 @@ use super::field::Form;
 use super::{FormToken, FormTokenConfig};
 use crate::body::{read_up_to, read_whole};
 use crate::client::ClientRequest;
+use crate::detached::run_to_completion;
 use crate::rejection::{Rejection, RejectionKind, prefers_html};
 use crate::runtime::Idem;
 
@@ -181,7 +183,16 @@ where
                     Ok(verified) => verified,
                     Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
                 };
-                let mut response = inner.call(request).await?;
+                // The token is spent: the handler runs to its end even if the client
+                // goes away meanwhile (a browser abandoning the first POST of a double
+                // click), or the submission would be lost while its token says it was made.
+                let handler = inner.call(request);
+                let mut response = match Handle::try_current() {
+                    Ok(runtime) => run_to_completion(&runtime, handler)
+                        .await
+                        .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()))?,
+                    Err(_no_runtime) => handler.await?,
+                };
                 // A token is base64url, always a valid header value.
                 let rotated = rotated.and_then(|token| HeaderValue::from_str(token.value()).ok());
                 if let Some(value) = rotated {

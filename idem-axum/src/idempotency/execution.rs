@@ -17,11 +17,11 @@ use http::response::Parts;
 use idem_core::{AnyStore, Key, Owner, Store};
 use tokio::runtime::Handle;
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::Settings;
 use super::capture::{Captured, capture};
 use super::stored;
+use crate::detached::run_to_completion;
 
 /// An in-progress record this attempt began.
 #[derive(Debug, Clone)]
@@ -150,14 +150,10 @@ where
         pending.armed = false;
         settle(&settings, &pending.record, produced).await
     };
-    match runtime.spawn(task.in_current_span()).await {
-        Ok(answer) => answer,
-        Err(error) => match error.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            // The runtime is shutting down; the record ends with its lease.
-            Err(_cancelled) => Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()),
-        },
-    }
+    // `None`: the runtime is shutting down; the record ends with its lease.
+    run_to_completion(runtime, task)
+        .await
+        .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()))
 }
 
 /// Stores the response, or removes the record, and hands the response on.
