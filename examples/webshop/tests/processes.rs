@@ -5,6 +5,8 @@
 //! `http.rs` checks the same with two routers in one process, on every store; this is
 //! the binary, its command line and its real sockets.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
@@ -149,17 +151,7 @@ async fn two_processes_on_one_redis_and_one_database_act_as_one_shop() {
         }
     })
     .await;
-    let sold = statuses
-        .iter()
-        .filter(|s| **s == StatusCode::CREATED)
-        .count();
-    assert_eq!(sold, 100, "{statuses:?}");
-    assert!(
-        statuses
-            .iter()
-            .all(|s| [StatusCode::CREATED, StatusCode::CONFLICT, StatusCode::GONE].contains(s)),
-        "{statuses:?}"
-    );
+    support::assert_sold_exactly(&statuses, 100);
     let voucher = get_json(&http, format!("{}/api/vouchers/1", bases[1])).await;
     assert_eq!(voucher, json!({ "id": 1, "stock": 0, "sold": 100 }));
 
