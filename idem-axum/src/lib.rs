@@ -50,6 +50,7 @@ mod detached;
 pub mod form_token;
 pub mod idempotency;
 mod rejection;
+mod response_future;
 mod runtime;
 
 pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatKey};

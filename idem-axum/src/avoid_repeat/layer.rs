@@ -1,9 +1,6 @@
 //! [`AvoidRepeatLayer`]: the anti-repeat window for a route, as a tower layer.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,6 +14,7 @@ use super::guard::{guard, key_for};
 use super::handler::{AvoidRepeatContext, fingerprint_payload};
 use super::{Release, RepeatKey, Settings};
 use crate::client::ClientRequest;
+pub use crate::response_future::ResponseFuture;
 
 /// Guards the routes of a router with the anti-repeat window; see the
 /// [module docs](mod@crate::avoid_repeat).
@@ -148,51 +146,30 @@ where
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         let settings = Arc::clone(&self.settings);
-        ResponseFuture {
-            inner: Box::pin(async move {
-                let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
-                let html = context.html();
-                let (idem, client) = match context.resolve() {
-                    Ok(resolved) => resolved,
-                    Err(response) => return Ok(*response),
-                };
-                let path = request
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .map_or(request.uri().path(), MatchedPath::as_str);
-                let handler_id = format!("{} {path}", request.method());
-                let (request, payload) = match settings.key {
-                    RepeatKey::Client => (request, None),
-                    RepeatKey::ClientAndBody => match fingerprint_payload(request).await {
-                        Ok((request, fingerprint)) => (request, Some(fingerprint)),
-                        Err(response) => return Ok(response),
-                    },
-                };
-                let key = key_for(&idem, &handler_id, &client, payload.as_ref());
-                guard(&idem, &settings, &handler_id, key, html, move || {
-                    inner.call(request)
-                })
-                .await
-            }),
-        }
-    }
-}
-
-/// The response future of [`AvoidRepeat`].
-pub struct ResponseFuture<E> {
-    inner: Pin<Box<dyn Future<Output = Result<Response, E>> + Send>>,
-}
-
-impl<E> fmt::Debug for ResponseFuture<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl<E> Future for ResponseFuture<E> {
-    type Output = Result<Response, E>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+        ResponseFuture::new(async move {
+            let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
+            let html = context.html();
+            let (idem, client) = match context.resolve() {
+                Ok(resolved) => resolved,
+                Err(response) => return Ok(*response),
+            };
+            let path = request
+                .extensions()
+                .get::<MatchedPath>()
+                .map_or(request.uri().path(), MatchedPath::as_str);
+            let handler_id = format!("{} {path}", request.method());
+            let (request, payload) = match settings.key {
+                RepeatKey::Client => (request, None),
+                RepeatKey::ClientAndBody => match fingerprint_payload(request).await {
+                    Ok((request, fingerprint)) => (request, Some(fingerprint)),
+                    Err(response) => return Ok(response),
+                },
+            };
+            let key = key_for(&idem, &handler_id, &client, payload.as_ref());
+            guard(&idem, &settings, &handler_id, key, html, move || {
+                inner.call(request)
+            })
+            .await
+        })
     }
 }

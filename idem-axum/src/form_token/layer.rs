@@ -1,9 +1,6 @@
 //! [`VerifyFormTokenLayer`]: spends the form token of each request before the handler runs.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -23,6 +20,7 @@ use crate::body::{read_up_to, read_whole};
 use crate::client::ClientRequest;
 use crate::detached::run_to_completion;
 use crate::rejection::{Rejection, RejectionKind, prefers_html};
+pub use crate::response_future::ResponseFuture;
 use crate::runtime::Idem;
 
 /// Verifies the one-time form token of every request to the routes it guards; see the
@@ -171,38 +169,36 @@ where
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         let settings = Arc::clone(&self.settings);
-        ResponseFuture {
-            inner: Box::pin(async move {
-                let html = prefers_html(request.headers());
-                let idem = match Idem::from_extensions(request.extensions()) {
-                    Ok(idem) => idem,
-                    Err(rejection) => return Ok(rejection.with_html(html).into_response()),
-                };
-                let config = FormTokenConfig::from_extensions(request.extensions());
-                let (request, rotated) = match verify(&idem, &config, &settings, request).await {
-                    Ok(verified) => verified,
-                    Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
-                };
-                // The token is spent: the handler runs to its end even if the client
-                // goes away meanwhile (a browser abandoning the first POST of a double
-                // click), or the submission would be lost while its token says it was made.
-                let handler = inner.call(request);
-                let mut response = match Handle::try_current() {
-                    Ok(runtime) => run_to_completion(&runtime, handler)
-                        .await
-                        .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()))?,
-                    Err(_no_runtime) => handler.await?,
-                };
-                // A token is base64url, always a valid header value.
-                let rotated = rotated.and_then(|token| HeaderValue::from_str(token.value()).ok());
-                if let Some(value) = rotated {
-                    response
-                        .headers_mut()
-                        .insert(config.header_name().clone(), value);
-                }
-                Ok(response)
-            }),
-        }
+        ResponseFuture::new(async move {
+            let html = prefers_html(request.headers());
+            let idem = match Idem::from_extensions(request.extensions()) {
+                Ok(idem) => idem,
+                Err(rejection) => return Ok(rejection.with_html(html).into_response()),
+            };
+            let config = FormTokenConfig::from_extensions(request.extensions());
+            let (request, rotated) = match verify(&idem, &config, &settings, request).await {
+                Ok(verified) => verified,
+                Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
+            };
+            // The token is spent: the handler runs to its end even if the client
+            // goes away meanwhile (a browser abandoning the first POST of a double
+            // click), or the submission would be lost while its token says it was made.
+            let handler = inner.call(request);
+            let mut response = match Handle::try_current() {
+                Ok(runtime) => run_to_completion(&runtime, handler)
+                    .await
+                    .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()))?,
+                Err(_no_runtime) => handler.await?,
+            };
+            // A token is base64url, always a valid header value.
+            let rotated = rotated.and_then(|token| HeaderValue::from_str(token.value()).ok());
+            if let Some(value) = rotated {
+                response
+                    .headers_mut()
+                    .insert(config.header_name().clone(), value);
+            }
+            Ok(response)
+        })
     }
 }
 
@@ -291,23 +287,4 @@ async fn find_token(
     };
     let token = form.field(body.clone(), config.field_name()).await?;
     Ok((Request::from_parts(parts, Body::from(body)), token))
-}
-
-/// The response future of [`VerifyFormToken`].
-pub struct ResponseFuture<E> {
-    inner: Pin<Box<dyn Future<Output = Result<Response, E>> + Send>>,
-}
-
-impl<E> fmt::Debug for ResponseFuture<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl<E> Future for ResponseFuture<E> {
-    type Output = Result<Response, E>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
-    }
 }
