@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 /// Build keys for anything a client controls with [`Key::hashed`]; use [`Key::new`] for
 /// names the application chooses, such as a lock on `"invoice-run"`.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(Arc<str>);
+pub struct Key(Text);
 
 impl Key {
     /// The longest key, in bytes.
@@ -50,7 +50,7 @@ impl Key {
         {
             return Err(KeyError::Character(bad));
         }
-        Ok(Self(name.into()))
+        Ok(Self(Text::from(name)))
     }
 
     /// A key derived from any bytes: the SHA-256 of the parts, each prefixed with its length
@@ -70,27 +70,27 @@ impl Key {
         P: AsRef<[u8]>,
     {
         let digest = digest_parts(parts);
-        let mut name = String::with_capacity(33);
-        name.push('#');
-        push_hex(&mut name, &digest[..16]);
-        Self(name.into())
+        let mut name = [0; 33];
+        name[0] = b'#';
+        write_hex(&mut name[1..], &digest[..16]);
+        Self(Text::inline(&name))
     }
 
     /// The key as the store sees it.
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Key({})", self.0)
+        write!(f, "Key({})", self.as_str())
     }
 }
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -101,7 +101,7 @@ impl fmt::Display for Key {
 /// the usual choice; [`Owner::new`] lets a process re-enter a lock it took before a
 /// network timeout, by presenting the same owner again.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Owner(Arc<str>);
+pub struct Owner(Text);
 
 impl Owner {
     /// The longest owner, in bytes.
@@ -114,7 +114,8 @@ impl Owner {
     /// ```
     pub fn random() -> Self {
         let mut buf = uuid::Uuid::encode_buffer();
-        Self(uuid::Uuid::new_v4().simple().encode_lower(&mut buf).into())
+        let value = uuid::Uuid::new_v4().simple().encode_lower(&mut buf);
+        Self(Text::inline(value.as_bytes()))
     }
 
     /// An owner with a chosen value.
@@ -139,18 +140,18 @@ impl Owner {
         if let Some(bad) = value.chars().find(|c| !c.is_ascii_graphic()) {
             return Err(KeyError::Character(bad));
         }
-        Ok(Self(value.into()))
+        Ok(Self(Text::from(value)))
     }
 
     /// The owner's value.
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Owner({})", self.0)
+        write!(f, "Owner({})", self.as_str())
     }
 }
 
@@ -197,9 +198,9 @@ impl Fingerprint {
 
 impl fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut hex = String::with_capacity(64);
-        push_hex(&mut hex, &self.0);
-        write!(f, "Fingerprint({hex})")
+        let mut hex = [0; 64];
+        write_hex(&mut hex, &self.0);
+        write!(f, "Fingerprint({})", String::from_utf8_lossy(&hex))
     }
 }
 
@@ -234,11 +235,97 @@ where
     hasher.finalize().into()
 }
 
-fn push_hex(out: &mut String, bytes: &[u8]) {
+/// Writes `bytes` as lowercase hex into `out`, which holds twice as many bytes.
+fn write_hex(out: &mut [u8], bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in bytes {
-        out.push(DIGITS[usize::from(byte >> 4)] as char);
-        out.push(DIGITS[usize::from(byte & 0xf)] as char);
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
+    }
+}
+
+/// The longest text a [`Text`] keeps inline: a hashed key (33 bytes) and a random owner
+/// (32) fit, with room for short chosen names, and `Text` stays 40 bytes.
+const INLINE: usize = 38;
+
+/// The text of a [`Key`] or an [`Owner`], ASCII by construction.
+///
+/// Short text (every hashed key, every random owner) lives inline: making one allocates
+/// nothing, and a store that hashes or compares it reads no other memory — on the accept
+/// path of a guard that is an allocation and a pointer chase saved per key and per owner,
+/// and one cache miss fewer per entry when the store reclaims it. Longer chosen names are
+/// shared behind an `Arc`.
+///
+/// Equality, hashing and order are those of the bytes, whichever the representation.
+#[derive(Clone, Debug)]
+enum Text {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Shared(Arc<str>),
+}
+
+impl Text {
+    /// `text` inline; callers pass ASCII of at most [`INLINE`] bytes.
+    fn inline(text: &[u8]) -> Self {
+        debug_assert!(text.len() <= INLINE && text.is_ascii());
+        let mut bytes = [0; INLINE];
+        let len = text.len().min(INLINE);
+        bytes[..len].copy_from_slice(&text[..len]);
+        Self::Inline {
+            len: len as u8,
+            bytes,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Shared(text) => text.as_bytes(),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Only ASCII is ever put inline (checked by `Key::new`, `Owner::new`, or made
+            // of hex digits), so this never falls back to "".
+            Self::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            Self::Shared(text) => text,
+        }
+    }
+}
+
+impl From<String> for Text {
+    fn from(text: String) -> Self {
+        if text.len() <= INLINE {
+            Self::inline(text.as_bytes())
+        } else {
+            Self::Shared(text.into())
+        }
+    }
+}
+
+impl PartialEq for Text {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Text {}
+
+impl std::hash::Hash for Text {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl PartialOrd for Text {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Text {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
     }
 }
 
@@ -275,5 +362,23 @@ mod tests {
         assert_eq!(Owner::new("a b"), Err(KeyError::Character(' ')));
         assert!(Owner::new("x".repeat(129)).is_err());
         assert_eq!(Owner::random().as_str().len(), 32);
+    }
+
+    #[test]
+    fn inline_and_shared_text_compare_by_their_bytes() {
+        let long = "n".repeat(INLINE + 1);
+        let (short, shared) = (Key::new("lock:a").unwrap(), Key::new(long.clone()).unwrap());
+        assert!(matches!(short.0, Text::Inline { .. }));
+        assert!(matches!(shared.0, Text::Shared(_)));
+        assert_eq!(shared.as_str(), long);
+        assert_eq!(
+            Text::Shared("lock:a".into()),
+            short.0,
+            "one text, whichever the representation"
+        );
+        assert!(short < shared, "ordered by bytes: `l` before `n`");
+        let random = Owner::random();
+        assert_eq!(Owner::new(random.as_str()).unwrap(), random);
+        assert_eq!(std::mem::size_of::<Key>(), 40);
     }
 }

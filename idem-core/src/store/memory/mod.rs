@@ -1,6 +1,7 @@
 //! [`MemoryStore`]: the embedded default, for one process.
 
 mod reaper;
+mod reminders;
 mod shard;
 
 use std::hash::BuildHasher;

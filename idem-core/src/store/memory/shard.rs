@@ -1,10 +1,9 @@
 //! One shard of a [`MemoryStore`](super::MemoryStore): the entries whose keys hash to it,
-//! and a heap of when they expire. Every method is one critical section, run under the
+//! and the queue of when they expire. Every method is one critical section, run under the
 //! shard's mutex.
 
-use std::cmp::{Ordering, Reverse};
+use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
@@ -12,6 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use super::reminders::{Due, Reminders, Space};
 use crate::key::{Fingerprint, Key, Owner};
 use crate::store::{Acquire, Begin, FencingToken};
 
@@ -134,44 +134,8 @@ fn shrink_if_sparse<V>(map: &mut Map<V>) {
     }
 }
 
-/// Stale reminders a shard keeps beyond twice its entries before it rebuilds its heap.
+/// Stale reminders a shard keeps beyond twice its entries before it drops the stale ones.
 const STALE_REMINDERS_KEPT: usize = 64;
-
-#[derive(Debug, Clone, Copy)]
-enum Space {
-    Lock,
-    Token,
-    Record,
-}
-
-/// "The entry `key` in `space` may expire at `at`." Entries renewed or removed since are
-/// recognised when the reminder comes due, so reminders are never updated in place.
-#[derive(Debug)]
-struct Due {
-    at: Instant,
-    space: Space,
-    key: Key,
-}
-
-impl PartialEq for Due {
-    fn eq(&self, other: &Self) -> bool {
-        self.at == other.at
-    }
-}
-
-impl Eq for Due {}
-
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Due {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.at.cmp(&other.at)
-    }
-}
 
 /// Where the waiters on one lock are woken. It exists only while someone waits, so it
 /// needs neither expiry nor a place in the capacity count.
@@ -187,46 +151,49 @@ pub(super) struct Shard {
     tokens: Map<Instant>,
     records: Map<Record>,
     signals: Map<Signal>,
-    due: BinaryHeap<Reverse<Due>>,
+    due: Reminders,
 }
 
 impl Shard {
-    fn remind(&mut self, at: Instant, space: Space, key: &Key) {
-        self.due.push(Reverse(Due {
-            at,
-            space,
-            key: key.clone(),
-        }));
-        // Reminders of entries released, consumed or renewed since stay in the heap until
+    /// Reminds the shard that the entry `key` in `space`, just written with `ttl`, may
+    /// expire at `at`.
+    fn remind(&mut self, ttl: Duration, at: Instant, space: Space, key: &Key) {
+        self.due.push(
+            ttl,
+            Due {
+                at,
+                space,
+                key: key.clone(),
+            },
+        );
+        // Reminders of entries released, consumed or renewed since stay queued until
         // they come due; without this, a flood of short-lived keys (taken and released at
-        // once) would grow the heap with the request rate × TTL, outside the capacity.
+        // once) would grow the queue with the request rate × TTL, outside the capacity.
         let live = self.locks.len() + self.tokens.len() + self.records.len();
         if self.due.len() > 2 * live + STALE_REMINDERS_KEPT {
-            self.rebuild_reminders();
+            self.drop_stale_reminders();
         }
     }
 
-    /// One reminder per entry, at its current expiry: O(entries), and needed only after
-    /// the heap grew to twice the entries, so O(1) per operation amortised.
-    fn rebuild_reminders(&mut self) {
-        fn reminders<'m, V: Expiring>(
-            map: &'m Map<V>,
-            space: Space,
-        ) -> impl Iterator<Item = Reverse<Due>> + 'm {
-            map.iter().map(move |(key, value)| {
-                Reverse(Due {
-                    at: value.expires_at(),
-                    space,
-                    key: key.clone(),
-                })
-            })
+    /// Keeps only the reminders of entries that still expire when they say: O(reminders),
+    /// and needed only after they grew to twice the entries, so O(1) per operation
+    /// amortised.
+    fn drop_stale_reminders(&mut self) {
+        fn current<V: Expiring>(map: &Map<V>, due: &Due) -> bool {
+            map.get(&due.key).is_some_and(|v| v.expires_at() == due.at)
         }
-        let mut due = std::mem::take(&mut self.due).into_vec();
-        due.clear();
-        due.extend(reminders(&self.locks, Space::Lock));
-        due.extend(reminders(&self.tokens, Space::Token));
-        due.extend(reminders(&self.records, Space::Record));
-        self.due = BinaryHeap::from(due);
+        let Self {
+            locks,
+            tokens,
+            records,
+            due,
+            ..
+        } = self;
+        due.retain(|due| match due.space {
+            Space::Lock => current(locks, due),
+            Space::Token => current(tokens, due),
+            Space::Record => current(records, due),
+        });
     }
 
     /// Removes entries that expired by `now`, looking at no more than `limit` reminders;
@@ -235,14 +202,10 @@ impl Shard {
         let mut removed = 0;
         let mut looked = 0;
         let more = loop {
-            match self.due.peek() {
-                Some(Reverse(due)) if due.at <= now => {}
-                _ => break false,
-            }
             if looked == limit {
-                break true;
+                break self.due.any_due(now);
             }
-            let Some(Reverse(due)) = self.due.pop() else {
+            let Some(due) = self.due.pop_due(now) else {
                 break false;
             };
             looked += 1;
@@ -257,7 +220,7 @@ impl Shard {
         more
     }
 
-    /// Slots the maps and the reminder heap hold, used or not.
+    /// Slots the maps and the reminder queue hold, used or not.
     #[cfg(test)]
     pub(super) fn capacity(&self) -> usize {
         self.locks.capacity()
@@ -272,9 +235,7 @@ impl Shard {
         shrink_if_sparse(&mut self.tokens);
         shrink_if_sparse(&mut self.records);
         shrink_if_sparse(&mut self.signals);
-        if self.due.capacity() > 64 && self.due.len() * 4 < self.due.capacity() {
-            self.due.shrink_to(self.due.len() * 2);
-        }
+        self.due.shrink();
     }
 
     pub(super) fn acquire(
@@ -307,7 +268,7 @@ impl Shard {
                     expires_at,
                     fence,
                 };
-                self.remind(expires_at, Space::Lock, key);
+                self.remind(ttl, expires_at, Space::Lock, key);
                 Ok(Acquire::Acquired { fence })
             }
             Entry::Vacant(vacant) => {
@@ -318,7 +279,7 @@ impl Shard {
                     expires_at,
                     fence,
                 });
-                self.remind(expires_at, Space::Lock, key);
+                self.remind(ttl, expires_at, Space::Lock, key);
                 Ok(Acquire::Acquired { fence })
             }
         }
@@ -379,7 +340,7 @@ impl Shard {
         match live(&mut self.locks, key, now) {
             Some(lock) if lock.owner == *owner => {
                 lock.expires_at = expires_at;
-                self.remind(expires_at, Space::Lock, key);
+                self.remind(ttl, expires_at, Space::Lock, key);
                 true
             }
             _ => false,
@@ -407,7 +368,7 @@ impl Shard {
                 vacant.insert(expires_at);
             }
         }
-        self.remind(expires_at, Space::Token, key);
+        self.remind(ttl, expires_at, Space::Token, key);
         Ok(())
     }
 
@@ -462,7 +423,7 @@ impl Shard {
                 vacant.insert(started);
             }
         }
-        self.remind(expires_at, Space::Record, key);
+        self.remind(lease, expires_at, Space::Record, key);
         Ok(Begin::Started)
     }
 
@@ -487,7 +448,7 @@ impl Shard {
         };
         record.state = RecordState::Completed { response };
         record.expires_at = expires_at;
-        self.remind(expires_at, Space::Record, key);
+        self.remind(retention, expires_at, Space::Record, key);
         true
     }
 
@@ -503,7 +464,7 @@ impl Shard {
             return false;
         };
         record.expires_at = expires_at;
-        self.remind(expires_at, Space::Record, key);
+        self.remind(lease, expires_at, Space::Record, key);
         true
     }
 
@@ -548,12 +509,12 @@ mod tests {
         // At most one entry is live at a time: twice that, plus the stale reminders kept.
         assert!(
             most <= 2 + STALE_REMINDERS_KEPT,
-            "the heap grew to {most} reminders"
+            "the queue grew to {most} reminders"
         );
     }
 
     #[test]
-    fn a_rebuilt_heap_still_expires_every_live_entry() {
+    fn dropping_stale_reminders_still_expires_every_live_entry() {
         let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000));
         let now = Instant::now();
         for i in 0..1_000_u32 {
