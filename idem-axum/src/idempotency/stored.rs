@@ -82,29 +82,42 @@ impl fmt::Display for Unreadable {
 /// The record of a response whose body is `body`.
 pub(crate) fn encode_response(parts: &response::Parts, body: &[u8]) -> Bytes {
     let dropped = hop_by_hop(&parts.headers);
-    let headers = parts
+    let headers: Vec<_> = parts
         .headers
         .iter()
         .filter(|(name, _)| !dropped.contains(name))
         .map(|(name, value)| (name.as_str(), Raw(value.as_bytes())))
         .collect();
-    encode(&Record::Response {
-        status: parts.status.as_u16(),
-        headers,
-        body: Raw(body),
-    })
+    // Each length is a varint of at most 10 bytes: room for all, so one allocation.
+    let size = 16
+        + body.len()
+        + headers
+            .iter()
+            .map(|(name, Raw(value))| name.len() + value.len() + 20)
+            .sum::<usize>();
+    encode(
+        &Record::Response {
+            status: parts.status.as_u16(),
+            headers,
+            body: Raw(body),
+        },
+        size,
+    )
 }
 
 /// The record of a response too large to keep.
 pub(crate) fn encode_too_large(status: StatusCode) -> Bytes {
-    encode(&Record::TooLarge {
-        status: status.as_u16(),
-    })
+    encode(
+        &Record::TooLarge {
+            status: status.as_u16(),
+        },
+        8,
+    )
 }
 
-fn encode(record: &Record<'_>) -> Bytes {
+fn encode(record: &Record<'_>, size: usize) -> Bytes {
     // Serialising into a growing Vec fails only if memory does, which aborts anyway.
-    postcard::to_allocvec(&(FORMAT, record))
+    postcard::to_extend(&(FORMAT, record), Vec::with_capacity(size))
         .unwrap_or_default()
         .into()
 }
