@@ -2,7 +2,7 @@
 # End-to-end HTTP benchmark: what each guarded request costs through axum, on MemoryStore
 # and on Redis, next to the bare handler and to redis-benchmark on the same server.
 #
-#   bench/http.sh          # about 5 minutes; writes bench/results/http.md (+ *.raw)
+#   bench/http.sh          # about 10 minutes; writes bench/results/http.md (+ *.raw)
 #
 # IDEM_BENCH_DURATION (5s), IDEM_BENCH_CONNECTIONS (32) and IDEM_BENCH_ROUNDS (3) change
 # the wrk runs. Everything listens on 127.0.0.1 only, and everything started here is stopped on
@@ -158,9 +158,11 @@ rss_reexpired=$(rss_kib)
 entries_reexpired=$(flood_entries)
 echo "RSS KiB: start $rss_start, 1M live $rss_full ($entries_full entries, filled in ${flood_seconds}s), expired $rss_expired ($entries_expired), refilled $rss_refilled, expired again $rss_reexpired ($entries_reexpired)"
 
-# name | wrk script mode | URL path | store
+# name | wrk script mode | URL path | store. The bare handler runs before the first case
+# of a round and again after every case (below), so each case has a bare run on each side.
+bare_case="bare handler|fixed|/bare|none"
 cases=(
-    "bare handler|fixed|/bare|none"
+    "form handlers unguarded|form|/plain|none"
     "avoid_repeat expire|new_client|/memory/avoid_repeat|memory"
     "avoid_repeat finish|new_client|/memory/avoid_repeat_finish|memory"
     "form token issue+verify|form|/memory|memory"
@@ -186,64 +188,85 @@ redis_benchmark() { # output
     awk -F'","' 'NR == 2 {print $2, $5, $7}' "$1"
 }
 
-# One line per case and round:
+slug() { echo "$1-$2" | tr ' +' '__'; }
+
+# Runs one case ("name|mode|path|store") once; prints its figures as
 # round|name|store|requests|rps|p50|p99|non2xx|errors|cpu|top-level|in scripts|by name|
-# server CPU µs/request
+# server CPU µs/request, and a human line on stderr.
+measure() { # case, round, raw file prefix
+    local name mode path store raw=$3 round=$2
+    IFS='|' read -r name mode path store <<<"$1"
+    echo "== round $round: $store: $name (wrk -c$connections -d$duration $path, $mode)" >&2
+    if [[ $store == redis ]]; then commandstats >"$raw.commandstats-before.raw"; fi
+    cpu_times >"$raw.cpu-before.raw"
+    local ticks_before ticks requests rps p50 p99 bad errors cpu server_us
+    ticks_before=$(server_ticks)
+    run_wrk "$mode" "$path" "$connections" "$duration" "$raw.wrk.raw"
+    cpu_times >"$raw.cpu-after.raw"
+    ticks=$(($(server_ticks) - ticks_before))
+    read -r requests rps p50 p99 bad errors < <(wrk_figures "$raw.wrk.raw")
+    cpu=$(cpu_use "$raw.cpu-before.raw" "$raw.cpu-after.raw")
+    server_us=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
+    local top=- inner=- by_name=-
+    if [[ $store == redis ]]; then
+        commandstats >"$raw.commandstats-after.raw"
+        # Calls per request by command over the run, the bench's own INFO left out.
+        # Redis 7 counts a script's inner calls under their own names as well.
+        by_name=$(awk -v n="$requests" 'NR == FNR {before[$1] = $2; next}
+            $1 != "info" && $2 > before[$1] {printf "%s%s=%.3f", sep, $1, ($2 - before[$1]) / n; sep = ","}' \
+            "$raw.commandstats-before.raw" "$raw.commandstats-after.raw")
+        if ((round == 1)); then
+            # Which of them the server sent (round trips) and which ran inside a
+            # script: MONITOR marks the latter "[0 lua]". It slows Redis down, so it
+            # watches a short run of its own at low concurrency, once per case.
+            # Not in `pids`: it ends by itself when redis-server does.
+            redis-cli -h 127.0.0.1 -p "$redis_port" monitor >"$raw.monitor.raw" &
+            local monitor_pid=$! sampled
+            sleep 0.3
+            run_wrk "$mode" "$path" 4 1s "$raw.monitor-wrk.raw"
+            sleep 1
+            kill "$monitor_pid"
+            wait "$monitor_pid" 2>/dev/null || true
+            sampled=$(awk '/ requests in / {print $1}' "$raw.monitor-wrk.raw")
+            read -r top inner < <(awk -v n="$sampled" '$2 == "[0" && $3 ~ /^127/ {top++}
+                $2 == "[0" && $3 == "lua]" {inner++}
+                END {printf "%.3f %.3f\n", top / n, inner / n}' "$raw.monitor.raw")
+            awk '$2 == "[0" {print ($3 == "lua]" ? "script" : "top-level"), tolower($4)}' "$raw.monitor.raw" |
+                sort | uniq -c >"$raw.monitor-summary.raw"
+        fi
+    fi
+    echo "$requests requests, $rps/s, p50 $p50 ms, p99 $p99 ms, non-2xx $bad, socket errors $errors, server CPU $server_us µs/request, CPU busy,steal $cpu${by_name:+, calls/request $by_name, top-level $top, in scripts $inner}" >&2
+    printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$round" "$name" "$store" "$requests" "$rps" \
+        "$p50" "$p99" "$bad" "$errors" "$cpu" "$top" "$inner" "$by_name" "$server_us"
+}
+
+# One line per case and round: measure's fields, then the mean requests/s and server CPU
+# µs/request of the bare runs just before and just after it. Requests/s on this kind of
+# machine drift by a quarter within a minute; a case is compared with bare runs seconds
+# away from it, not with one at the start of the round.
 figures=$results/figures.raw
 : >"$figures"
 : >"$results/redis-benchmark.raw"
-slug() { echo "$1-$2" | tr ' +' '__'; }
 for round in $(seq "$rounds"); do
     benchmarked=""
+    bare_runs=1
+    before=$(measure "$bare_case" "$round" "$results/$(slug none bare)-$round-$bare_runs")
+    echo "$before||" >>"$figures"
     for case in "${cases[@]}"; do
-        IFS='|' read -r name mode path store <<<"$case"
+        IFS='|' read -r name _ _ store <<<"$case"
         raw=$results/$(slug "$store" "$name")-$round
         if [[ $store == redis && -z $benchmarked ]]; then
             echo "== round $round: redis-benchmark -c $connections -n $benchmark_requests -t set"
             redis_benchmark "$raw.redis-benchmark.raw" | tee -a "$results/redis-benchmark.raw"
             benchmarked=yes
         fi
-        echo "== round $round: $store: $name (wrk -c$connections -d$duration $path, $mode)"
-        if [[ $store == redis ]]; then commandstats >"$raw.commandstats-before.raw"; fi
-        cpu_times >"$raw.cpu-before.raw"
-        ticks_before=$(server_ticks)
-        run_wrk "$mode" "$path" "$connections" "$duration" "$raw.wrk.raw"
-        cpu_times >"$raw.cpu-after.raw"
-        ticks=$(($(server_ticks) - ticks_before))
-        read -r requests rps p50 p99 bad errors < <(wrk_figures "$raw.wrk.raw")
-        cpu=$(cpu_use "$raw.cpu-before.raw" "$raw.cpu-after.raw")
-        server_us=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
-        top=- inner=- by_name=-
-        if [[ $store == redis ]]; then
-            commandstats >"$raw.commandstats-after.raw"
-            # Calls per request by command over the run, the bench's own INFO left out.
-            # Redis 7 counts a script's inner calls under their own names as well.
-            by_name=$(awk -v n="$requests" 'NR == FNR {before[$1] = $2; next}
-                $1 != "info" && $2 > before[$1] {printf "%s%s=%.3f", sep, $1, ($2 - before[$1]) / n; sep = ","}' \
-                "$raw.commandstats-before.raw" "$raw.commandstats-after.raw")
-            if ((round == 1)); then
-                # Which of them the server sent (round trips) and which ran inside a
-                # script: MONITOR marks the latter "[0 lua]". It slows Redis down, so it
-                # watches a short run of its own at low concurrency, once per case.
-                # Not in `pids`: it ends by itself when redis-server does.
-                redis-cli -h 127.0.0.1 -p "$redis_port" monitor >"$raw.monitor.raw" &
-                monitor_pid=$!
-                sleep 0.3
-                run_wrk "$mode" "$path" 4 1s "$raw.monitor-wrk.raw"
-                sleep 1
-                kill "$monitor_pid"
-                wait "$monitor_pid" 2>/dev/null || true
-                sampled=$(awk '/ requests in / {print $1}' "$raw.monitor-wrk.raw")
-                read -r top inner < <(awk -v n="$sampled" '$2 == "[0" && $3 ~ /^127/ {top++}
-                    $2 == "[0" && $3 == "lua]" {inner++}
-                    END {printf "%.3f %.3f\n", top / n, inner / n}' "$raw.monitor.raw")
-                awk '$2 == "[0" {print ($3 == "lua]" ? "script" : "top-level"), tolower($4)}' "$raw.monitor.raw" |
-                    sort | uniq -c >"$raw.monitor-summary.raw"
-            fi
-        fi
-        echo "$requests requests, $rps/s, p50 $p50 ms, p99 $p99 ms, non-2xx $bad, socket errors $errors, server CPU $server_us µs/request, CPU busy,steal $cpu${by_name:+, calls/request $by_name, top-level $top, in scripts $inner}"
-        printf '%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$round" "$name" "$store" "$requests" "$rps" \
-            "$p50" "$p99" "$bad" "$errors" "$cpu" "$top" "$inner" "$by_name" "$server_us" >>"$figures"
+        figures_line=$(measure "$case" "$round" "$raw")
+        bare_runs=$((bare_runs + 1))
+        after=$(measure "$bare_case" "$round" "$results/$(slug none bare)-$round-$bare_runs")
+        echo "$after||" >>"$figures"
+        echo "$figures_line|$(awk -F'|' -v b="$before" -v a="$after" 'BEGIN {
+            split(b, x, "|"); split(a, y, "|"); printf "%.1f|%.2f", (x[5] + y[5]) / 2, (x[14] + y[14]) / 2}')" >>"$figures"
+        before=$after
     done
 done
 
@@ -259,10 +282,12 @@ read -r rb rb_p50 rb_p99 < <(awk "$median_awk"'
 report=$results/http.md
 {
     echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench idem-core idem-axum idem-macros || echo ' (+ uncommitted changes)'); $(nproc) vCPUs."
-    echo "wrk -t1 -c$connections -d$duration --latency per case and round, $rounds rounds, medians shown; $core_split."
+    echo "wrk -t1 -c$connections -d$duration --latency per case and round, $rounds rounds, medians shown; the bare handler runs before the first case of a round and after every case; $core_split."
     echo
-    echo "| store | case | requests/s | p50 ms | p99 ms | × bare | Redis commands/request: top-level + in scripts | limit req/s | × limit | target | server CPU µs/request | CPU 0 / CPU 1 busy (steal) |"
-    echo "|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---|"
+    echo "× bare: a case's requests/s (or the inverse of its server CPU per request) over the mean of the two bare runs on either side of it, median over the rounds."
+    echo
+    echo "| store | case | requests/s | p50 ms | p99 ms | × bare (requests/s) | × bare (server CPU) | Redis commands/request: top-level + in scripts | limit req/s | × limit | target | server CPU µs/request | CPU 0 / CPU 1 busy (steal) |"
+    echo "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---|"
     awk -F'|' -v rb="$rb" "$median_awk"'
         !(($3, $2) in seen) {seen[$3, $2] = 1; order[++cases] = $3 SUBSEP $2}
         {
@@ -271,24 +296,30 @@ report=$results/http.md
             bad[k] += $8; if ($9 != "-") errors[k] = errors[k] " " $9
             split($10, c, ","); for (i = 1; i <= 4; i++) cpu[k, i] += c[i]; runs[k]++
             if ($11 != "-") {top[k] = $11; inner[k] = $12}
+            if ($15 != "") {xr[k] = xr[k] " " $5 / $15; xc[k] = xc[k] " " $16 / $14; bare[k] = bare[k] " " $15}
         }
         END {
-            bare = median(rps[order[1]])
             for (i = 1; i <= cases; i++) {
                 k = order[i]; split(k, sn, SUBSEP); store = sn[1]; name = sn[2]
-                r = median(rps[k]); x = r / bare
+                r = median(rps[k])
+                if (i == 1) {x = 1; xcpu = 1} else {x = median(xr[k]); xcpu = median(xc[k])}
+                ratio[store, name] = x; ratio_cpu[store, name] = xcpu
                 cpus = sprintf("%d%% (%d%%) / %d%% (%d%%)", cpu[k, 1] / runs[k], cpu[k, 2] / runs[k], cpu[k, 3] / runs[k], cpu[k, 4] / runs[k])
                 if (store == "redis") {
-                    limit = rb / top[k]; if (limit > bare) limit = bare
+                    limit = rb / top[k]; b = median(bare[k]); if (limit > b) limit = b
                     against = r / limit
                     target = (against >= 0.7 ? "met" : "missed") sprintf(" (%.2f vs 0.7)", against)
-                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f + %.2f | %.0f | %.2f | %s | %.1f | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, top[k], inner[k], limit, against, target, median(us[k]), cpus
+                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f + %.2f | %.0f | %.2f | %s | %.1f | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, xcpu, top[k], inner[k], limit, against, target, median(us[k]), cpus
                 } else {
                     target = (store == "memory") ? ((x >= 0.9 ? "met" : "missed") sprintf(" (%.2f vs 0.9)", x)) : "—"
-                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | — | — | — | %s | %.1f | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, target, median(us[k]), cpus
+                    printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | — | — | — | %s | %.1f | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, xcpu, target, median(us[k]), cpus
                 }
                 if (bad[k] > 0 || errors[k] != "") notes = notes sprintf("\n- %s %s: %d non-2xx responses over the rounds; socket errors:%s", store, name, bad[k], (errors[k] == "" ? " none" : errors[k]))
             }
+            plain = "none" SUBSEP "form handlers unguarded"
+            printf "\nThe form case'"'"'s handlers do more than the bare one (a `Form` body parsed, a 22-character page); against the same handlers and the same traffic without the guard, form token issue+verify runs at %.2f (memory) and %.2f (redis) by requests/s, %.2f and %.2f by server CPU.\n", \
+                ratio["memory", "form token issue+verify"] / ratio[plain], ratio["redis", "form token issue+verify"] / ratio[plain], \
+                ratio_cpu["memory", "form token issue+verify"] / ratio_cpu[plain], ratio_cpu["redis", "form token issue+verify"] / ratio_cpu[plain]
             if (notes != "") print "\nNot every response was a 2xx:" notes
         }' "$figures"
     echo

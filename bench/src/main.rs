@@ -19,6 +19,7 @@
 //! | `POST /{store}/order` | spends it: `VerifyFormTokenLayer` over a `Form` handler |
 //! | `POST /{store}/idempotency` | `IdempotencyLayer`, records kept 5 s |
 //! | `POST /{store}/lock` | a handler that takes and releases the `Lock` named by `x-client` |
+//! | `GET /plain/form`, `POST /plain/order` | the form case's handlers without a guard: a 22-character value instead of a token, the same `Form` handler without the layer |
 //! | `POST /flood?n=N&ttl_ms=T` | puts `N` fresh keys with that TTL into a `MemoryStore` of its own |
 //! | `GET /flood` | that store's `entry_count` |
 //!
@@ -27,6 +28,7 @@
 //! the run and time its capacity refusals instead of the guard.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::{Query, State};
@@ -100,6 +102,13 @@ struct Order {
 
 async fn place_order(Form(order): Form<Order>) -> String {
     order.item
+}
+
+/// The form case's page without a token: a value as long as a token's, so the client's
+/// next request posts the same bytes as in the guarded case.
+async fn plain_form() -> String {
+    static PAGES: AtomicU64 = AtomicU64::new(0);
+    format!("{:022}", PAGES.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Takes the lock named by the client and releases it: what a handler that serialises its
@@ -193,6 +202,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     let mut app = Router::new()
         .route("/bare", post(bare))
+        .route("/plain/form", get(plain_form))
+        .route("/plain/order", post(place_order))
         .route(
             "/flood",
             post(flood)
