@@ -83,7 +83,9 @@ fn benches(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let memory = MemoryStore::new();
+    // Every guarded request leaves a key for the 2 s window: at a million requests a
+    // second that is two million live keys, over the default capacity of one million.
+    let memory = MemoryStore::builder().with_capacity(20_000_000).build();
     run(c, "memory", app(memory), &runtime);
 
     let server = RedisServer::start();

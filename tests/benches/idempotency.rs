@@ -3,15 +3,16 @@
 //!
 //! - `bare`: the handler without the layer (the same request, key header and all).
 //! - `first`: a first request — a **new key every iteration** — so each one begins a
-//!   record, runs the handler in its own task, and stores the response.
+//!   record, runs the handler (in place; in a task of its own only if it is still
+//!   pending after its first poll, as on Redis), and stores the response.
 //! - `replay`: a retry of a completed key: the stored response is decoded and sent; the
 //!   handler does not run.
 //! - `get`: a method the layer does not guard, passed through.
 //!
 //! The runtime has one worker, as in the `avoid_repeat` bench, and criterion drives each
-//! iteration from a thread of its own: the task a first request runs its handler in is
-//! handed to the worker across threads, which a server — whose request already runs on a
-//! worker — does not pay. On a current-thread runtime `memory/first` is about 10 µs less.
+//! iteration from a thread of its own: a task a first request hands its handler to goes
+//! to the worker across threads, which a server — whose request already runs on a worker
+//! — does not pay.
 //!
 //! `cargo bench -p idem-tests --bench idempotency`
 
