@@ -20,21 +20,30 @@ use tracing::Instrument;
 /// Runs `work` to its end, in a task on `runtime` if it does not end on its first poll,
 /// and waits for it. A panic in it resumes here; `None` when the runtime cancelled it
 /// (shutting down).
-pub(crate) async fn run_to_completion<F>(runtime: &Handle, work: F) -> Option<F::Output>
+///
+/// `work` is boxed here, before the returned future is first polled, so that the caller's
+/// future holds a pointer to it rather than the work itself.
+pub(crate) fn run_to_completion<F>(
+    runtime: &Handle,
+    work: F,
+) -> impl Future<Output = Option<F::Output>> + Send + 'static
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let mut work = Box::pin(work.in_current_span());
-    if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
-        return Some(output);
-    }
-    match runtime.spawn(work).await {
-        Ok(output) => Some(output),
-        Err(error) => match error.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(_cancelled) => None,
-        },
+    let runtime = runtime.clone();
+    async move {
+        if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
+            return Some(output);
+        }
+        match runtime.spawn(work).await {
+            Ok(output) => Some(output),
+            Err(error) => match error.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_cancelled) => None,
+            },
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! first attempt of its key.
 
 use std::borrow::Cow;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
 /// Answers one request of a guarded method.
 pub(super) async fn attempt<S>(
     settings: Arc<Settings>,
-    mut inner: S,
+    inner: S,
     request: Request,
 ) -> Result<Response, S::Error>
 where
@@ -54,7 +55,7 @@ where
             Ok(None) if settings.requires_key(request.method()) => {
                 return refuse(missing_key(&settings));
             }
-            Ok(None) => return inner.call(request).await,
+            Ok(None) => return pass(inner, request).await,
             Err(invalid) => {
                 tracing::debug!(idem.outcome = "invalid_key", %invalid);
                 return refuse(Rejection::new(
@@ -74,9 +75,9 @@ where
         (None, KeySource::Function(key_of)) => match key_of(&parts, &body) {
             Some(key) => key,
             None if settings.requires_key(&parts.method) => return refuse(missing_key(&settings)),
-            None => return inner.call(rebuild(parts, body)).await,
+            None => return pass(inner, rebuild(parts, body)).await,
         },
-        (None, KeySource::Header) => return inner.call(rebuild(parts, body)).await,
+        (None, KeySource::Header) => return pass(inner, rebuild(parts, body)).await,
     };
     let store_key = match settings.scope {
         KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
@@ -145,9 +146,18 @@ where
         }
         Err(error) => match idem.store_failed(&error, "begin an idempotency record") {
             Err(rejection) => refuse(rejection),
-            Ok(()) => inner.call(rebuild(parts, body)).await,
+            Ok(()) => pass(inner, rebuild(parts, body)).await,
         },
     }
+}
+
+/// Hands the request to the inner service unguarded. Boxed: it is the rare way out, and
+/// its future inline would make every guarded request's future larger.
+fn pass<S>(mut inner: S, request: Request) -> Pin<Box<S::Future>>
+where
+    S: Service<Request, Response = Response>,
+{
+    Box::pin(inner.call(request))
 }
 
 fn missing_key(settings: &Settings) -> Rejection {
@@ -166,17 +176,18 @@ fn rebuild(parts: Parts, body: Bytes) -> Request {
 /// the chosen headers (each with its number of values, so values cannot shift between
 /// headers).
 fn fingerprint(parts: &Parts, body: &[u8], headers: &[HeaderName]) -> Fingerprint {
-    let mut fields: Vec<Cow<'_, [u8]>> = vec![
-        Cow::Borrowed(parts.method.as_str().as_bytes()),
-        Cow::Borrowed(parts.uri.path().as_bytes()),
-        Cow::Borrowed(parts.uri.query().unwrap_or("").as_bytes()),
-        Cow::Borrowed(body),
-    ];
-    for name in headers {
+    let fields = [
+        parts.method.as_str().as_bytes(),
+        parts.uri.path().as_bytes(),
+        parts.uri.query().unwrap_or("").as_bytes(),
+        body,
+    ]
+    .map(Cow::Borrowed);
+    let chosen = headers.iter().flat_map(|name| {
         let values = parts.headers.get_all(name);
         let count = values.iter().count() as u64;
-        fields.push(Cow::Owned(count.to_be_bytes().to_vec()));
-        fields.extend(values.iter().map(|value| Cow::Borrowed(value.as_bytes())));
-    }
-    Fingerprint::of(fields)
+        std::iter::once(Cow::Owned(count.to_be_bytes().to_vec()))
+            .chain(values.iter().map(|value| Cow::Borrowed(value.as_bytes())))
+    });
+    Fingerprint::of(fields.into_iter().chain(chosen))
 }

@@ -122,14 +122,16 @@ impl Drop for Pending {
 /// Runs the request as the first attempt of `record`'s key and answers with its response.
 ///
 /// The attempt is a task of its own: dropping this future (the client went away) leaves it
-/// running to the end. A panic in the handler removes the record, then resumes here.
-pub(super) async fn run_first<S>(
+/// running to the end. A panic in the handler removes the record, then resumes here. The
+/// attempt is boxed before this returns, so the future returned holds only a pointer to
+/// it.
+pub(super) fn run_first<S>(
     runtime: &Handle,
     settings: Arc<Settings>,
     record: Record,
     mut inner: S,
     request: Request,
-) -> Result<Response, S::Error>
+) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static
 where
     S: Service<Request, Response = Response> + Send + 'static,
     S::Future: Send + 'static,
@@ -150,10 +152,13 @@ where
         pending.armed = false;
         settle(&settings, &pending.record, produced).await
     };
+    let running = run_to_completion(runtime, task);
     // `None`: the runtime is shutting down; the record ends with its lease.
-    run_to_completion(runtime, task)
-        .await
-        .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()))
+    async move {
+        running
+            .await
+            .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()))
+    }
 }
 
 /// Stores the response, or removes the record, and hands the response on.

@@ -153,7 +153,8 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
             map.reserve(headers.len() + 1);
             for (name, Raw(value)) in headers {
                 let name = HeaderName::from_bytes(name.as_bytes());
-                let value = HeaderValue::from_bytes(value);
+                // A slice of the stored record, not a copy.
+                let value = HeaderValue::from_maybe_shared(stored.slice_ref(value));
                 let (Ok(name), Ok(value)) = (name, value) else {
                     return Err(Unreadable("a stored header is not a header".to_owned()));
                 };
