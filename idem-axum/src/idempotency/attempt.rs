@@ -2,6 +2,7 @@
 //! first attempt of its key.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,126 +29,138 @@ use crate::runtime::Idem;
 const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
 
 /// Answers one request of a guarded method.
-pub(super) async fn attempt<S>(
+///
+/// An `async move` block rather than an `async fn`: an `async fn` keeps its arguments
+/// twice in its future (as arguments and as the locals they are moved into), and this
+/// future is boxed for every guarded request (1 KB instead of 1.3 KB).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold its arguments twice"
+)]
+pub(super) fn attempt<S>(
     settings: Arc<Settings>,
     inner: S,
     request: Request,
-) -> Result<Response, S::Error>
+) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static
 where
     S: Service<Request, Response = Response> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
 {
-    let html = prefers_html(request.headers());
-    let idem = match Idem::from_extensions(request.extensions()) {
-        Ok(idem) => idem,
-        Err(rejection) => return Ok(rejection.with_html(html).into_response()),
-    };
-    let refuse = |rejection: Rejection| Ok(idem.respond(rejection.with_html(html)));
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
-        return Ok(StatusCode::INTERNAL_SERVER_ERROR.into_response());
-    };
+    async move {
+        let html = prefers_html(request.headers());
+        let idem = match Idem::from_extensions(request.extensions()) {
+            Ok(idem) => idem,
+            Err(rejection) => return Ok(rejection.with_html(html).into_response()),
+        };
+        let refuse = |rejection: Rejection| Ok(idem.respond(rejection.with_html(html)));
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
+            return Ok(StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        };
 
-    let header_key = match settings.key {
-        KeySource::Header => match key::from_headers(request.headers()) {
-            Ok(Some(key)) => Some(key),
-            Ok(None) if settings.requires_key(request.method()) => {
-                return refuse(missing_key(&settings));
-            }
-            Ok(None) => return pass(inner, request).await,
-            Err(invalid) => {
-                tracing::debug!(idem.outcome = "invalid_key", %invalid);
-                return refuse(Rejection::new(
-                    RejectionKind::InvalidIdempotencyKey,
-                    invalid.to_string(),
-                ));
-            }
-        },
-        KeySource::Function(_) => None,
-    };
-    let (parts, body) = match read_whole(request).await {
-        Ok(read) => read,
-        Err(rejection) => return refuse(rejection),
-    };
-    let key = match (header_key, &settings.key) {
-        (Some(key), _) => key,
-        (None, KeySource::Function(key_of)) => match key_of(&parts, &body) {
-            Some(key) => key,
-            None if settings.requires_key(&parts.method) => return refuse(missing_key(&settings)),
-            None => return pass(inner, rebuild(parts, body)).await,
-        },
-        (None, KeySource::Header) => return pass(inner, rebuild(parts, body)).await,
-    };
-    let store_key = match settings.scope {
-        KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
-            Ok(client) => idem.key(&[b"idempotency", client.as_bytes(), key.as_bytes()]),
+        let header_key = match settings.key {
+            KeySource::Header => match key::from_headers(request.headers()) {
+                Ok(Some(key)) => Some(key),
+                Ok(None) if settings.requires_key(request.method()) => {
+                    return refuse(missing_key(&settings));
+                }
+                Ok(None) => return pass(inner, request).await,
+                Err(invalid) => {
+                    tracing::debug!(idem.outcome = "invalid_key", %invalid);
+                    return refuse(Rejection::new(
+                        RejectionKind::InvalidIdempotencyKey,
+                        invalid.to_string(),
+                    ));
+                }
+            },
+            KeySource::Function(_) => None,
+        };
+        let (parts, body) = match read_whole(request).await {
+            Ok(read) => read,
             Err(rejection) => return refuse(rejection),
-        },
-        KeyScope::Shared => idem.key(&[b"idempotency:shared", key.as_bytes()]),
-    };
-    let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
+        };
+        let key = match (header_key, &settings.key) {
+            (Some(key), _) => key,
+            (None, KeySource::Function(key_of)) => match key_of(&parts, &body) {
+                Some(key) => key,
+                None if settings.requires_key(&parts.method) => {
+                    return refuse(missing_key(&settings));
+                }
+                None => return pass(inner, rebuild(parts, body)).await,
+            },
+            (None, KeySource::Header) => return pass(inner, rebuild(parts, body)).await,
+        };
+        let store_key = match settings.scope {
+            KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
+                Ok(client) => idem.key(&[b"idempotency", client.as_bytes(), key.as_bytes()]),
+                Err(rejection) => return refuse(rejection),
+            },
+            KeyScope::Shared => idem.key(&[b"idempotency:shared", key.as_bytes()]),
+        };
+        let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
 
-    let owner = Owner::random();
-    let begun = idem
-        .store()
-        .begin_record(&store_key, &owner, &fingerprint, settings.lease)
-        .await;
-    match begun {
-        Ok(Begin::Started) => {
-            tracing::debug!(idem.outcome = "accepted");
-            let record = Record::new(idem.store().clone(), store_key, owner);
-            execution::run_first(&runtime, settings, record, inner, rebuild(parts, body)).await
-        }
-        Ok(Begin::Completed { response }) => match stored::decode(&response) {
-            Ok(Replay::Response(response)) => {
-                tracing::debug!(idem.outcome = "replayed");
-                Ok(response)
+        let owner = Owner::random();
+        let begun = idem
+            .store()
+            .begin_record(&store_key, &owner, &fingerprint, settings.lease)
+            .await;
+        match begun {
+            Ok(Begin::Started) => {
+                tracing::debug!(idem.outcome = "accepted");
+                let record = Record::new(idem.store().clone(), store_key, owner);
+                execution::run_first(&runtime, settings, record, inner, rebuild(parts, body)).await
             }
-            Ok(Replay::TooLarge { status }) => {
-                tracing::debug!(idem.outcome = "replayed", too_large = true);
-                refuse(Rejection::new(
-                    RejectionKind::ResponseNotReplayable,
-                    format!(
-                        "the request with this idempotency key was already processed (status \
-                         {}), but its response was too large to keep and cannot be replayed; \
-                         look up its result instead of retrying",
-                        status.as_u16()
-                    ),
-                ))
-            }
-            Err(unreadable) => {
-                tracing::error!(%unreadable, "idem: a stored response cannot be replayed");
-                refuse(Rejection::new(
-                    RejectionKind::UnreadableIdempotencyRecord,
-                    "the stored response of this idempotency key cannot be read by this \
-                     server; the request was processed and is not run again",
-                ))
-            }
-        },
-        Ok(Begin::InProgress { remaining }) => {
-            tracing::debug!(idem.outcome = "conflict");
-            refuse(
-                Rejection::new(
-                    RejectionKind::IdempotentRequestInProgress,
-                    "a request with this idempotency key is still being processed; retry \
-                     once it has completed",
+            Ok(Begin::Completed { response }) => match stored::decode(&response) {
+                Ok(Replay::Response(response)) => {
+                    tracing::debug!(idem.outcome = "replayed");
+                    Ok(response)
+                }
+                Ok(Replay::TooLarge { status }) => {
+                    tracing::debug!(idem.outcome = "replayed", too_large = true);
+                    refuse(Rejection::new(
+                        RejectionKind::ResponseNotReplayable,
+                        format!(
+                            "the request with this idempotency key was already processed (status \
+                             {}), but its response was too large to keep and cannot be replayed; \
+                             look up its result instead of retrying",
+                            status.as_u16()
+                        ),
+                    ))
+                }
+                Err(unreadable) => {
+                    tracing::error!(%unreadable, "idem: a stored response cannot be replayed");
+                    refuse(Rejection::new(
+                        RejectionKind::UnreadableIdempotencyRecord,
+                        "the stored response of this idempotency key cannot be read by this \
+                         server; the request was processed and is not run again",
+                    ))
+                }
+            },
+            Ok(Begin::InProgress { remaining }) => {
+                tracing::debug!(idem.outcome = "conflict");
+                refuse(
+                    Rejection::new(
+                        RejectionKind::IdempotentRequestInProgress,
+                        "a request with this idempotency key is still being processed; retry \
+                         once it has completed",
+                    )
+                    .with_retry_after(remaining.min(RETRY_IN_PROGRESS)),
                 )
-                .with_retry_after(remaining.min(RETRY_IN_PROGRESS)),
-            )
+            }
+            Ok(Begin::Mismatch) => {
+                tracing::debug!(idem.outcome = "mismatch");
+                refuse(Rejection::new(
+                    RejectionKind::IdempotencyKeyReused,
+                    "this idempotency key was already used for a different request (its method, \
+                     path, query or body differ); use a new key for a new request",
+                ))
+            }
+            Err(error) => match idem.store_failed(&error, "begin an idempotency record") {
+                Err(rejection) => refuse(rejection),
+                Ok(()) => pass(inner, rebuild(parts, body)).await,
+            },
         }
-        Ok(Begin::Mismatch) => {
-            tracing::debug!(idem.outcome = "mismatch");
-            refuse(Rejection::new(
-                RejectionKind::IdempotencyKeyReused,
-                "this idempotency key was already used for a different request (its method, \
-                 path, query or body differ); use a new key for a new request",
-            ))
-        }
-        Err(error) => match idem.store_failed(&error, "begin an idempotency record") {
-            Err(rejection) => refuse(rejection),
-            Ok(()) => pass(inner, rebuild(parts, body)).await,
-        },
     }
 }
 

@@ -42,18 +42,27 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
             rest: body,
         };
     }
-    let (mut read, mut len, mut trailers) = (Vec::new(), 0_u64, None::<HeaderMap>);
+    // Most bodies are one frame: it is kept apart, so that only a second one allocates.
+    let (mut read, mut len, mut trailers) = (Read::default(), 0_u64, None::<HeaderMap>);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
-            Err(error) => return Captured::Failed { read, error },
+            Err(error) => {
+                return Captured::Failed {
+                    read: read.into_vec(),
+                    error,
+                };
+            }
         };
         match frame.into_data() {
             Ok(data) => {
                 len += data.len() as u64;
                 read.push(data);
                 if len > limit {
-                    return Captured::TooLarge { read, rest: body };
+                    return Captured::TooLarge {
+                        read: read.into_vec(),
+                        rest: body,
+                    };
                 }
             }
             Err(frame) => {
@@ -64,20 +73,44 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
         }
     }
     Captured::Whole {
-        data: concat(read),
+        data: read.concat(),
         trailers,
     }
 }
 
-fn concat(mut chunks: Vec<Bytes>) -> Bytes {
-    if chunks.len() <= 1 {
-        return chunks.pop().unwrap_or_default();
+/// The data frames read so far.
+#[derive(Default)]
+struct Read {
+    first: Option<Bytes>,
+    more: Vec<Bytes>,
+}
+
+impl Read {
+    fn push(&mut self, data: Bytes) {
+        match self.first {
+            None => self.first = Some(data),
+            Some(_) => self.more.push(data),
+        }
     }
-    let mut whole = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
-    for chunk in chunks {
-        whole.extend_from_slice(&chunk);
+
+    fn into_vec(self) -> Vec<Bytes> {
+        self.first.into_iter().chain(self.more).collect()
     }
-    whole.freeze()
+
+    fn concat(self) -> Bytes {
+        let Some(first) = self.first else {
+            return Bytes::new();
+        };
+        if self.more.is_empty() {
+            return first;
+        }
+        let size = first.len() + self.more.iter().map(Bytes::len).sum::<usize>();
+        let mut whole = BytesMut::with_capacity(size);
+        for chunk in std::iter::once(first).chain(self.more) {
+            whole.extend_from_slice(&chunk);
+        }
+        whole.freeze()
+    }
 }
 
 impl Captured {

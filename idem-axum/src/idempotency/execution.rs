@@ -37,13 +37,15 @@ impl Record {
     }
 
     /// Runs `work`, renewing the record's lease every third of it until `work` is done.
+    /// The renewal (a timer) is made, on the heap, only once `work` has to wait.
     async fn renewing<F: Future>(&self, lease: Duration, work: F) -> F::Output {
         let mut work = pin!(work);
-        let mut renewal = pin!(self.keep_alive(lease));
+        let mut renewal = None;
         poll_fn(|cx| {
             if let Poll::Ready(output) = work.as_mut().poll(cx) {
                 return Poll::Ready(output);
             }
+            let renewal = renewal.get_or_insert_with(|| Box::pin(self.keep_alive(lease)));
             match renewal.as_mut().poll(cx) {
                 Poll::Ready(never) => match never {},
                 Poll::Pending => Poll::Pending,

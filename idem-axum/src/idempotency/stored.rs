@@ -20,7 +20,7 @@ use std::fmt;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::header::{CONNECTION, HeaderName, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use http::header::{CONNECTION, HeaderName};
 use http::{HeaderMap, HeaderValue, StatusCode, response};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -81,11 +81,10 @@ impl fmt::Display for Unreadable {
 
 /// The record of a response whose body is `body`.
 pub(crate) fn encode_response(parts: &response::Parts, body: &[u8]) -> Bytes {
-    let dropped = hop_by_hop(&parts.headers);
     let headers: Vec<_> = parts
         .headers
         .iter()
-        .filter(|(name, _)| !dropped.contains(name))
+        .filter(|(name, _)| !is_hop_by_hop(name, &parts.headers))
         .map(|(name, value)| (name.as_str(), Raw(value.as_bytes())))
         .collect();
     // Each length is a varint of at most 10 bytes: room for all, so one allocation.
@@ -169,26 +168,25 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
     }
 }
 
-/// The headers that describe one connection, not the response (RFC 9110 §7.6.1): the
-/// fixed ones and those `Connection` names.
-fn hop_by_hop(headers: &HeaderMap) -> Vec<HeaderName> {
-    let mut names = vec![
-        CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        TE,
-        TRAILER,
-        TRANSFER_ENCODING,
-        UPGRADE,
+/// Whether `name` describes one connection, not the response (RFC 9110 §7.6.1): one of
+/// the fixed hop-by-hop fields, or one that `Connection` in `headers` names.
+fn is_hop_by_hop(name: &HeaderName, headers: &HeaderMap) -> bool {
+    const FIXED: [&str; 7] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
     ];
-    let listed = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok());
-    names.extend(listed);
-    names
+    FIXED.contains(&name.as_str())
+        || headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .any(|listed| listed.trim().eq_ignore_ascii_case(name.as_str()))
 }
 
 #[cfg(test)]
