@@ -2,41 +2,46 @@
 //! (a fingerprint of the payload) and then hand it on unchanged.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use axum::RequestExt;
 use axum::body::{Body, HttpBody};
 use bytes::Bytes;
-use futures_util::future::{Either, ready};
+use futures_util::future::{Either, Ready, ready};
 use http::Request;
 use http::request::Parts;
 
 use crate::rejection::{Rejection, RejectionKind};
 
-/// A request's head and its whole body, or why the body could not be read.
-pub(crate) type Read = Result<(Parts, Bytes), Rejection>;
-
 /// Reads the body of `request` within the router's body limit (axum's
 /// `DefaultBodyLimit`, 2 MB unless set): over it is 413, a broken body is 400.
 ///
-/// A body known to be empty (`Content-Length: 0`, or none at all) is answered at once.
-/// Only a body that must be read puts its reading on the heap, so that the future of the
-/// guard awaiting this — itself boxed per request — stays small.
-pub(crate) fn read_whole(request: Request<Body>) -> impl Future<Output = Read> + Send {
+/// Gives the request's head at once and its body as a future. A body known to be empty
+/// (`Content-Length: 0`, or none at all) is ready at once; only a body that must be read
+/// puts its reading on the heap. So the future of the guard awaiting it — itself boxed
+/// per request — keeps room for no more than the bytes.
+pub(crate) fn read_whole(request: Request<Body>) -> (Parts, Reading) {
     read(request, None)
 }
 
 /// Reads the body of `request` up to `limit` bytes, in place of the router's limit: over
-/// it is 413, a broken body is 400. Empty bodies as in [`read_whole`].
-pub(crate) fn read_up_to(
-    request: Request<Body>,
-    limit: usize,
-) -> impl Future<Output = Read> + Send {
+/// it is 413, a broken body is 400. Otherwise as [`read_whole`].
+pub(crate) fn read_up_to(request: Request<Body>, limit: usize) -> (Parts, Reading) {
     read(request, Some(limit))
 }
 
-fn read(request: Request<Body>, limit: Option<usize>) -> impl Future<Output = Read> + Send {
-    if is_empty(&request) {
-        return Either::Left(ready(Ok((request.into_parts().0, Bytes::new()))));
+/// A body being read (see [`read_whole`]).
+pub(crate) type Reading = Either<
+    Ready<Result<Bytes, Rejection>>,
+    Pin<Box<dyn Future<Output = Result<Bytes, Rejection>> + Send>>,
+>;
+
+fn read(request: Request<Body>, limit: Option<usize>) -> (Parts, Reading) {
+    if request.body().size_hint().exact() == Some(0) {
+        return (
+            request.into_parts().0,
+            Either::Left(ready(Ok(Bytes::new()))),
+        );
     }
     let (parts, body, limit) = match limit {
         None => {
@@ -48,25 +53,23 @@ fn read(request: Request<Body>, limit: Option<usize>) -> impl Future<Output = Re
             (parts, body, limit)
         }
     };
-    Either::Right(Box::pin(read_parts(parts, body, limit)))
+    (parts, Either::Right(Box::pin(read_body(body, limit))))
 }
 
-fn is_empty(request: &Request<Body>) -> bool {
-    request.body().size_hint().exact() == Some(0)
-}
-
-async fn read_parts(parts: Parts, body: Body, limit: usize) -> Read {
-    match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => Ok((parts, bytes)),
-        Err(error) if is_length_limit(&error) => Err(Rejection::new(
-            RejectionKind::PayloadTooLarge,
-            "the request body is larger than this endpoint accepts",
-        )),
-        Err(error) => Err(Rejection::new(
-            RejectionKind::InvalidBody,
-            format!("the request body could not be read: {error}"),
-        )),
-    }
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, Rejection> {
+    axum::body::to_bytes(body, limit).await.map_err(|error| {
+        if is_length_limit(&error) {
+            Rejection::new(
+                RejectionKind::PayloadTooLarge,
+                "the request body is larger than this endpoint accepts",
+            )
+        } else {
+            Rejection::new(
+                RejectionKind::InvalidBody,
+                format!("the request body could not be read: {error}"),
+            )
+        }
+    })
 }
 
 fn is_length_limit(error: &axum::Error) -> bool {

@@ -13,61 +13,70 @@ use crate::runtime::Idem;
 
 /// Runs the handler `start` starts under the key `key`, or answers for it. The handler is
 /// not started (a tower service not even called) unless the key was taken.
-pub(crate) async fn guard<F, E>(
-    idem: &Idem,
-    settings: &Settings,
-    handler_id: &str,
+///
+/// An `async move` block rather than an `async fn`, so that the future holds its arguments
+/// once, not twice: it is part of every guarded request's future.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold its arguments twice"
+)]
+pub(crate) fn guard<'a, F, E>(
+    idem: &'a Idem,
+    settings: &'a Settings,
+    handler_id: &'a str,
     key: Key,
     html: bool,
-    start: impl FnOnce() -> F,
-) -> Result<Response, E>
+    start: impl FnOnce() -> F + 'a,
+) -> impl Future<Output = Result<Response, E>> + 'a
 where
-    F: Future<Output = Result<Response, E>>,
+    F: Future<Output = Result<Response, E>> + 'a,
 {
-    let owner = Owner::random();
-    let permit = match idem
-        .store()
-        .acquire(&key, &owner, settings.timeout, Fencing::Off)
-        .await
-    {
-        Ok(Acquire::Acquired { .. }) => {
-            tracing::debug!(idem.outcome = "accepted", idem.handler = handler_id);
-            Some(Permit {
-                store: idem.store().clone(),
-                key,
-                owner,
-                armed: true,
-            })
+    async move {
+        let owner = Owner::random();
+        let permit = match idem
+            .store()
+            .acquire(&key, &owner, settings.timeout, Fencing::Off)
+            .await
+        {
+            Ok(Acquire::Acquired { .. }) => {
+                tracing::debug!(idem.outcome = "accepted", idem.handler = handler_id);
+                Some(Permit {
+                    store: idem.store().clone(),
+                    key,
+                    owner,
+                    armed: true,
+                })
+            }
+            // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
+            Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
+                tracing::debug!(
+                    idem.outcome = "duplicate",
+                    idem.handler = handler_id,
+                    ?remaining
+                );
+                let rejection = Rejection::new(RejectionKind::Duplicate, settings.message())
+                    .with_retry_after(remaining)
+                    .with_html(html);
+                return Ok(idem.respond(rejection));
+            }
+            Err(error) => match idem.store_failed(&error, handler_id) {
+                Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
+                Ok(()) => None,
+            },
+        };
+        let result = start().await;
+        if let Some(permit) = permit {
+            let failed = result
+                .as_ref()
+                .map_or(true, |response| response.status().is_server_error());
+            if failed || settings.release == Release::Finish {
+                permit.release().await;
+            } else {
+                permit.keep();
+            }
         }
-        // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
-        Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
-            tracing::debug!(
-                idem.outcome = "duplicate",
-                idem.handler = handler_id,
-                ?remaining
-            );
-            let rejection = Rejection::new(RejectionKind::Duplicate, settings.message())
-                .with_retry_after(remaining)
-                .with_html(html);
-            return Ok(idem.respond(rejection));
-        }
-        Err(error) => match idem.store_failed(&error, handler_id) {
-            Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
-            Ok(()) => None,
-        },
-    };
-    let result = start().await;
-    if let Some(permit) = permit {
-        let failed = result
-            .as_ref()
-            .map_or(true, |response| response.status().is_server_error());
-        if failed || settings.release == Release::Finish {
-            permit.release().await;
-        } else {
-            permit.keep();
-        }
+        result
     }
-    result
 }
 
 /// The store key of `handler_id` for `client` (and the payload, when fingerprinted).
@@ -96,11 +105,17 @@ struct Permit {
 }
 
 impl Permit {
-    async fn release(mut self) {
-        self.armed = false;
-        if let Err(error) = self.store.release(&self.key, &self.owner).await {
-            // The key still expires at the end of its window.
-            tracing::warn!(%error, "idem: could not release a key; it expires with its window");
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn's future would hold `self` twice"
+    )]
+    fn release(mut self) -> impl Future<Output = ()> {
+        async move {
+            self.armed = false;
+            if let Err(error) = self.store.release(&self.key, &self.owner).await {
+                // The key still expires at the end of its window.
+                tracing::warn!(%error, "idem: could not release a key; it expires with its window");
+            }
         }
     }
 

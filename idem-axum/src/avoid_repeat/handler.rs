@@ -222,8 +222,9 @@ pub(crate) async fn fingerprint_payload(
 ) -> Result<(Request, Fingerprint), Response> {
     let html = prefers_html(request.headers());
     let idem = Idem::from_extensions(request.extensions()).ok();
-    match read_whole(request).await {
-        Ok((parts, body)) => {
+    let (parts, reading) = read_whole(request);
+    match reading.await {
+        Ok(body) => {
             let fingerprint = Fingerprint::of([parts.uri.query().unwrap_or("").as_bytes(), &body]);
             Ok((Request::from_parts(parts, Body::from(body)), fingerprint))
         }
@@ -238,27 +239,36 @@ pub(crate) async fn fingerprint_payload(
 }
 
 /// Runs an annotated handler's body under its guard.
-pub async fn run<F, R>(
+///
+/// An `async move` block rather than an `async fn`, so that the future (boxed by axum for
+/// every request) holds its arguments once, not twice.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold its arguments twice"
+)]
+pub fn run<F, R>(
     context: AvoidRepeatContext,
     spec: &'static Spec,
     payload: Option<Fingerprint>,
     handler: F,
-) -> Response
+) -> impl Future<Output = Response>
 where
     F: Future<Output = R>,
     R: IntoResponse,
 {
-    let html = context.html();
-    let (idem, client) = match context.resolve() {
-        Ok(resolved) => resolved,
-        Err(response) => return *response,
-    };
-    let key = key_for(&idem, spec.handler, &client, payload.as_ref());
-    let guarded = guard(&idem, &spec.settings, spec.handler, key, html, || async {
-        Ok::<_, Infallible>(handler.await.into_response())
-    });
-    match guarded.await {
-        Ok(response) => response,
-        Err(never) => match never {},
+    async move {
+        let html = context.html();
+        let (idem, client) = match context.resolve() {
+            Ok(resolved) => resolved,
+            Err(response) => return *response,
+        };
+        let key = key_for(&idem, spec.handler, &client, payload.as_ref());
+        let guarded = guard(&idem, &spec.settings, spec.handler, key, html, || async {
+            Ok::<_, Infallible>(handler.await.into_response())
+        });
+        match guarded.await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
     }
 }

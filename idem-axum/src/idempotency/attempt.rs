@@ -76,8 +76,9 @@ where
             },
             KeySource::Function(_) => None,
         };
-        let (parts, body) = match read_whole(request).await {
-            Ok(read) => read,
+        let (parts, reading) = read_whole(request);
+        let body = match reading.await {
+            Ok(body) => body,
             Err(rejection) => return refuse(rejection),
         };
         let key = match (header_key, &settings.key) {

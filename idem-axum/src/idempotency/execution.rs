@@ -3,18 +3,20 @@
 //! two ways — its response stored, or its record removed so a retry runs afresh.
 
 use std::convert::Infallible;
-use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::StatusCode;
 use http::response::Parts;
 use idem_core::{AnyStore, Key, Owner, Store};
+use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
 use tower_service::Service;
 
@@ -36,25 +38,8 @@ impl Record {
         Self { store, key, owner }
     }
 
-    /// Runs `work`, renewing the record's lease every third of it until `work` is done.
-    /// The renewal (a timer) is made, on the heap, only once `work` has to wait.
-    async fn renewing<F: Future>(&self, lease: Duration, work: F) -> F::Output {
-        let mut work = pin!(work);
-        let mut renewal = None;
-        poll_fn(|cx| {
-            if let Poll::Ready(output) = work.as_mut().poll(cx) {
-                return Poll::Ready(output);
-            }
-            let renewal = renewal.get_or_insert_with(|| Box::pin(self.keep_alive(lease)));
-            match renewal.as_mut().poll(cx) {
-                Poll::Ready(never) => match never {},
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await
-    }
-
-    async fn keep_alive(&self, lease: Duration) -> Infallible {
+    /// Renews the lease every third of it, for as long as it is polled.
+    async fn keep_alive(self, lease: Duration) -> Infallible {
         // A lease under 3 ms would otherwise renew in a tight loop.
         let period = (lease / 3).max(Duration::from_millis(1));
         loop {
@@ -94,6 +79,37 @@ impl Record {
     async fn abandon(&self) {
         if let Err(error) = self.store.abandon_record(&self.key, &self.owner).await {
             tracing::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
+        }
+    }
+}
+
+pin_project! {
+    /// `work`, with its record's lease renewed every third of it while `work` waits. The
+    /// renewal (a timer) is made, on the heap, only once `work` has to wait.
+    struct Renewing<W> {
+        #[pin]
+        work: W,
+        record: Record,
+        lease: Duration,
+        renewal: Option<Pin<Box<dyn Future<Output = Infallible> + Send>>>,
+    }
+}
+
+impl<W: Future> Future for Renewing<W> {
+    type Output = W::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<W::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.work.poll(cx) {
+            return Poll::Ready(output);
+        }
+        let (record, lease) = (this.record, *this.lease);
+        let renewal = this
+            .renewal
+            .get_or_insert_with(|| Box::pin(record.clone().keep_alive(lease)));
+        match renewal.as_mut().poll(cx) {
+            Poll::Ready(never) => match never {},
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -139,21 +155,28 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
 {
-    let task = async move {
-        let mut pending = Pending {
-            record,
-            armed: true,
-        };
-        let produced = pending
-            .record
-            .renewing(settings.lease, async {
-                let (parts, body) = inner.call(request).await?.into_parts();
-                Ok::<_, S::Error>((parts, capture(body, settings.max_stored_response).await))
-            })
-            .await;
-        pending.armed = false;
-        settle(&settings, &pending.record, produced).await
+    let max_stored = settings.max_stored_response;
+    let work = async move {
+        let (parts, body) = inner.call(request).await?.into_parts();
+        Ok::<_, S::Error>((parts, capture(body, max_stored).await))
     };
+    let renewing = Renewing {
+        work,
+        record: record.clone(),
+        lease: settings.lease,
+        renewal: None,
+    };
+    let pending = Pending {
+        record,
+        armed: true,
+    };
+    // Combinators rather than one `async` block, which would keep the work and the record
+    // twice (as captured and as moved into its locals): this is boxed per first request.
+    let task = renewing.then(move |produced| {
+        let mut pending = pending;
+        pending.armed = false;
+        settle(settings, pending.record.clone(), produced)
+    });
     let running = run_to_completion(runtime, task);
     // `None`: the runtime is shutting down; the record ends with its lease.
     async move {
@@ -164,44 +187,50 @@ where
 }
 
 /// Stores the response, or removes the record, and hands the response on.
-async fn settle<E>(
-    settings: &Settings,
-    record: &Record,
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold `produced` twice"
+)]
+fn settle<E>(
+    settings: Arc<Settings>,
+    record: Record,
     produced: Result<(Parts, Captured), E>,
-) -> Result<Response, E> {
-    let (parts, captured) = match produced {
-        Ok(produced) => produced,
-        Err(error) => {
-            record.abandon().await;
-            return Err(error);
-        }
-    };
-    if !(settings.stores_status)(parts.status) {
-        tracing::debug!(
-            status = parts.status.as_u16(),
-            "idem: response not stored (by policy)"
-        );
-        record.abandon().await;
-    } else {
-        match &captured {
-            Captured::Whole { data, .. } => {
-                let stored = stored::encode_response(&parts, data);
-                record.complete(stored, settings.retention).await;
-            }
-            Captured::TooLarge { .. } => {
-                tracing::info!(
-                    status = parts.status.as_u16(),
-                    limit = settings.max_stored_response,
-                    "idem: response too large to store; retries get 409"
-                );
-                let stored = stored::encode_too_large(parts.status);
-                record.complete(stored, settings.retention).await;
-            }
-            Captured::Failed { error, .. } => {
-                tracing::warn!(%error, "idem: the response body failed; not stored");
+) -> impl Future<Output = Result<Response, E>> {
+    async move {
+        let (parts, captured) = match produced {
+            Ok(produced) => produced,
+            Err(error) => {
                 record.abandon().await;
+                return Err(error);
+            }
+        };
+        if !(settings.stores_status)(parts.status) {
+            tracing::debug!(
+                status = parts.status.as_u16(),
+                "idem: response not stored (by policy)"
+            );
+            record.abandon().await;
+        } else {
+            match &captured {
+                Captured::Whole { data, .. } => {
+                    let stored = stored::encode_response(&parts, data);
+                    record.complete(stored, settings.retention).await;
+                }
+                Captured::TooLarge { .. } => {
+                    tracing::info!(
+                        status = parts.status.as_u16(),
+                        limit = settings.max_stored_response,
+                        "idem: response too large to store; retries get 409"
+                    );
+                    let stored = stored::encode_too_large(parts.status);
+                    record.complete(stored, settings.retention).await;
+                }
+                Captured::Failed { error, .. } => {
+                    tracing::warn!(%error, "idem: the response body failed; not stored");
+                    record.abandon().await;
+                }
             }
         }
+        Ok(Response::from_parts(parts, captured.into_body()))
     }
-    Ok(Response::from_parts(parts, captured.into_body()))
 }
