@@ -177,13 +177,9 @@ where
         pending.armed = false;
         settle(settings, pending.record.clone(), produced)
     });
-    let running = run_to_completion(runtime, task);
     // `None`: the runtime is shutting down; the record ends with its lease.
-    async move {
-        running
-            .await
-            .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()))
-    }
+    run_to_completion(runtime, task)
+        .map(|done| done.unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response())))
 }
 
 /// Stores the response, or removes the record, and hands the response on.
