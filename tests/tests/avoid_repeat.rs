@@ -27,16 +27,19 @@ idem_tests::on_every_store!(
     finish_releases_when_the_response_is_produced,
     a_server_error_releases_the_key,
     a_panic_releases_the_key,
-    a_dropped_request_releases_the_key,
+    an_abandoned_request_keeps_its_window_and_its_handler_finishes,
+    finish_releases_when_an_abandoned_handler_really_finishes,
     a_different_payload_is_not_a_repeat,
     bad_input_takes_no_key,
+    a_refusal_of_bad_input_frees_the_key,
 );
 
-/// The application's state: how often handler bodies ran, and a gate that keeps
-/// `release = "finish"` handlers in flight until the test opens it.
+/// The application's state: how often handler bodies ran (and how many of the gated ones
+/// got to their end), and a gate that keeps handlers in flight until the test opens it.
 #[derive(Clone)]
 struct Shop {
     runs: Arc<AtomicUsize>,
+    finished: Arc<AtomicUsize>,
     gate: Arc<Semaphore>,
 }
 
@@ -44,6 +47,7 @@ impl Shop {
     fn new() -> Self {
         Self {
             runs: Arc::new(AtomicUsize::new(0)),
+            finished: Arc::new(AtomicUsize::new(0)),
             gate: Arc::new(Semaphore::new(0)),
         }
     }
@@ -54,6 +58,19 @@ impl Shop {
 
     fn runs(&self) -> usize {
         self.runs.load(Ordering::SeqCst)
+    }
+
+    fn finished(&self) -> usize {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// A handler that commits, then waits for the gate before it answers, as one that
+    /// wrote its order and still renders a page.
+    async fn commit_then_wait(&self) -> StatusCode {
+        self.ran();
+        self.pass_gate().await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        StatusCode::CREATED
     }
 
     /// Lets one in-flight handler finish.
@@ -107,9 +124,19 @@ async fn panicking(State(shop): State<Shop>) -> StatusCode {
 }
 
 #[avoid_repeat(timeout = "30s")]
-async fn hanging(State(shop): State<Shop>) -> StatusCode {
-    shop.ran();
-    std::future::pending().await
+async fn committing(State(shop): State<Shop>) -> StatusCode {
+    shop.commit_then_wait().await
+}
+
+#[avoid_repeat(timeout = "30s", release = "finish")]
+async fn committing_finish(State(shop): State<Shop>) -> StatusCode {
+    shop.commit_then_wait().await
+}
+
+/// Refuses an amount of 0 itself, after its extractor accepted the body.
+#[avoid_repeat(timeout = "30s")]
+async fn validating(State(shop): State<Shop>, Json(transfer): Json<Transfer>) -> StatusCode {
+    plain_validating(State(shop), Json(transfer)).await
 }
 
 #[avoid_repeat(timeout = "30s", key = "client+body")]
@@ -147,6 +174,18 @@ async fn plain_transfer(State(shop): State<Shop>, Json(transfer): Json<Transfer>
     transfer.amount.to_string()
 }
 
+async fn plain_committing(State(shop): State<Shop>) -> StatusCode {
+    shop.commit_then_wait().await
+}
+
+async fn plain_validating(State(shop): State<Shop>, Json(transfer): Json<Transfer>) -> StatusCode {
+    if transfer.amount == 0 {
+        return StatusCode::UNPROCESSABLE_ENTITY;
+    }
+    shop.ran();
+    StatusCode::CREATED
+}
+
 const CLIENT: HeaderName = HeaderName::from_static("x-client");
 const WINDOW: Duration = Duration::from_secs(30);
 
@@ -157,7 +196,9 @@ fn routes(shop: &Shop) -> Router {
         .route("/short", post(short_window))
         .route("/failing", post(failing))
         .route("/panicking", post(panicking))
-        .route("/hanging", post(hanging))
+        .route("/committing", post(committing))
+        .route("/committing/finish", post(committing_finish))
+        .route("/validating", post(validating))
         .route("/transfer", post(transfer))
         .route("/strict", post(strict))
         .route("/localized", post(localized))
@@ -174,6 +215,19 @@ fn routes(shop: &Shop) -> Router {
             "/layered/transfer",
             post(plain_transfer)
                 .route_layer(AvoidRepeatLayer::new(WINDOW).with_key(RepeatKey::ClientAndBody)),
+        )
+        .route(
+            "/layered/committing",
+            post(plain_committing).route_layer(AvoidRepeatLayer::new(WINDOW)),
+        )
+        .route(
+            "/layered/committing/finish",
+            post(plain_committing)
+                .route_layer(AvoidRepeatLayer::new(WINDOW).with_release(Release::Finish)),
+        )
+        .route(
+            "/layered/validating",
+            post(plain_validating).route_layer(AvoidRepeatLayer::new(WINDOW)),
         )
         .with_state(shop.clone())
 }
@@ -403,38 +457,96 @@ async fn a_panic_releases_the_key<B: Backend>() {
     assert_eq!(shop.runs(), 2);
 }
 
-async fn a_dropped_request_releases_the_key<B: Backend>() {
-    let backend = B::start();
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+/// Starts a POST to `path` that commits, waits until it has, then drops it as a browser
+/// drops the first POST of a double click.
+async fn abandon_after_commit(app: &Router, path: &str, shop: &Shop) {
+    let runs_before = shop.runs();
     let abandoned = tokio::spawn({
-        let app = app.clone();
-        async move { post_as(&app, "/hanging", "alice").await }
+        let (app, path) = (app.clone(), path.to_owned());
+        async move { post_as(&app, &path, "alice").await }
     });
-    eventually(Duration::from_secs(5), "the request is in flight", || {
-        let shop = shop.clone();
-        async move { shop.runs() == 1 }
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the first request committed",
+        || {
+            let shop = shop.clone();
+            async move { shop.runs() > runs_before }
+        },
+    )
     .await;
-    assert_eq!(
-        post_as(&app, "/hanging", "alice").await.status(),
-        StatusCode::CONFLICT
-    );
-    abandoned.abort(); // as when the client disconnects: the handler's future is dropped
-    // The release runs in the background right after the drop; retry until it has. Each
-    // accepted retry hangs too, so it is cut off (and so dropped) after 50 ms.
-    eventually(Duration::from_secs(5), "a retry is let through", || {
-        let (app, shop) = (app.clone(), shop.clone());
-        async move {
-            let _ = tokio::time::timeout(
-                Duration::from_millis(50),
-                post_as(&app, "/hanging", "alice"),
-            )
-            .await;
-            shop.runs() == 2
-        }
-    })
-    .await;
+    abandoned.abort();
+    assert!(abandoned.await.unwrap_err().is_cancelled(), "{path}");
+}
+
+async fn an_abandoned_request_keeps_its_window_and_its_handler_finishes<B: Backend>() {
+    let backend = B::start();
+    for path in ["/committing", "/layered/committing"] {
+        let shop = Shop::new();
+        let app = app(backend.store(), &shop);
+        abandon_after_commit(&app, path, &shop).await;
+        // Bounded: a second run of the handler would wait at the gate.
+        let second = tokio::time::timeout(Duration::from_secs(5), post_as(&app, path, "alice"))
+            .await
+            .expect("the second POST is answered, not run");
+        assert_eq!(second.status(), StatusCode::CONFLICT, "{path}: in flight");
+        shop.open_gate();
+        eventually(
+            Duration::from_secs(5),
+            "the abandoned handler ran to its end",
+            || {
+                let shop = shop.clone();
+                async move { shop.finished() == 1 }
+            },
+        )
+        .await;
+        let third = post_as(&app, path, "alice").await;
+        assert_eq!(
+            third.status(),
+            StatusCode::CONFLICT,
+            "{path}: the window outlives the client"
+        );
+        assert_eq!(shop.runs(), 1, "{path}: one commit");
+    }
+}
+
+async fn finish_releases_when_an_abandoned_handler_really_finishes<B: Backend>() {
+    let backend = B::start();
+    for path in ["/committing/finish", "/layered/committing/finish"] {
+        let shop = Shop::new();
+        let app = app(backend.store(), &shop);
+        abandon_after_commit(&app, path, &shop).await;
+        let duplicates = all_at_once(50, |_| {
+            let app = app.clone();
+            async move {
+                // Bounded: a second run of the handler would wait at the gate.
+                let answer =
+                    tokio::time::timeout(Duration::from_secs(5), post_as(&app, path, "alice"));
+                answer
+                    .await
+                    .map_or(StatusCode::REQUEST_TIMEOUT, |r| r.status())
+            }
+        })
+        .await;
+        assert_eq!(
+            count(&duplicates, StatusCode::CONFLICT),
+            50,
+            "{path}: the key is held while the handler still runs"
+        );
+        assert_eq!(shop.runs(), 1, "{path}");
+        shop.open_gate();
+        // The key is released once the handler has finished; the next request then runs
+        // (and passes the gate opened for it here).
+        shop.open_gate();
+        eventually(Duration::from_secs(5), "the key is released", || {
+            let (app, shop) = (app.clone(), shop.clone());
+            async move {
+                let status = post_as(&app, path, "alice").await.status();
+                status == StatusCode::CREATED && shop.finished() == 2
+            }
+        })
+        .await;
+        assert_eq!(shop.runs(), 2, "{path}");
+    }
 }
 
 async fn a_different_payload_is_not_a_repeat<B: Backend>() {
@@ -476,6 +588,34 @@ async fn bad_input_takes_no_key<B: Backend>() {
         "the bad requests held no key"
     );
     assert_eq!(shop.runs(), 1);
+}
+
+/// A 4xx the handler, its extractors or the route produce frees the key at once: the user
+/// who fixes the input is not locked out for the window.
+async fn a_refusal_of_bad_input_frees_the_key<B: Backend>() {
+    let backend = B::start();
+    for path in ["/validating", "/layered/validating"] {
+        let shop = Shop::new();
+        let app = app(backend.store(), &shop);
+        let refused = post_json(&app, path, "alice", r#"{"amount": 0}"#).await;
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY, "{path}");
+        if path.starts_with("/layered") {
+            // The layer takes the key before the route's `Json` extractor refuses.
+            let malformed = post_json(&app, path, "alice", r#"{"amount": "#).await;
+            assert_eq!(malformed.status(), StatusCode::BAD_REQUEST, "{path}");
+        }
+        assert_eq!(shop.runs(), 0, "{path}");
+        let fixed = post_json(&app, path, "alice", r#"{"amount": 5}"#).await;
+        assert!(fixed.status().is_success(), "{path}: {}", fixed.status());
+        assert_eq!(shop.runs(), 1, "{path}");
+        let repeat = post_json(&app, path, "alice", r#"{"amount": 5}"#).await;
+        assert_eq!(
+            repeat.status(),
+            StatusCode::CONFLICT,
+            "{path}: success keeps it"
+        );
+        assert_eq!(shop.runs(), 1, "{path}");
+    }
 }
 
 // What does not depend on the store: run on `MemoryStore` only.

@@ -1,18 +1,27 @@
 //! The one path every avoid-repeat guard takes, whether attribute or layer: take the key,
-//! run the handler, give the key back when the handler failed or the mode says so.
+//! run the handler to its end, give the key back when the handler failed or the mode says
+//! so.
 
 use std::future::Future;
 
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 use idem_core::{Acquire, AnyStore, Fencing, Fingerprint, Key, Owner, Store};
+use tokio::runtime::Handle;
 
 use super::{Release, Settings};
 use crate::client::ClientId;
+use crate::detached::run_to_completion;
 use crate::rejection::{Rejection, RejectionKind};
 use crate::runtime::Idem;
 
 /// Runs the handler `start` starts under the key `key`, or answers for it. The handler is
 /// not started (a tower service not even called) unless the key was taken.
+///
+/// Once the key is taken the handler runs to its end even if the request is dropped (a
+/// browser abandons the first POST of a double click): it may already have committed, so
+/// cutting it off and freeing the key would let the second POST run it again. Its outcome
+/// decides the key, not the client's patience.
 ///
 /// An `async move` block rather than an `async fn`, so that the future holds its arguments
 /// once, not twice: it is part of every guarded request's future.
@@ -29,7 +38,8 @@ pub(crate) fn guard<'a, F, E>(
     start: impl FnOnce() -> F + 'a,
 ) -> impl Future<Output = Result<Response, E>> + 'a
 where
-    F: Future<Output = Result<Response, E>> + 'a,
+    F: Future<Output = Result<Response, E>> + Send + 'static,
+    E: Send + 'static,
 {
     async move {
         let owner = Owner::random();
@@ -40,12 +50,12 @@ where
         {
             Ok(Acquire::Acquired { .. }) => {
                 tracing::debug!(idem.outcome = "accepted", idem.handler = handler_id);
-                Some(Permit {
+                Permit {
                     store: idem.store().clone(),
                     key,
                     owner,
                     armed: true,
-                })
+                }
             }
             // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
             Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
@@ -61,22 +71,36 @@ where
             }
             Err(error) => match idem.store_failed(&error, handler_id) {
                 Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
-                Ok(()) => None,
+                // Failing open: nothing is held, so nothing needs the handler to finish.
+                Ok(()) => return start().await,
             },
         };
-        let result = start().await;
-        if let Some(permit) = permit {
-            let failed = result
-                .as_ref()
-                .map_or(true, |response| response.status().is_server_error());
-            if failed || settings.release == Release::Finish {
-                permit.release().await;
-            } else {
-                permit.keep();
-            }
+        let release = settings.release;
+        let handler = start();
+        let work = async move {
+            let result = handler.await;
+            let keep = release == Release::Expire && result.as_ref().is_ok_and(succeeded);
+            permit.settle(keep).await;
+            result
+        };
+        match Handle::try_current() {
+            // `None`: the runtime is shutting down and cancelled the handler.
+            Ok(runtime) => run_to_completion(&runtime, work)
+                .await
+                .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response())),
+            // Without a Tokio runtime nothing can run detached; the key still expires.
+            Err(_no_runtime) => work.await,
         }
-        result
     }
+}
+
+/// Whether an answer keeps the window: only a success (1xx–3xx) does.
+///
+/// A 4xx or a 5xx — from the handler, its extractors or a layer inside the guard, idem's
+/// own refusals among them — means the request was refused or failed, and the user may
+/// fix it and send it again at once.
+fn succeeded(response: &Response) -> bool {
+    !(response.status().is_client_error() || response.status().is_server_error())
 }
 
 /// The store key of `handler_id` for `client` (and the payload, when fingerprinted).
@@ -95,8 +119,8 @@ pub(crate) fn key_for(
     ])
 }
 
-/// A held key. Dropped while armed — the handler panicked or its future was dropped — it
-/// releases the key in the background, so the client can retry at once.
+/// A held key. Dropped while armed — the handler panicked, or the runtime dropped it while
+/// shutting down — it releases the key in the background, so the client can retry at once.
 struct Permit {
     store: AnyStore,
     key: Key,
@@ -105,22 +129,16 @@ struct Permit {
 }
 
 impl Permit {
-    #[expect(
-        clippy::manual_async_fn,
-        reason = "an async fn's future would hold `self` twice"
-    )]
-    fn release(mut self) -> impl Future<Output = ()> {
-        async move {
-            self.armed = false;
-            if let Err(error) = self.store.release(&self.key, &self.owner).await {
-                // The key still expires at the end of its window.
-                tracing::warn!(%error, "idem: could not release a key; it expires with its window");
-            }
-        }
-    }
-
-    fn keep(mut self) {
+    /// Keeps the key for the rest of its window, or gives it back.
+    async fn settle(mut self, keep: bool) {
         self.armed = false;
+        if keep {
+            return;
+        }
+        if let Err(error) = self.store.release(&self.key, &self.owner).await {
+            // The key still expires at the end of its window.
+            tracing::warn!(%error, "idem: could not release a key; it expires with its window");
+        }
     }
 }
 

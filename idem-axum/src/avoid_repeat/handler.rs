@@ -253,7 +253,7 @@ pub fn run<F, R>(
     handler: F,
 ) -> impl Future<Output = Response>
 where
-    F: Future<Output = R>,
+    F: Future<Output = R> + Send + 'static,
     R: IntoResponse,
 {
     async move {
@@ -263,9 +263,14 @@ where
             Err(response) => return *response,
         };
         let key = key_for(&idem, spec.handler, &client, payload.as_ref());
-        let guarded = guard(&idem, &spec.settings, spec.handler, key, html, || async {
-            Ok::<_, Infallible>(handler.await.into_response())
-        });
+        let guarded = guard(
+            &idem,
+            &spec.settings,
+            spec.handler,
+            key,
+            html,
+            || async move { Ok::<_, Infallible>(handler.await.into_response()) },
+        );
         match guarded.await {
             Ok(response) => response,
             Err(never) => match never {},

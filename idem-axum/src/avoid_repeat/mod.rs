@@ -13,13 +13,23 @@
 //! - [`Release::Expire`] (default): the key is taken for `timeout` when the request is
 //!   accepted — one store round trip, and nothing more — so a resubmission inside the
 //!   window is refused. A handler slower than its window should use `Finish`.
-//! - [`Release::Finish`]: a lock, released as soon as the response is produced (a second
-//!   round trip); `timeout` is then only the lease that frees the key if the process dies.
-//! - Whatever the mode, a failed handler — a 5xx response, a panic (under
-//!   `CatchPanicLayer`), a future dropped because the client went away — releases the
-//!   key at once, so the user can retry.
-//! - The key is taken after the handler's extractors succeeded: a request refused for bad
-//!   input (400, 413, 415, 422) takes no key.
+//! - [`Release::Finish`]: a lock, released as soon as the handler has produced its
+//!   response (a second round trip); `timeout` is then only the lease that frees the key
+//!   if the process dies.
+//! - **Once the key is taken, the handler runs to its end**, in a task of its own if it
+//!   has to wait, even when the client goes away: the browser abandons the first POST of
+//!   a double click, and that POST may already have committed. In `Expire` mode an
+//!   abandoned request keeps its window; in `Finish` mode its key is released when the
+//!   handler really finishes, not when the client leaves.
+//! - **Only a success keeps the key.** A response of 1xx–3xx keeps it for the window
+//!   (`Expire`). Any 4xx or 5xx releases it at once, and so does a panic (under
+//!   `CatchPanicLayer`): the request was refused or failed, and the user may fix it and
+//!   send it again. That covers a 400 or 422 the handler returns for bad input, an
+//!   extractor's refusal under [`AvoidRepeatLayer`] (which takes the key before the
+//!   route's extractors run), a 404 or 409 of the handler's own, and the refusals of
+//!   idem guards inside this one.
+//! - The attribute takes the key only after the handler's extractors succeeded: a request
+//!   they refuse (400, 413, 415, 422) takes no key at all.
 //! - A store failure follows the runtime's [`StoreFailure`](crate::StoreFailure) policy.
 //!
 //! ```
@@ -53,8 +63,8 @@ pub enum Release {
     /// The key lives for the whole window after acceptance: repeats inside it are refused.
     #[default]
     Expire,
-    /// The key is released when the response is produced: only concurrent repeats are
-    /// refused.
+    /// The key is released when the handler has produced its response: only concurrent
+    /// repeats are refused.
     Finish,
 }
 

@@ -52,8 +52,8 @@
 //! **Beside `#[avoid_repeat]`.** Both guards can protect one handler. Put
 //! `VerifyFormTokenLayer` outside (added after `AvoidRepeatLayer`, or on a handler with
 //! `#[avoid_repeat]`): a request refused for its token then takes no anti-repeat key.
-//! Inside, the anti-repeat window is taken first, and a request refused for its token
-//! (a 4xx, not a failure) still holds it for the window.
+//! Inside, the anti-repeat window is taken first and given back at once when the token
+//! is refused (a 4xx), at the cost of a store round trip more.
 //!
 //! ```
 //! use std::time::Duration;
