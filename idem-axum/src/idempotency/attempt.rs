@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, OriginalUri, Request};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderName, StatusCode};
+use http::{HeaderName, StatusCode, Uri};
 use idem_core::{Begin, Fingerprint, Owner, Store};
 use tower_service::Service;
 
@@ -92,12 +92,22 @@ where
             },
             (None, KeySource::Header) => return pass(inner, rebuild(parts, body)).await,
         };
+        // The record belongs to one endpoint: the same key sent to another route (or with
+        // another method) is another operation, never a replay of this one's response.
+        let method = parts.method.as_str().as_bytes();
+        let route = route(&parts).as_bytes();
         let store_key = match settings.scope {
             KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
-                Ok(client) => idem.key(&[b"idempotency", client.as_bytes(), key.as_bytes()]),
+                Ok(client) => idem.key(&[
+                    b"idempotency",
+                    client.as_bytes(),
+                    method,
+                    route,
+                    key.as_bytes(),
+                ]),
                 Err(rejection) => return refuse(rejection),
             },
-            KeyScope::Shared => idem.key(&[b"idempotency:shared", key.as_bytes()]),
+            KeyScope::Shared => idem.key(&[b"idempotency:shared", method, route, key.as_bytes()]),
         };
         let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
 
@@ -153,8 +163,8 @@ where
                 tracing::debug!(idem.outcome = "mismatch");
                 refuse(Rejection::new(
                     RejectionKind::IdempotencyKeyReused,
-                    "this idempotency key was already used for a different request (its method, \
-                     path, query or body differ); use a new key for a new request",
+                    "this idempotency key was already used for a different request (its path, \
+                     query, body or compared headers differ); use a new key for a new request",
                 ))
             }
             Err(error) => match idem.store_failed(&error, "begin an idempotency record") {
@@ -186,14 +196,33 @@ fn rebuild(parts: Parts, body: Bytes) -> Request {
     Request::from_parts(parts, Body::from(body))
 }
 
-/// What makes two requests with one key the same request: method, path, query, body, and
-/// the chosen headers (each with its number of values, so values cannot shift between
-/// headers).
+/// The URI the client sent: a router that `nest`s strips its prefix from the request's
+/// own URI before the route's layers see it.
+fn original_uri(parts: &Parts) -> &Uri {
+    parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(&parts.uri, |original| &original.0)
+}
+
+/// The route a request was sent to: the path pattern it matched, in full under `nest`; a
+/// layer around a whole router runs before any route matched, and then it is the path.
+fn route(parts: &Parts) -> &str {
+    match parts.extensions.get::<MatchedPath>() {
+        Some(matched) => matched.as_str(),
+        None => original_uri(parts).path(),
+    }
+}
+
+/// What makes two requests with one key the same request: method, path and query as the
+/// client sent them, body, and the chosen headers (each with its number of values, so
+/// values cannot shift between headers).
 fn fingerprint(parts: &Parts, body: &[u8], headers: &[HeaderName]) -> Fingerprint {
+    let uri = original_uri(parts);
     let fields = [
         parts.method.as_str().as_bytes(),
-        parts.uri.path().as_bytes(),
-        parts.uri.query().unwrap_or("").as_bytes(),
+        uri.path().as_bytes(),
+        uri.query().unwrap_or("").as_bytes(),
         body,
     ]
     .map(Cow::Borrowed);

@@ -11,7 +11,8 @@
 //! | first with this key | the handler runs; its response is stored for 24 h and sent |
 //! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true`; the handler does not run |
 //! | retry while the first still runs | `409 Conflict` + `Retry-After` |
-//! | same key, another request (method, path, query, body differ) | `422 Unprocessable Content` |
+//! | same key, same route, another request (path, query, body differ) | `422 Unprocessable Content` |
+//! | same key, another route or method | a request of its own: the handler runs |
 //! | key malformed | `400 Bad Request` |
 //! | key missing, [required](IdempotencyLayer::with_required) | `400 Bad Request`, saying what to send |
 //! | key missing, not required | the handler runs, unguarded |
@@ -59,8 +60,15 @@
 //!   [client key](crate::client)): two clients may use the same key without meeting.
 //!   [`KeyScope::Shared`] makes one key space for everyone, for keys that are unique by
 //!   construction (the provider's sequence number) on a route only that caller reaches.
+//! - Keys are scoped by route as well, under either scope: a record belongs to one method
+//!   and one route, the [`MatchedPath`](axum::extract::MatchedPath) — in full under
+//!   `Router::nest`, whose routes all see the same stripped path — or, for a layer around
+//!   a whole router, where no route has matched yet, the path the client sent. The same
+//!   key sent to `/orders` and to `/refunds` is two operations; neither is ever answered
+//!   with the other's response.
 //! - A key is bound to the request it first came with: its fingerprint is the method, the
-//!   path, the query, a SHA-256 of the body and any
+//!   path and query as the client sent them ([`OriginalUri`](axum::extract::OriginalUri),
+//!   so a `nest` prefix counts, `/{shop}/orders` included), a SHA-256 of the body and any
 //!   [headers you name](IdempotencyLayer::with_fingerprint_headers).
 //!
 //! # What is stored
