@@ -38,6 +38,7 @@ idem_tests::on_every_store!(
     the_same_key_on_another_nested_route_runs_that_route,
     a_key_reused_under_another_nest_prefix_is_422,
     outside_the_router_a_key_is_scoped_by_the_request_path,
+    a_shared_key_never_replays_a_cookie_and_a_client_key_does,
 );
 
 /// The application's state: how often handler bodies ran, and a gate that keeps a handler
@@ -149,6 +150,10 @@ fn routes(shop: &Shop) -> Router {
         .route("/pay", post(pay).get(pay).route_layer(guarded()))
         .route("/other", post(pay).route_layer(guarded()))
         .route("/carts/{cart}", post(pay).route_layer(guarded()))
+        .route(
+            "/shared-pay",
+            post(pay).route_layer(guarded().with_key_scope(KeyScope::Shared)),
+        )
         .route("/gated", post(gated).route_layer(guarded()))
         .route(
             "/long",
@@ -802,6 +807,54 @@ async fn outside_the_router_a_key_is_scoped_by_the_request_path<B: Backend>() {
     );
     assert_eq!(shop.runs(), 2);
     assert!(Seen::of(post_key(&app, "/pay", "k").await).await.replayed());
+    assert_eq!(shop.runs(), 2);
+}
+
+async fn a_shared_key_never_replays_a_cookie_and_a_client_key_does<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let cookies = |seen: &Seen| {
+        seen.headers
+            .iter()
+            .filter(|(name, _)| name == "set-cookie")
+            .count()
+    };
+
+    let first = Seen::of(post_key(&app, "/shared-pay", "shared-1").await).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(cookies(&first), 2, "the first client gets its cookies");
+    let replay = Seen::of(
+        send(
+            &app,
+            request("/shared-pay", "bob", Some("shared-1"), r#"{"amount":100}"#),
+        )
+        .await,
+    )
+    .await;
+    assert!(replay.replayed(), "{replay:?}");
+    assert_eq!(
+        cookies(&replay),
+        0,
+        "another client never gets them: {replay:?}"
+    );
+    let mut without_cookies = first.clone();
+    without_cookies
+        .headers
+        .retain(|(name, _)| name != "set-cookie");
+    assert_eq!(
+        replay.unmarked(),
+        without_cookies,
+        "status, other headers, body"
+    );
+    assert_eq!(shop.runs(), 1);
+
+    // A client's own key replays to that client only: its cookies with it.
+    let first = Seen::of(post_key(&app, "/pay", "own-1").await).await;
+    let replay = Seen::of(post_key(&app, "/pay", "own-1").await).await;
+    assert!(replay.replayed(), "{replay:?}");
+    assert_eq!(cookies(&replay), 2, "{replay:?}");
+    assert_eq!(replay.unmarked(), first);
     assert_eq!(shop.runs(), 2);
 }
 

@@ -209,7 +209,7 @@ fn settle<E>(
         } else {
             match &captured {
                 Captured::Whole { data, .. } => {
-                    let stored = stored::encode_response(&parts, data);
+                    let stored = stored::encode_response(&parts, data, settings.scope);
                     record.complete(stored, settings.retention).await;
                 }
                 Captured::TooLarge { .. } => {

@@ -78,6 +78,13 @@
 //! produced, and what the first client got. Trailers reach the first client but are not
 //! stored.
 //!
+//! - **Cookies under a shared key**: a [`KeyScope::Shared`] record is replayed to whoever
+//!   presents its key, so its stored copy has no `Set-Cookie`: the first client gets its
+//!   cookies (a session, say), a replay does not. `Set-Cookie` is the field by which a
+//!   response hands one client state of its own; nothing else is left out (the obsolete
+//!   `Set-Cookie2` is honoured by no client), and a body written for one caller is that
+//!   route's to avoid. Under [`KeyScope::Client`] a replay goes to the same client and
+//!   keeps its cookies.
 //! - **Statuses**: every response but a 5xx is stored (configurable with
 //!   [`with_stored_statuses`](IdempotencyLayer::with_stored_statuses)). A response that is
 //!   not stored removes the record, so a retry runs the handler again: a server error may
@@ -150,7 +157,8 @@ pub enum KeyScope {
     Client,
     /// One key space for all clients, and no client identity needed: for keys unique by
     /// construction, such as a payment provider's callback sequence number that arrives
-    /// from several addresses.
+    /// from several addresses. A replay may go to another caller than the first, so the
+    /// stored response keeps no `Set-Cookie`.
     Shared,
 }
 
