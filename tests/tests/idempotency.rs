@@ -18,6 +18,7 @@ use idem_tests::{Backend, RedisServer, all_at_once, eventually};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
 
 idem_tests::on_every_store!(
     three_hundred_concurrent_requests_run_the_handler_once,
@@ -39,6 +40,8 @@ idem_tests::on_every_store!(
     a_key_reused_under_another_nest_prefix_is_422,
     outside_the_router_a_key_is_scoped_by_the_request_path,
     a_shared_key_never_replays_a_cookie_and_a_client_key_does,
+    compression_outside_the_layer_compresses_each_replay_for_its_own_request,
+    a_response_compressed_inside_the_layer_is_replayed_only_to_requests_that_accept_it,
 );
 
 /// The application's state: how often handler bodies ran, and a gate that keeps a handler
@@ -129,6 +132,15 @@ async fn big(State(shop): State<Shop>) -> Vec<u8> {
     vec![b'x'; 4 * 1024]
 }
 
+/// A receipt long enough for `CompressionLayer` to compress.
+fn receipt_text(run: usize) -> String {
+    format!("receipt {run}: {}", "one refund of 100, ".repeat(20))
+}
+
+async fn receipt(State(shop): State<Shop>) -> (StatusCode, String) {
+    (StatusCode::CREATED, receipt_text(shop.ran()))
+}
+
 async fn callback(State(shop): State<Shop>) -> String {
     format!("acknowledged {}", shop.ran())
 }
@@ -150,6 +162,18 @@ fn routes(shop: &Shop) -> Router {
         .route("/pay", post(pay).get(pay).route_layer(guarded()))
         .route("/other", post(pay).route_layer(guarded()))
         .route("/carts/{cart}", post(pay).route_layer(guarded()))
+        .route(
+            "/compressed-outside",
+            post(receipt)
+                .route_layer(guarded())
+                .layer(CompressionLayer::new()),
+        )
+        .route(
+            "/compressed-inside",
+            post(receipt)
+                .layer(CompressionLayer::new())
+                .route_layer(guarded()),
+        )
         .route(
             "/shared-pay",
             post(pay).route_layer(guarded().with_key_scope(KeyScope::Shared)),
@@ -856,6 +880,86 @@ async fn a_shared_key_never_replays_a_cookie_and_a_client_key_does<B: Backend>()
     assert_eq!(cookies(&replay), 2, "{replay:?}");
     assert_eq!(replay.unmarked(), first);
     assert_eq!(shop.runs(), 2);
+}
+
+/// `POST path` from alice with `key`, accepting `accept` encodings (none when `None`).
+async fn post_accepting(app: &Router, path: &str, key: &str, accept: Option<&str>) -> Seen {
+    let mut request = request(path, "alice", Some(key), r#"{"amount":100}"#);
+    if let Some(accept) = accept {
+        let accept = HeaderValue::from_str(accept).unwrap();
+        request
+            .headers_mut()
+            .insert(header::ACCEPT_ENCODING, accept);
+    }
+    Seen::of(send(app, request).await).await
+}
+
+fn gunzip(bytes: &[u8]) -> String {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(bytes), &mut text)
+        .expect("a gzip body");
+    text
+}
+
+async fn compression_outside_the_layer_compresses_each_replay_for_its_own_request<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let path = "/compressed-outside";
+    let first = post_accepting(&app, path, "r1", Some("gzip")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.header("content-encoding"), Some(b"gzip".as_slice()));
+    assert_eq!(gunzip(&first.body), receipt_text(1));
+
+    // The stored response is the handler's own: a retry that accepts no coding reads it.
+    let plain = post_accepting(&app, path, "r1", None).await;
+    assert!(plain.replayed(), "{plain:?}");
+    assert_eq!(plain.status, StatusCode::CREATED);
+    assert_eq!(plain.header("content-encoding"), None);
+    assert_eq!(plain.body, receipt_text(1).as_bytes(), "byte for byte");
+
+    let gzip = post_accepting(&app, path, "r1", Some("gzip")).await;
+    assert!(gzip.replayed(), "{gzip:?}");
+    assert_eq!(gzip.header("content-encoding"), Some(b"gzip".as_slice()));
+    assert_eq!(gunzip(&gzip.body), receipt_text(1));
+    assert_eq!(shop.runs(), 1);
+}
+
+async fn a_response_compressed_inside_the_layer_is_replayed_only_to_requests_that_accept_it<
+    B: Backend,
+>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let path = "/compressed-inside";
+    let first = post_accepting(&app, path, "r1", Some("gzip")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.header("content-encoding"), Some(b"gzip".as_slice()));
+    assert_eq!(gunzip(&first.body), receipt_text(1));
+
+    for accept in [Some("gzip"), Some("br, GZIP;q=0.5"), Some("*")] {
+        let replay = post_accepting(&app, path, "r1", accept).await;
+        assert!(replay.replayed(), "{accept:?}: {replay:?}");
+        assert_eq!(replay.unmarked(), first, "{accept:?}");
+    }
+    // A retry that could not read gzip gets no gzip bytes, and the handler does not run
+    // again: the request was processed.
+    for accept in [None, Some("br"), Some("identity"), Some("gzip;q=0, *")] {
+        let refused = post_accepting(&app, path, "r1", accept).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::CONFLICT,
+            "{accept:?}: {refused:?}"
+        );
+        assert_eq!(refused.problem(), "response-not-replayable", "{accept:?}");
+        assert_eq!(refused.header("retry-after"), None, "{accept:?}");
+        assert!(
+            refused.detail().contains("`Accept-Encoding: gzip`"),
+            "{accept:?}: {}",
+            refused.detail()
+        );
+    }
+    assert_eq!(shop.runs(), 1);
 }
 
 /// The store's timeout in the outage test: every answer must come within it and a slack.

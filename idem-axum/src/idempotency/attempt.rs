@@ -18,7 +18,7 @@ use tower_service::Service;
 
 use super::execution::{self, Record};
 use super::stored::{self, Replay};
-use super::{KeyScope, KeySource, Settings, key};
+use super::{KeyScope, KeySource, Settings, encoding, key};
 use crate::body::read_whole;
 use crate::client::ClientRequest;
 use crate::rejection::{Rejection, RejectionKind, prefers_html};
@@ -94,20 +94,23 @@ where
         };
         // The record belongs to one endpoint: the same key sent to another route (or with
         // another method) is another operation, never a replay of this one's response.
-        let method = parts.method.as_str().as_bytes();
-        let route = route(&parts).as_bytes();
-        let store_key = match settings.scope {
-            KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
-                Ok(client) => idem.key(&[
-                    b"idempotency",
-                    client.as_bytes(),
-                    method,
-                    route,
-                    key.as_bytes(),
-                ]),
-                Err(rejection) => return refuse(rejection),
-            },
-            KeyScope::Shared => idem.key(&[b"idempotency:shared", method, route, key.as_bytes()]),
+        let store_key = {
+            let (method, route) = (parts.method.as_str().as_bytes(), route(&parts).as_bytes());
+            match settings.scope {
+                KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
+                    Ok(client) => idem.key(&[
+                        b"idempotency",
+                        client.as_bytes(),
+                        method,
+                        route,
+                        key.as_bytes(),
+                    ]),
+                    Err(rejection) => return refuse(rejection),
+                },
+                KeyScope::Shared => {
+                    idem.key(&[b"idempotency:shared", method, route, key.as_bytes()])
+                }
+            }
         };
         let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
 
@@ -124,8 +127,13 @@ where
             }
             Ok(Begin::Completed { response }) => match stored::decode(&response) {
                 Ok(Replay::Response(response)) => {
-                    tracing::debug!(idem.outcome = "replayed");
-                    Ok(response)
+                    match encoding::unaccepted(response.headers(), &parts.headers) {
+                        None => {
+                            tracing::debug!(idem.outcome = "replayed");
+                            Ok(response)
+                        }
+                        Some(coding) => refuse(not_acceptable(response.status(), &coding)),
+                    }
                 }
                 Ok(Replay::TooLarge { status }) => {
                     tracing::debug!(idem.outcome = "replayed", too_large = true);
@@ -182,6 +190,22 @@ where
     S: Service<Request, Response = Response>,
 {
     Box::pin(inner.call(request))
+}
+
+/// The answer to a retry that does not accept the content coding its stored response
+/// has (a compression layer inside this one encoded it for the first client): the bytes
+/// would be unreadable to it, and the handler does not run twice for one key.
+fn not_acceptable(status: StatusCode, coding: &str) -> Rejection {
+    tracing::debug!(idem.outcome = "replayed", unaccepted_encoding = coding);
+    Rejection::new(
+        RejectionKind::ResponseNotReplayable,
+        format!(
+            "the request with this idempotency key was already processed (status {}), but its \
+             stored response is encoded as `{coding}`, which this request does not accept; \
+             retry with `Accept-Encoding: {coding}`",
+            status.as_u16()
+        ),
+    )
 }
 
 fn missing_key(settings: &Settings) -> Rejection {

@@ -10,6 +10,7 @@
 //! |---|---|
 //! | first with this key | the handler runs; its response is stored for 24 h and sent |
 //! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true`; the handler does not run |
+//! | retry after it completed, its response not replayable to it (too large to keep, or [encoded](#content-encoding) in a way it does not accept) | `409 Conflict`, no `Retry-After`; the handler does not run |
 //! | retry while the first still runs | `409 Conflict` + `Retry-After` |
 //! | same key, same route, another request (path, query, body differ) | `422 Unprocessable Content` |
 //! | same key, another route or method | a request of its own: the handler runs |
@@ -102,6 +103,32 @@
 //! - The record lives for the [retention](IdempotencyLayer::with_retention) (24 h). In
 //!   Redis it survives a restart of the application, and every instance replays it.
 //!
+//! # Content encoding
+//!
+//! Put compression (tower-http's `CompressionLayer`, say) *outside* this layer:
+//!
+//! ```text
+//! Router::new()
+//!     .route("/receipts", post(handler).route_layer(IdempotencyLayer::new()))
+//!     .layer(CompressionLayer::new())
+//! ```
+//!
+//! Then the stored response is the handler's own, in the identity encoding, and every
+//! answer — the first and each replay — is compressed for the `Accept-Encoding` of the
+//! request it answers. Inside this layer, compression would store the encoding the
+//! *first* client accepted, and a retry without `Accept-Encoding: gzip` would be sent
+//! gzip bytes it cannot read. Neither the headers that choose an encoding nor the
+//! encoding are part of the fingerprint: a retry that accepts other encodings is the
+//! same request.
+//!
+//! A response stored with a `Content-Encoding` (compression inside this layer, or a
+//! handler that encodes) is logged as a warning naming this order, and replayed only to
+//! a retry whose `Accept-Encoding` accepts every coding it has: listed with a weight
+//! above zero, or covered by `*`. A request without the field is taken to accept none,
+//! as compression layers take it. Any other retry gets `409 Conflict` saying which
+//! encoding to accept: it cannot read the stored bytes, and the handler never runs twice
+//! for one key.
+//!
 //! # Robustness
 //!
 //! - **Atomic start**: the in-progress record is created with the fingerprint in one
@@ -131,6 +158,7 @@
 
 mod attempt;
 mod capture;
+mod encoding;
 mod execution;
 mod key;
 mod layer;
