@@ -12,12 +12,13 @@ use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use idem_axum::client::HeaderKey;
-use idem_axum::idempotency::KeyScope;
+use idem_axum::idempotency::{Idempotency, KeyScope};
 use idem_axum::{Idem, IdempotencyLayer, Store, StoreFailure};
 use idem_tests::{Backend, RedisServer, all_at_once, eventually};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
 
 idem_tests::on_every_store!(
     three_hundred_concurrent_requests_run_the_handler_once,
@@ -35,6 +36,12 @@ idem_tests::on_every_store!(
     a_response_too_large_to_store_reaches_its_client_and_never_runs_again,
     keys_are_scoped_by_client,
     a_key_function_dedupes_callbacks_from_any_address,
+    the_same_key_on_another_nested_route_runs_that_route,
+    a_key_reused_under_another_nest_prefix_is_422,
+    outside_the_router_a_key_is_scoped_by_the_request_path,
+    a_shared_key_never_replays_a_cookie_and_a_client_key_does,
+    compression_outside_the_layer_compresses_each_replay_for_its_own_request,
+    a_response_compressed_inside_the_layer_is_replayed_only_to_requests_that_accept_it,
 );
 
 /// The application's state: how often handler bodies ran, and a gate that keeps a handler
@@ -125,6 +132,15 @@ async fn big(State(shop): State<Shop>) -> Vec<u8> {
     vec![b'x'; 4 * 1024]
 }
 
+/// A receipt long enough for `CompressionLayer` to compress.
+fn receipt_text(run: usize) -> String {
+    format!("receipt {run}: {}", "one refund of 100, ".repeat(20))
+}
+
+async fn receipt(State(shop): State<Shop>) -> (StatusCode, String) {
+    (StatusCode::CREATED, receipt_text(shop.ran()))
+}
+
 async fn callback(State(shop): State<Shop>) -> String {
     format!("acknowledged {}", shop.ran())
 }
@@ -145,6 +161,23 @@ fn routes(shop: &Shop) -> Router {
     Router::new()
         .route("/pay", post(pay).get(pay).route_layer(guarded()))
         .route("/other", post(pay).route_layer(guarded()))
+        .route("/carts/{cart}", post(pay).route_layer(guarded()))
+        .route(
+            "/compressed-outside",
+            post(receipt)
+                .route_layer(guarded())
+                .layer(CompressionLayer::new()),
+        )
+        .route(
+            "/compressed-inside",
+            post(receipt)
+                .layer(CompressionLayer::new())
+                .route_layer(guarded()),
+        )
+        .route(
+            "/shared-pay",
+            post(pay).route_layer(guarded().with_key_scope(KeyScope::Shared)),
+        )
         .route("/gated", post(gated).route_layer(guarded()))
         .route(
             "/long",
@@ -344,17 +377,31 @@ async fn the_same_key_with_another_request_is_422<B: Backend>() {
         post_key(&app, "/pay", "k").await.status(),
         StatusCode::CREATED
     );
+    assert_eq!(
+        post_key(&app, "/carts/1", "k").await.status(),
+        StatusCode::CREATED
+    );
     let other_body = request("/pay", "alice", Some("k"), r#"{"amount":999}"#);
-    let other_path = request("/other", "alice", Some("k"), r#"{"amount":100}"#);
     let other_query = request("/pay?currency=eur", "alice", Some("k"), r#"{"amount":100}"#);
-    for other in [other_body, other_path, other_query] {
+    // One route, another path.
+    let other_path = request("/carts/2", "alice", Some("k"), r#"{"amount":100}"#);
+    for other in [other_body, other_query, other_path] {
         let seen = Seen::of(send(&app, other).await).await;
         assert_eq!(seen.status, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(seen.problem(), "idempotency-key-reused");
     }
-    assert_eq!(shop.runs(), 1);
-    // The original request still replays.
+    assert_eq!(shop.runs(), 2);
+    // The original requests still replay.
     assert!(Seen::of(post_key(&app, "/pay", "k").await).await.replayed());
+    assert!(
+        Seen::of(post_key(&app, "/carts/1", "k").await)
+            .await
+            .replayed()
+    );
+    // Another route with the key is another operation: it runs.
+    let other_route = Seen::of(post_key(&app, "/other", "k").await).await;
+    assert!(!other_route.replayed(), "{other_route:?}");
+    assert_eq!(shop.runs(), 3);
 }
 
 async fn a_new_router_on_the_same_store_still_replays<B: Backend>() {
@@ -685,6 +732,234 @@ async fn a_key_function_dedupes_callbacks_from_any_address<B: Backend>() {
         "a notification names its `source` and `seq`"
     );
     assert_eq!(shop.runs(), 2);
+}
+
+/// A router with one guarded `POST /` whose handler answers `"{name} {run}"`, for nesting.
+fn endpoint(name: &'static str, shop: &Shop, scope: KeyScope) -> Router {
+    Router::new()
+        .route(
+            "/",
+            post(move |State(shop): State<Shop>| async move {
+                (StatusCode::CREATED, format!("{name} {}", shop.ran()))
+            }),
+        )
+        .route_layer(IdempotencyLayer::new().with_key_scope(scope))
+        .with_state(shop.clone())
+}
+
+fn idem_on<S: Store>(store: S) -> Idem {
+    Idem::builder()
+        .with_store(store)
+        .with_client_key(HeaderKey::new(CLIENT))
+        .build()
+}
+
+async fn the_same_key_on_another_nested_route_runs_that_route<B: Backend>() {
+    let backend = B::start();
+    let idem = idem_on(backend.store());
+    for scope in [KeyScope::Client, KeyScope::Shared] {
+        let (orders, refunds) = (Shop::new(), Shop::new());
+        // Under `nest` both handlers see the path `/`.
+        let app = Router::new()
+            .nest("/orders", endpoint("order", &orders, scope))
+            .nest("/refunds", endpoint("refund", &refunds, scope))
+            .layer(idem.layer());
+        let key = format!("{scope:?}-1");
+        let order = Seen::of(post_key(&app, "/orders", &key).await).await;
+        assert_eq!(order.status, StatusCode::CREATED, "{scope:?}: {order:?}");
+        assert_eq!(order.body, "order 1");
+        let refund = Seen::of(post_key(&app, "/refunds", &key).await).await;
+        assert!(!refund.replayed(), "{scope:?}: {refund:?}");
+        assert_eq!(refund.status, StatusCode::CREATED, "{scope:?}: {refund:?}");
+        assert_eq!(refund.body, "refund 1", "{scope:?}: the refund ran");
+        assert_eq!((orders.runs(), refunds.runs()), (1, 1), "{scope:?}");
+        // Each route still replays its own response.
+        for (path, body) in [("/orders", "order 1"), ("/refunds", "refund 1")] {
+            let retry = Seen::of(post_key(&app, path, &key).await).await;
+            assert!(retry.replayed(), "{scope:?} {path}: {retry:?}");
+            assert_eq!(retry.body, body, "{scope:?} {path}");
+        }
+        assert_eq!((orders.runs(), refunds.runs()), (1, 1), "{scope:?}");
+    }
+}
+
+async fn a_key_reused_under_another_nest_prefix_is_422<B: Backend>() {
+    let backend = B::start();
+    let orders = Shop::new();
+    // One route, `/{shop}/orders`; its handler sees `/` whichever shop is asked.
+    let app = Router::new()
+        .nest(
+            "/{shop}/orders",
+            endpoint("order", &orders, KeyScope::Client),
+        )
+        .layer(idem_on(backend.store()).layer());
+    let first = Seen::of(post_key(&app, "/acme/orders", "k").await).await;
+    assert_eq!(first.body, "order 1");
+    let other_shop = Seen::of(post_key(&app, "/globex/orders", "k").await).await;
+    assert_eq!(
+        other_shop.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "another shop's order is another request: {other_shop:?}"
+    );
+    assert_eq!(other_shop.problem(), "idempotency-key-reused");
+    assert_eq!(orders.runs(), 1);
+    assert!(
+        Seen::of(post_key(&app, "/acme/orders", "k").await)
+            .await
+            .replayed()
+    );
+}
+
+async fn outside_the_router_a_key_is_scoped_by_the_request_path<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    // Around a whole router no route has matched yet: the request's path is the scope.
+    let unguarded = Router::new()
+        .route("/pay", post(pay))
+        .route("/other", post(pay))
+        .with_state(shop.clone());
+    let guarded = Idempotency::new(unguarded, IdempotencyLayer::new());
+    let app = Router::new()
+        .fallback_service(guarded)
+        .layer(idem_on(backend.store()).layer());
+    let pay = Seen::of(post_key(&app, "/pay", "k").await).await;
+    let other = Seen::of(post_key(&app, "/other", "k").await).await;
+    assert!(!other.replayed(), "{other:?}");
+    assert_eq!(
+        (pay.status, other.status),
+        (StatusCode::CREATED, StatusCode::CREATED)
+    );
+    assert_eq!(shop.runs(), 2);
+    assert!(Seen::of(post_key(&app, "/pay", "k").await).await.replayed());
+    assert_eq!(shop.runs(), 2);
+}
+
+async fn a_shared_key_never_replays_a_cookie_and_a_client_key_does<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let cookies = |seen: &Seen| {
+        seen.headers
+            .iter()
+            .filter(|(name, _)| name == "set-cookie")
+            .count()
+    };
+
+    let first = Seen::of(post_key(&app, "/shared-pay", "shared-1").await).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(cookies(&first), 2, "the first client gets its cookies");
+    let replay = Seen::of(
+        send(
+            &app,
+            request("/shared-pay", "bob", Some("shared-1"), r#"{"amount":100}"#),
+        )
+        .await,
+    )
+    .await;
+    assert!(replay.replayed(), "{replay:?}");
+    assert_eq!(
+        cookies(&replay),
+        0,
+        "another client never gets them: {replay:?}"
+    );
+    let mut without_cookies = first.clone();
+    without_cookies
+        .headers
+        .retain(|(name, _)| name != "set-cookie");
+    assert_eq!(
+        replay.unmarked(),
+        without_cookies,
+        "status, other headers, body"
+    );
+    assert_eq!(shop.runs(), 1);
+
+    // A client's own key replays to that client only: its cookies with it.
+    let first = Seen::of(post_key(&app, "/pay", "own-1").await).await;
+    let replay = Seen::of(post_key(&app, "/pay", "own-1").await).await;
+    assert!(replay.replayed(), "{replay:?}");
+    assert_eq!(cookies(&replay), 2, "{replay:?}");
+    assert_eq!(replay.unmarked(), first);
+    assert_eq!(shop.runs(), 2);
+}
+
+/// `POST path` from alice with `key`, accepting `accept` encodings (none when `None`).
+async fn post_accepting(app: &Router, path: &str, key: &str, accept: Option<&str>) -> Seen {
+    let mut request = request(path, "alice", Some(key), r#"{"amount":100}"#);
+    if let Some(accept) = accept {
+        let accept = HeaderValue::from_str(accept).unwrap();
+        request
+            .headers_mut()
+            .insert(header::ACCEPT_ENCODING, accept);
+    }
+    Seen::of(send(app, request).await).await
+}
+
+fn gunzip(bytes: &[u8]) -> String {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(bytes), &mut text)
+        .expect("a gzip body");
+    text
+}
+
+async fn compression_outside_the_layer_compresses_each_replay_for_its_own_request<B: Backend>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let path = "/compressed-outside";
+    let first = post_accepting(&app, path, "r1", Some("gzip")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.header("content-encoding"), Some(b"gzip".as_slice()));
+    assert_eq!(gunzip(&first.body), receipt_text(1));
+
+    // The stored response is the handler's own: a retry that accepts no coding reads it.
+    let plain = post_accepting(&app, path, "r1", None).await;
+    assert!(plain.replayed(), "{plain:?}");
+    assert_eq!(plain.status, StatusCode::CREATED);
+    assert_eq!(plain.header("content-encoding"), None);
+    assert_eq!(plain.body, receipt_text(1).as_bytes(), "byte for byte");
+
+    let gzip = post_accepting(&app, path, "r1", Some("gzip")).await;
+    assert!(gzip.replayed(), "{gzip:?}");
+    assert_eq!(gzip.header("content-encoding"), Some(b"gzip".as_slice()));
+    assert_eq!(gunzip(&gzip.body), receipt_text(1));
+    assert_eq!(shop.runs(), 1);
+}
+
+async fn a_response_compressed_inside_the_layer_is_replayed_only_to_requests_that_accept_it<
+    B: Backend,
+>() {
+    let backend = B::start();
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let path = "/compressed-inside";
+    let first = post_accepting(&app, path, "r1", Some("gzip")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.header("content-encoding"), Some(b"gzip".as_slice()));
+    assert_eq!(gunzip(&first.body), receipt_text(1));
+
+    for accept in [Some("gzip"), Some("br, GZIP;q=0.5"), Some("*")] {
+        let replay = post_accepting(&app, path, "r1", accept).await;
+        assert!(replay.replayed(), "{accept:?}: {replay:?}");
+        assert_eq!(replay.unmarked(), first, "{accept:?}");
+    }
+    // A retry that could not read gzip gets no gzip bytes, and the handler does not run
+    // again: the request was processed.
+    for accept in [None, Some("br"), Some("identity"), Some("gzip;q=0, *")] {
+        let refused = post_accepting(&app, path, "r1", accept).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::CONFLICT,
+            "{accept:?}: {refused:?}"
+        );
+        assert_eq!(refused.problem(), "response-not-replayable", "{accept:?}");
+        assert_eq!(refused.header("retry-after"), None, "{accept:?}");
+        assert!(
+            refused.detail().contains("`Accept-Encoding: gzip`"),
+            "{accept:?}: {}",
+            refused.detail()
+        );
+    }
+    assert_eq!(shop.runs(), 1);
 }
 
 /// The store's timeout in the outage test: every answer must come within it and a slack.

@@ -8,17 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, OriginalUri, Request};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderName, StatusCode};
+use http::{HeaderName, StatusCode, Uri};
 use idem_core::{Begin, Fingerprint, Owner, Store};
 use tower_service::Service;
 
 use super::execution::{self, Record};
 use super::stored::{self, Replay};
-use super::{KeyScope, KeySource, Settings, key};
+use super::{KeyScope, KeySource, Settings, encoding, key};
 use crate::body::read_whole;
 use crate::client::ClientRequest;
 use crate::rejection::{Rejection, RejectionKind, prefers_html};
@@ -92,12 +92,25 @@ where
             },
             (None, KeySource::Header) => return pass(inner, rebuild(parts, body)).await,
         };
-        let store_key = match settings.scope {
-            KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
-                Ok(client) => idem.key(&[b"idempotency", client.as_bytes(), key.as_bytes()]),
-                Err(rejection) => return refuse(rejection),
-            },
-            KeyScope::Shared => idem.key(&[b"idempotency:shared", key.as_bytes()]),
+        // The record belongs to one endpoint: the same key sent to another route (or with
+        // another method) is another operation, never a replay of this one's response.
+        let store_key = {
+            let (method, route) = (parts.method.as_str().as_bytes(), route(&parts).as_bytes());
+            match settings.scope {
+                KeyScope::Client => match idem.client_id(&ClientRequest::from_parts(&parts)) {
+                    Ok(client) => idem.key(&[
+                        b"idempotency",
+                        client.as_bytes(),
+                        method,
+                        route,
+                        key.as_bytes(),
+                    ]),
+                    Err(rejection) => return refuse(rejection),
+                },
+                KeyScope::Shared => {
+                    idem.key(&[b"idempotency:shared", method, route, key.as_bytes()])
+                }
+            }
         };
         let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
 
@@ -114,8 +127,13 @@ where
             }
             Ok(Begin::Completed { response }) => match stored::decode(&response) {
                 Ok(Replay::Response(response)) => {
-                    tracing::debug!(idem.outcome = "replayed");
-                    Ok(response)
+                    match encoding::unaccepted(response.headers(), &parts.headers) {
+                        None => {
+                            tracing::debug!(idem.outcome = "replayed");
+                            Ok(response)
+                        }
+                        Some(coding) => refuse(not_acceptable(response.status(), &coding)),
+                    }
                 }
                 Ok(Replay::TooLarge { status }) => {
                     tracing::debug!(idem.outcome = "replayed", too_large = true);
@@ -153,8 +171,8 @@ where
                 tracing::debug!(idem.outcome = "mismatch");
                 refuse(Rejection::new(
                     RejectionKind::IdempotencyKeyReused,
-                    "this idempotency key was already used for a different request (its method, \
-                     path, query or body differ); use a new key for a new request",
+                    "this idempotency key was already used for a different request (its path, \
+                     query, body or compared headers differ); use a new key for a new request",
                 ))
             }
             Err(error) => match idem.store_failed(&error, "begin an idempotency record") {
@@ -174,6 +192,22 @@ where
     Box::pin(inner.call(request))
 }
 
+/// The answer to a retry that does not accept the content coding its stored response
+/// has (a compression layer inside this one encoded it for the first client): the bytes
+/// would be unreadable to it, and the handler does not run twice for one key.
+fn not_acceptable(status: StatusCode, coding: &str) -> Rejection {
+    tracing::debug!(idem.outcome = "replayed", unaccepted_encoding = coding);
+    Rejection::new(
+        RejectionKind::ResponseNotReplayable,
+        format!(
+            "the request with this idempotency key was already processed (status {}), but its \
+             stored response is encoded as `{coding}`, which this request does not accept; \
+             retry with `Accept-Encoding: {coding}`",
+            status.as_u16()
+        ),
+    )
+}
+
 fn missing_key(settings: &Settings) -> Rejection {
     tracing::debug!(idem.outcome = "missing_key");
     Rejection::new(
@@ -186,14 +220,33 @@ fn rebuild(parts: Parts, body: Bytes) -> Request {
     Request::from_parts(parts, Body::from(body))
 }
 
-/// What makes two requests with one key the same request: method, path, query, body, and
-/// the chosen headers (each with its number of values, so values cannot shift between
-/// headers).
+/// The URI the client sent: a router that `nest`s strips its prefix from the request's
+/// own URI before the route's layers see it.
+fn original_uri(parts: &Parts) -> &Uri {
+    parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(&parts.uri, |original| &original.0)
+}
+
+/// The route a request was sent to: the path pattern it matched, in full under `nest`; a
+/// layer around a whole router runs before any route matched, and then it is the path.
+fn route(parts: &Parts) -> &str {
+    match parts.extensions.get::<MatchedPath>() {
+        Some(matched) => matched.as_str(),
+        None => original_uri(parts).path(),
+    }
+}
+
+/// What makes two requests with one key the same request: method, path and query as the
+/// client sent them, body, and the chosen headers (each with its number of values, so
+/// values cannot shift between headers).
 fn fingerprint(parts: &Parts, body: &[u8], headers: &[HeaderName]) -> Fingerprint {
+    let uri = original_uri(parts);
     let fields = [
         parts.method.as_str().as_bytes(),
-        parts.uri.path().as_bytes(),
-        parts.uri.query().unwrap_or("").as_bytes(),
+        uri.path().as_bytes(),
+        uri.query().unwrap_or("").as_bytes(),
         body,
     ]
     .map(Cow::Borrowed);

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::StatusCode;
+use http::header::CONTENT_ENCODING;
 use http::response::Parts;
 use idem_core::{AnyStore, Key, Owner, Store};
 use pin_project_lite::pin_project;
@@ -209,7 +210,17 @@ fn settle<E>(
         } else {
             match &captured {
                 Captured::Whole { data, .. } => {
-                    let stored = stored::encode_response(&parts, data);
+                    if let Some(coding) = parts.headers.get(CONTENT_ENCODING) {
+                        tracing::warn!(
+                            content_encoding = ?coding,
+                            "idem: an idempotent response is stored already encoded; put \
+                             compression outside IdempotencyLayer, so that the identity \
+                             encoding is stored and each replay is compressed for its own \
+                             request (until then a retry that does not accept the encoding \
+                             gets 409)"
+                        );
+                    }
+                    let stored = stored::encode_response(&parts, data, settings.scope);
                     record.complete(stored, settings.retention).await;
                 }
                 Captured::TooLarge { .. } => {

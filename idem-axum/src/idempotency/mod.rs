@@ -10,8 +10,10 @@
 //! |---|---|
 //! | first with this key | the handler runs; its response is stored for 24 h and sent |
 //! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true`; the handler does not run |
+//! | retry after it completed, its response not replayable to it (too large to keep, or [encoded](#content-encoding) in a way it does not accept) | `409 Conflict`, no `Retry-After`; the handler does not run |
 //! | retry while the first still runs | `409 Conflict` + `Retry-After` |
-//! | same key, another request (method, path, query, body differ) | `422 Unprocessable Content` |
+//! | same key, same route, another request (path, query, body differ) | `422 Unprocessable Content` |
+//! | same key, another route or method | a request of its own: the handler runs |
 //! | key malformed | `400 Bad Request` |
 //! | key missing, [required](IdempotencyLayer::with_required) | `400 Bad Request`, saying what to send |
 //! | key missing, not required | the handler runs, unguarded |
@@ -59,8 +61,15 @@
 //!   [client key](crate::client)): two clients may use the same key without meeting.
 //!   [`KeyScope::Shared`] makes one key space for everyone, for keys that are unique by
 //!   construction (the provider's sequence number) on a route only that caller reaches.
+//! - Keys are scoped by route as well, under either scope: a record belongs to one method
+//!   and one route, the [`MatchedPath`](axum::extract::MatchedPath) — in full under
+//!   `Router::nest`, whose routes all see the same stripped path — or, for a layer around
+//!   a whole router, where no route has matched yet, the path the client sent. The same
+//!   key sent to `/orders` and to `/refunds` is two operations; neither is ever answered
+//!   with the other's response.
 //! - A key is bound to the request it first came with: its fingerprint is the method, the
-//!   path, the query, a SHA-256 of the body and any
+//!   path and query as the client sent them ([`OriginalUri`](axum::extract::OriginalUri),
+//!   so a `nest` prefix counts, `/{shop}/orders` included), a SHA-256 of the body and any
 //!   [headers you name](IdempotencyLayer::with_fingerprint_headers).
 //!
 //! # What is stored
@@ -70,6 +79,13 @@
 //! produced, and what the first client got. Trailers reach the first client but are not
 //! stored.
 //!
+//! - **Cookies under a shared key**: a [`KeyScope::Shared`] record is replayed to whoever
+//!   presents its key, so its stored copy has no `Set-Cookie`: the first client gets its
+//!   cookies (a session, say), a replay does not. `Set-Cookie` is the field by which a
+//!   response hands one client state of its own; nothing else is left out (the obsolete
+//!   `Set-Cookie2` is honoured by no client), and a body written for one caller is that
+//!   route's to avoid. Under [`KeyScope::Client`] a replay goes to the same client and
+//!   keeps its cookies.
 //! - **Statuses**: every response but a 5xx is stored (configurable with
 //!   [`with_stored_statuses`](IdempotencyLayer::with_stored_statuses)). A response that is
 //!   not stored removes the record, so a retry runs the handler again: a server error may
@@ -86,6 +102,32 @@
 //!   rather than repeat it.
 //! - The record lives for the [retention](IdempotencyLayer::with_retention) (24 h). In
 //!   Redis it survives a restart of the application, and every instance replays it.
+//!
+//! # Content encoding
+//!
+//! Put compression (tower-http's `CompressionLayer`, say) *outside* this layer:
+//!
+//! ```text
+//! Router::new()
+//!     .route("/receipts", post(handler).route_layer(IdempotencyLayer::new()))
+//!     .layer(CompressionLayer::new())
+//! ```
+//!
+//! Then the stored response is the handler's own, in the identity encoding, and every
+//! answer — the first and each replay — is compressed for the `Accept-Encoding` of the
+//! request it answers. Inside this layer, compression would store the encoding the
+//! *first* client accepted, and a retry without `Accept-Encoding: gzip` would be sent
+//! gzip bytes it cannot read. Neither the headers that choose an encoding nor the
+//! encoding are part of the fingerprint: a retry that accepts other encodings is the
+//! same request.
+//!
+//! A response stored with a `Content-Encoding` (compression inside this layer, or a
+//! handler that encodes) is logged as a warning naming this order, and replayed only to
+//! a retry whose `Accept-Encoding` accepts every coding it has: listed with a weight
+//! above zero, or covered by `*`. A request without the field is taken to accept none,
+//! as compression layers take it. Any other retry gets `409 Conflict` saying which
+//! encoding to accept: it cannot read the stored bytes, and the handler never runs twice
+//! for one key.
 //!
 //! # Robustness
 //!
@@ -116,6 +158,7 @@
 
 mod attempt;
 mod capture;
+mod encoding;
 mod execution;
 mod key;
 mod layer;
@@ -142,7 +185,8 @@ pub enum KeyScope {
     Client,
     /// One key space for all clients, and no client identity needed: for keys unique by
     /// construction, such as a payment provider's callback sequence number that arrives
-    /// from several addresses.
+    /// from several addresses. A replay may go to another caller than the first, so the
+    /// stored response keeps no `Set-Cookie`.
     Shared,
 }
 

@@ -5,7 +5,8 @@
 //!
 //! One format byte, then [postcard](https://docs.rs/postcard) (its 1.0 wire format is
 //! frozen and specified): a [`Record`] with the status, every header value in order
-//! (repeated ones kept, hop-by-hop ones left out) and the body, each length-prefixed with
+//! (repeated ones kept, hop-by-hop ones left out, and `Set-Cookie` for a shared key) and
+//! the body, each length-prefixed with
 //! a varint. Replaying borrows the body from the bytes the store returned, without a
 //! copy.
 //!
@@ -20,9 +21,11 @@ use std::fmt;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::header::{CONNECTION, HeaderName};
+use http::header::{CONNECTION, HeaderName, SET_COOKIE};
 use http::{HeaderMap, HeaderValue, StatusCode, response};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::KeyScope;
 
 /// The format byte every record starts with.
 const FORMAT: u8 = 1;
@@ -79,12 +82,19 @@ impl fmt::Display for Unreadable {
     }
 }
 
-/// The record of a response whose body is `body`.
-pub(crate) fn encode_response(parts: &response::Parts, body: &[u8]) -> Bytes {
+/// The record of a response whose body is `body`, for a key of `scope`.
+///
+/// A [`KeyScope::Shared`] record is replayed to whoever presents its key, so it keeps no
+/// `Set-Cookie`: a cookie (a session, say) was meant for the client that made the first
+/// request, and only that client gets it.
+pub(crate) fn encode_response(parts: &response::Parts, body: &[u8], scope: KeyScope) -> Bytes {
+    let shared = scope == KeyScope::Shared;
     let headers: Vec<_> = parts
         .headers
         .iter()
-        .filter(|(name, _)| !is_hop_by_hop(name, &parts.headers))
+        .filter(|(name, _)| {
+            !((shared && *name == SET_COOKIE) || is_hop_by_hop(name, &parts.headers))
+        })
         .map(|(name, value)| (name.as_str(), Raw(value.as_bytes())))
         .collect();
     // Each length is a varint of at most 10 bytes: room for all, so one allocation.
@@ -192,7 +202,7 @@ fn is_hop_by_hop(name: &HeaderName, headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::{CONTENT_TYPE, SET_COOKIE};
+    use http::header::CONTENT_TYPE;
 
     fn parts(status: StatusCode, headers: &[(&str, &str)]) -> response::Parts {
         let mut response = Response::new(());
@@ -220,7 +230,7 @@ mod tests {
             ],
         );
         let body = [0_u8, 159, 146, 150, b'{', b'}'];
-        let stored = encode_response(&original, &body);
+        let stored = encode_response(&original, &body, KeyScope::Client);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
@@ -241,6 +251,24 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_record_keeps_no_cookie() {
+        let original = parts(
+            StatusCode::OK,
+            &[
+                ("set-cookie", "session=s1; HttpOnly"),
+                ("content-type", "text/plain"),
+                ("set-cookie", "b=2"),
+            ],
+        );
+        let stored = encode_response(&original, b"ok", KeyScope::Shared);
+        let Ok(Replay::Response(replayed)) = decode(&stored) else {
+            panic!("a fresh record decodes");
+        };
+        assert!(!replayed.headers().contains_key(SET_COOKIE));
+        assert_eq!(replayed.headers()[CONTENT_TYPE], "text/plain");
+    }
+
+    #[test]
     fn a_too_large_marker_keeps_the_status() {
         let stored = encode_too_large(StatusCode::OK);
         assert!(matches!(
@@ -253,7 +281,7 @@ mod tests {
 
     #[test]
     fn foreign_or_corrupt_records_are_unreadable_not_misread() {
-        let stored = encode_response(&parts(StatusCode::OK, &[]), b"body");
+        let stored = encode_response(&parts(StatusCode::OK, &[]), b"body", KeyScope::Client);
         let mut other_format = stored.to_vec();
         other_format[0] = FORMAT + 1;
         assert!(decode(&Bytes::from(other_format)).is_err());

@@ -22,7 +22,7 @@
 //! | [`InvalidIdempotencyKey`](RejectionKind::InvalidIdempotencyKey) | 400 | an `Idempotency-Key` header that is not 1–255 printable ASCII, quoted or bare |
 //! | [`IdempotentRequestInProgress`](RejectionKind::IdempotentRequestInProgress) | 409 + `Retry-After` | a retry while the first request with its key is still running |
 //! | [`IdempotencyKeyReused`](RejectionKind::IdempotencyKeyReused) | 422 | an idempotency key sent again with a different request |
-//! | [`ResponseNotReplayable`](RejectionKind::ResponseNotReplayable) | 409 | a retry of a request whose response was too large to store (it ran; it is not run again) |
+//! | [`ResponseNotReplayable`](RejectionKind::ResponseNotReplayable) | 409 | a retry of a request whose response was too large to store, or is stored in a content coding the retry does not accept (it ran; it is not run again) |
 //! | [`UnreadableIdempotencyRecord`](RejectionKind::UnreadableIdempotencyRecord) | 500 | a stored response this server cannot read (another release's format) |
 
 mod render;
@@ -72,7 +72,7 @@ pub enum RejectionKind {
     /// The idempotency key was first used with a different request: 422.
     IdempotencyKeyReused,
     /// The request with this idempotency key ran, but its response was too large to
-    /// store: 409.
+    /// store, or is stored in a content coding this retry does not accept: 409.
     ResponseNotReplayable,
     /// The stored response of this idempotency key cannot be read: 500.
     UnreadableIdempotencyRecord,

@@ -1,0 +1,181 @@
+//! Whether a retry can read a stored response whose body is already content-coded.
+//!
+//! A response is stored as the handler's service produced it. When a compression layer
+//! sits inside [`IdempotencyLayer`](super::IdempotencyLayer), that is the encoding the
+//! *first* client asked for, and a retry may not accept it: its client would get bytes it
+//! cannot read. The handler must not run again for the key either, so such a retry is
+//! refused, saying which encoding to accept.
+//!
+//! Acceptance follows `Accept-Encoding` (RFC 9110 §12.5.3): a coding listed with a
+//! non-zero weight, or `*` with one when the coding is not listed; `x-gzip` is `gzip`.
+//! A request without the field is taken to accept no coding. RFC 9110 lets a server read
+//! that as "anything", but a client that sends none (a plain HTTP library, `curl` without
+//! `--compressed`) usually cannot decode one, and compression layers read it as this one
+//! does.
+
+use http::HeaderMap;
+use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING};
+
+/// The first content coding of `stored` (a stored response's headers) that `request`
+/// does not accept, if any. A coding that is not text is reported as the raw field.
+pub(super) fn unaccepted(stored: &HeaderMap, request: &HeaderMap) -> Option<String> {
+    for value in stored.get_all(CONTENT_ENCODING) {
+        let Ok(value) = value.to_str() else {
+            return Some(String::from_utf8_lossy(value.as_bytes()).into_owned());
+        };
+        let mut codings = value.split(',').map(str::trim).filter(|c| !c.is_empty());
+        if let Some(coding) = codings.find(|coding| !accepts(request, coding)) {
+            return Some(coding.to_owned());
+        }
+    }
+    None
+}
+
+/// Whether `request`'s `Accept-Encoding` accepts `coding`.
+fn accepts(request: &HeaderMap, coding: &str) -> bool {
+    let coding = canonical(coding);
+    if coding.eq_ignore_ascii_case("identity") {
+        return true;
+    }
+    let mut wildcard = None;
+    let elements = request
+        .get_all(ACCEPT_ENCODING)
+        .iter()
+        // A field that is not text names nothing this layer can match.
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','));
+    for element in elements {
+        let mut parts = element.split(';');
+        let name = canonical(parts.next().unwrap_or("").trim());
+        let weighted = weight_is_nonzero(parts);
+        if name.eq_ignore_ascii_case(coding) {
+            return weighted;
+        }
+        if name == "*" && wildcard.is_none() {
+            wildcard = Some(weighted);
+        }
+    }
+    wildcard.unwrap_or(false)
+}
+
+/// `x-gzip` and `x-compress` are the old names of `gzip` and `compress` (RFC 9110
+/// §8.4.1), which a recipient should treat as the same codings.
+fn canonical(coding: &str) -> &str {
+    if coding.eq_ignore_ascii_case("x-gzip") {
+        "gzip"
+    } else if coding.eq_ignore_ascii_case("x-compress") {
+        "compress"
+    } else {
+        coding
+    }
+}
+
+/// Whether an element's parameters give it a weight above zero: no `q` is weight 1; a
+/// `q` that is not a valid qvalue counts as zero, so a garbled field never accepts.
+fn weight_is_nonzero<'a>(parameters: impl Iterator<Item = &'a str>) -> bool {
+    for parameter in parameters {
+        let Some((name, value)) = parameter.split_once('=') else {
+            continue;
+        };
+        if !name.trim().eq_ignore_ascii_case("q") {
+            continue;
+        }
+        let value = value.trim();
+        // qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )
+        let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+        let digits = fraction.len() <= 3 && fraction.bytes().all(|b| b.is_ascii_digit());
+        return match whole {
+            "0" => digits && fraction.bytes().any(|b| b != b'0'),
+            "1" => digits && fraction.bytes().all(|b| b == b'0'),
+            _ => false,
+        };
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn headers(name: http::HeaderName, values: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for value in values {
+            map.append(&name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn unaccepted_by(content: &[&str], accept: &[&str]) -> Option<String> {
+        unaccepted(
+            &headers(CONTENT_ENCODING, content),
+            &headers(ACCEPT_ENCODING, accept),
+        )
+    }
+
+    #[test]
+    fn an_unencoded_response_suits_every_request() {
+        assert_eq!(unaccepted_by(&[], &[]), None);
+        assert_eq!(unaccepted_by(&["identity"], &[]), None);
+        assert_eq!(unaccepted_by(&[], &["br"]), None);
+    }
+
+    #[test]
+    fn a_listed_coding_with_a_weight_is_accepted() {
+        for accept in [
+            "gzip",
+            "br, gzip",
+            "GZIP;q=0.5",
+            "gzip ; Q=1.000",
+            "x-gzip",
+            "*",
+            "br;q=1, *;q=0.1",
+        ] {
+            assert_eq!(unaccepted_by(&["gzip"], &[accept]), None, "{accept}");
+        }
+        assert_eq!(unaccepted_by(&["x-gzip"], &["gzip"]), None);
+        assert_eq!(
+            unaccepted_by(&["gzip"], &["br", "gzip"]),
+            None,
+            "two fields"
+        );
+    }
+
+    #[test]
+    fn anything_else_is_not() {
+        for accept in [
+            &[][..],
+            &[""],
+            &["br"],
+            &["identity"],
+            &["gzip;q=0"],
+            &["gzip;q=0.000"],
+            &["gzip;q=0, *"],
+            &["*;q=0"],
+            &["gzip;q=2"],
+            &["gzip;q=0.5x"],
+            &["gzip;q=1.5"],
+            &["gzipped"],
+        ] {
+            assert_eq!(
+                unaccepted_by(&["gzip"], accept),
+                Some("gzip".to_owned()),
+                "{accept:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_coding_applied_must_be_accepted() {
+        assert_eq!(
+            unaccepted_by(&["gzip, br"], &["gzip"]),
+            Some("br".to_owned())
+        );
+        assert_eq!(
+            unaccepted_by(&["gzip", "br"], &["gzip"]),
+            Some("br".to_owned())
+        );
+        assert_eq!(unaccepted_by(&["gzip, br"], &["br, gzip"]), None);
+    }
+}
