@@ -16,7 +16,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /` | HTML product list |
-//! | `GET /orders/new?product_id=N` | HTML order form carrying a one-time form token |
+//! | `GET /orders/new?product_id=N` | HTML order form carrying a one-time form token; an unknown product → `404`, and no token issued |
 //! | `POST /orders` | form `product_id`, `quantity` + token: `303` to `/orders/{id}`; a spent, forged or other browser's token, or a second order from one browser within 5 s → `409` |
 //! | `GET /orders/{id}` | HTML order page |
 //! | `GET /api/orders` | JSON array of every order: `id`, `product_id`, `quantity`, `client` |

@@ -14,7 +14,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use example_webshop::Shop;
-use idem_tests::{Backend, all_at_once};
+use idem_tests::{Backend, MemoryBackend, RedisBackend, all_at_once};
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
 use tempfile::TempDir;
@@ -22,6 +22,7 @@ use tower::ServiceExt;
 
 idem_tests::on_every_store!(
     pages_show_products_and_hand_out_a_session,
+    an_unknown_product_has_no_form_and_costs_no_token,
     a_form_places_one_order_however_often_it_is_posted,
     a_double_click_places_one_order,
     a_second_form_inside_the_window_is_refused_for_that_browser_only,
@@ -77,6 +78,24 @@ impl<B: Backend> TestShop<B> {
             .fetch_one(&self.db)
             .await
             .expect("a count")
+    }
+}
+
+/// What a store holds, counted, so a test can tell that a request left nothing behind.
+trait StoredEntries {
+    /// Entries in the store now (a token, a record, a lock).
+    fn stored_entries(&self) -> usize;
+}
+
+impl StoredEntries for MemoryBackend {
+    fn stored_entries(&self) -> usize {
+        self.store().entry_count()
+    }
+}
+
+impl StoredEntries for RedisBackend {
+    fn stored_entries(&self) -> usize {
+        self.server.keys().len()
     }
 }
 
@@ -204,6 +223,26 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
         status(&shop.router, get("/orders/99", Some("s1"))).await,
         StatusCode::NOT_FOUND
     );
+}
+
+async fn an_unknown_product_has_no_form_and_costs_no_token<B: Backend + StoredEntries>() {
+    let shop = TestShop::<B>::start().await;
+    let before = shop.backend.stored_entries();
+    for uri in ["/orders/new?product_id=99", "/orders/new?product_id=-1"] {
+        let missing = send(&shop.router, get(uri, Some("s1"))).await;
+        assert_eq!(missing.status, StatusCode::NOT_FOUND, "{uri}");
+        assert!(!missing.text().contains("form_token"), "{uri}");
+    }
+    let bad = send(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    // A browser without a session yet gets none stored either.
+    let fresh = send(&shop.router, get("/orders/new?product_id=99", None)).await;
+    assert_eq!(fresh.status, StatusCode::NOT_FOUND);
+    assert_eq!(shop.backend.stored_entries(), before);
+
+    // The count does see a token: a product's form stores one.
+    form_token(&shop.router, "s1").await;
+    assert_eq!(shop.backend.stored_entries(), before + 1);
 }
 
 async fn a_form_places_one_order_however_often_it_is_posted<B: Backend>() {
