@@ -65,7 +65,10 @@ impl Shop {
             )
             .route(
                 "/api/payments/callback",
-                post(payments::callback).route_layer(payments::idempotency()),
+                // The shape check outside the guard: a malformed callback leaves no record.
+                post(payments::callback)
+                    .route_layer(payments::idempotency())
+                    .route_layer(middleware::from_fn(payments::canonical_callback)),
             )
             .route("/api/tickets", post(tickets::create))
             .route(

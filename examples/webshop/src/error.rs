@@ -1,5 +1,7 @@
 //! How the shop answers when it cannot do what was asked.
 
+use std::borrow::Cow;
+
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -8,13 +10,16 @@ use axum::response::{Html, IntoResponse, Response};
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
-    message: &'static str,
+    message: Cow<'static, str>,
 }
 
 impl ApiError {
     /// A failure with `status`, explained by `message`.
-    pub(crate) fn new(status: StatusCode, message: &'static str) -> Self {
-        Self { status, message }
+    pub(crate) fn new(status: StatusCode, message: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
     }
 }
 

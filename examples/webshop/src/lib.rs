@@ -16,12 +16,12 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /` | HTML product list |
-//! | `GET /orders/new?product_id=N` | HTML order form carrying a one-time form token |
+//! | `GET /orders/new?product_id=N` | HTML order form carrying a one-time form token; an unknown product → `404`, and no token issued |
 //! | `POST /orders` | form `product_id`, `quantity` + token: `303` to `/orders/{id}`; a spent, forged or other browser's token, or a second order from one browser within 5 s → `409` |
 //! | `GET /orders/{id}` | HTML order page |
 //! | `GET /api/orders` | JSON array of every order: `id`, `product_id`, `quantity`, `client` |
 //! | `POST /api/orders` | JSON `{product_id, quantity}`, `Idempotency-Key` and `X-User-Id` required: `201` + the order; retries replay it |
-//! | `POST /api/payments/callback` | JSON `{source, seq, order_id, amount}`: `200 {"payment_id", "status": "paid"}`, the same for every repeat; the pair with another payload → `422` |
+//! | `POST /api/payments/callback` | JSON `{source, seq, order_id, amount}`, `seq` a string or an integer (`7` and `"7"` are one delivery, `"007"` another): `200 {"payment_id", "status": "paid"}`, the same for every repeat; the pair with another `order_id` or `amount` → `422`; a body of another shape → `400` naming the field, an `amount` not positive → `422`, both leaving nothing behind |
 //! | `POST /api/tickets` | `201 {"ticket_id"}` |
 //! | `PUT /api/accounts/{id}/withdrawals/{ticket_id}` | JSON `{amount}`: `200 {ticket_id, amount, balance}` once per ticket and on every retry; insufficient funds → `409` (with `error`), the ticket's outcome for good |
 //! | `GET /api/accounts/{id}` | JSON `{id, balance}` |

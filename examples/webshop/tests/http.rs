@@ -14,7 +14,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use example_webshop::Shop;
-use idem_tests::{Backend, all_at_once};
+use idem_tests::{Backend, MemoryBackend, RedisBackend, all_at_once};
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
 use tempfile::TempDir;
@@ -22,6 +22,7 @@ use tower::ServiceExt;
 
 idem_tests::on_every_store!(
     pages_show_products_and_hand_out_a_session,
+    an_unknown_product_has_no_form_and_costs_no_token,
     a_form_places_one_order_however_often_it_is_posted,
     a_double_click_places_one_order,
     a_second_form_inside_the_window_is_refused_for_that_browser_only,
@@ -30,6 +31,8 @@ idem_tests::on_every_store!(
     concurrent_api_retries_place_one_order,
     api_orders_need_a_key_and_a_client_and_good_json,
     payment_callbacks_pay_once_per_source_and_seq,
+    a_string_seq_of_any_length_is_paid_once,
+    malformed_callbacks_are_refused_naming_the_field_and_leave_nothing,
     withdrawals_deduct_once_per_ticket,
     insufficient_funds_is_the_tickets_recorded_outcome,
     seckill_sells_one_voucher_per_user_and_stops_at_zero,
@@ -77,6 +80,24 @@ impl<B: Backend> TestShop<B> {
             .fetch_one(&self.db)
             .await
             .expect("a count")
+    }
+}
+
+/// What a store holds, counted, so a test can tell that a request left nothing behind.
+trait StoredEntries {
+    /// Entries in the store now (a token, a record, a lock).
+    fn stored_entries(&self) -> usize;
+}
+
+impl StoredEntries for MemoryBackend {
+    fn stored_entries(&self) -> usize {
+        self.store().entry_count()
+    }
+}
+
+impl StoredEntries for RedisBackend {
+    fn stored_entries(&self) -> usize {
+        self.server.keys().len()
     }
 }
 
@@ -204,6 +225,26 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
         status(&shop.router, get("/orders/99", Some("s1"))).await,
         StatusCode::NOT_FOUND
     );
+}
+
+async fn an_unknown_product_has_no_form_and_costs_no_token<B: Backend + StoredEntries>() {
+    let shop = TestShop::<B>::start().await;
+    let before = shop.backend.stored_entries();
+    for uri in ["/orders/new?product_id=99", "/orders/new?product_id=-1"] {
+        let missing = send(&shop.router, get(uri, Some("s1"))).await;
+        assert_eq!(missing.status, StatusCode::NOT_FOUND, "{uri}");
+        assert!(!missing.text().contains("form_token"), "{uri}");
+    }
+    let bad = send(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    // A browser without a session yet gets none stored either.
+    let fresh = send(&shop.router, get("/orders/new?product_id=99", None)).await;
+    assert_eq!(fresh.status, StatusCode::NOT_FOUND);
+    assert_eq!(shop.backend.stored_entries(), before);
+
+    // The count does see a token: a product's form stores one.
+    form_token(&shop.router, "s1").await;
+    assert_eq!(shop.backend.stored_entries(), before + 1);
 }
 
 async fn a_form_places_one_order_however_often_it_is_posted<B: Backend>() {
@@ -446,6 +487,161 @@ async fn payment_callbacks_pay_once_per_source_and_seq<B: Backend>() {
         StatusCode::NOT_FOUND
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 2);
+}
+
+/// A callback with a body as sent, which need not be JSON.
+fn raw_callback(body: &str) -> Request<Body> {
+    Request::post("/api/payments/callback")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .expect("a request")
+}
+
+async fn a_string_seq_of_any_length_is_paid_once<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let order = json!({ "product_id": 1, "quantity": 1 });
+    assert_eq!(
+        status(&shop.router, api_order("k", "7", &order)).await,
+        StatusCode::CREATED
+    );
+
+    // A trade number longer than any integer type holds.
+    let trade = "2013112011001004330000121536";
+    let paid = json!({ "source": "alipay", "seq": trade, "order_id": 1, "amount": 2400 });
+    let first = send(&shop.router, callback(&paid, "10.0.0.1")).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+    assert_eq!(first.json(), json!({ "payment_id": 1, "status": "paid" }));
+    for caller in ["10.0.0.2", "10.0.0.1", "10.0.0.3"] {
+        let repeat = send(&shop.router, callback(&paid, caller)).await;
+        assert_eq!(repeat.status, StatusCode::OK);
+        assert_eq!(repeat.body, first.body);
+    }
+    // The same delivery in other words: keys reordered, spaced, with a field the shop
+    // does not read.
+    let reworded = format!(
+        r#"{{ "amount": 2400, "order_id": 1, "seq": "{trade}", "source": "alipay", "sign": "x" }}"#
+    );
+    let repeat = send(&shop.router, raw_callback(&reworded)).await;
+    assert_eq!(repeat.status, StatusCode::OK);
+    assert_eq!(repeat.body, first.body);
+    let stored: String = sqlx::query_scalar("SELECT seq FROM payments WHERE id = 1")
+        .fetch_one(&shop.db)
+        .await
+        .unwrap();
+    assert_eq!(stored, trade);
+
+    // A number and its digits as a string are one delivery; a string is kept exactly,
+    // leading zeros and all.
+    let number = json!({ "source": "wechat", "seq": 7, "order_id": 1, "amount": 100 });
+    let as_number = send(&shop.router, callback(&number, "10.0.0.1")).await;
+    assert_eq!(as_number.status, StatusCode::OK);
+    assert_eq!(as_number.json()["payment_id"], 2);
+    let text = json!({ "source": "wechat", "seq": "7", "order_id": 1, "amount": 100 });
+    let as_text = send(&shop.router, callback(&text, "10.0.0.2")).await;
+    assert_eq!(as_text.status, StatusCode::OK);
+    assert_eq!(as_text.body, as_number.body);
+    assert_eq!(as_text.headers["idempotent-replayed"], "true");
+    let padded = json!({ "source": "wechat", "seq": "007", "order_id": 1, "amount": 100 });
+    let other = send(&shop.router, callback(&padded, "10.0.0.1")).await;
+    assert_eq!(other.json()["payment_id"], 3);
+    // And the same number with another amount is the same delivery, refused.
+    let changed = json!({ "source": "wechat", "seq": "7", "order_id": 1, "amount": 1 });
+    assert_eq!(
+        status(&shop.router, callback(&changed, "10.0.0.1")).await,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 3);
+}
+
+async fn malformed_callbacks_are_refused_naming_the_field_and_leave_nothing<
+    B: Backend + StoredEntries,
+>() {
+    let shop = TestShop::<B>::start().await;
+    let order = json!({ "product_id": 1, "quantity": 1 });
+    assert_eq!(
+        status(&shop.router, api_order("k", "7", &order)).await,
+        StatusCode::CREATED
+    );
+    let before = shop.backend.stored_entries();
+
+    let bad = [
+        (
+            r#"{"source": "alipay", "order_id": 1, "amount": 2400}"#,
+            "`seq`",
+        ),
+        (
+            r#"{"source": "alipay", "seq": null, "order_id": 1, "amount": 2400}"#,
+            "`seq`",
+        ),
+        (
+            r#"{"source": "alipay", "seq": {"n": 9}, "order_id": 1, "amount": 2400}"#,
+            "`seq`",
+        ),
+        (
+            r#"{"source": "alipay", "seq": 9.5, "order_id": 1, "amount": 2400}"#,
+            "`seq`",
+        ),
+        (
+            r#"{"source": "alipay", "seq": 2013112011001004330000121536, "order_id": 1, "amount": 2400}"#,
+            "`seq`",
+        ),
+        (
+            r#"{"source": "alipay", "seq": "", "order_id": 1, "amount": 2400}"#,
+            "`seq`",
+        ),
+        (r#"{"seq": "9", "order_id": 1, "amount": 2400}"#, "`source`"),
+        (
+            r#"{"source": 7, "seq": "9", "order_id": 1, "amount": 2400}"#,
+            "`source`",
+        ),
+        (
+            r#"{"source": "alipay", "seq": "9", "order_id": "1", "amount": 2400}"#,
+            "`order_id`",
+        ),
+        (
+            r#"{"source": "alipay", "seq": "9", "order_id": 1}"#,
+            "`amount`",
+        ),
+        (r#"["alipay", "9", 1, 2400]"#, "object"),
+        ("{not json", "JSON"),
+        ("", "JSON"),
+    ];
+    for (body, field) in bad {
+        let refused = send(&shop.router, raw_callback(body)).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{body}");
+        let error = refused.json()["error"].as_str().map(str::to_owned);
+        assert!(
+            error.is_some_and(|error| error.contains(field)),
+            "{body}: {}",
+            refused.text()
+        );
+    }
+    let unpaid = r#"{"source": "alipay", "seq": "9", "order_id": 1, "amount": 0}"#;
+    let refused = send(&shop.router, raw_callback(unpaid)).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(refused.text().contains("`amount`"), "{}", refused.text());
+    let untyped = Request::post("/api/payments/callback")
+        .body(Body::from(
+            r#"{"source": "alipay", "seq": "9", "order_id": 1, "amount": 2400}"#,
+        ))
+        .unwrap();
+    let refused = send(&shop.router, untyped).await;
+    assert_eq!(refused.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert!(
+        refused.text().contains("Content-Type"),
+        "{}",
+        refused.text()
+    );
+
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 0);
+    assert_eq!(shop.backend.stored_entries(), before, "no record was left");
+
+    // The provider corrects the delivery and sends it again: it is the first.
+    let corrected = json!({ "source": "alipay", "seq": "9", "order_id": 1, "amount": 2400 });
+    let paid = send(&shop.router, callback(&corrected, "10.0.0.1")).await;
+    assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
+    assert_eq!(paid.json(), json!({ "payment_id": 1, "status": "paid" }));
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 1);
 }
 
 async fn new_ticket(router: &Router) -> String {

@@ -8,7 +8,7 @@
 //! | extractor | client is | behind a reverse proxy |
 //! |---|---|---|
 //! | [`PeerIp`] | the TCP peer's IP (needs `ConnectInfo`) | every client is the proxy: use [`TrustedProxyIp`] |
-//! | [`TrustedProxyIp`] | the first address in `Forwarded` / `X-Forwarded-For` not of a trusted proxy | headers are honoured only from the configured proxy networks |
+//! | [`TrustedProxyIp`] | the rightmost address not of a trusted proxy in the one header your proxy writes (default `X-Forwarded-For`; or `Forwarded`, or a one-address header such as `X-Real-IP`) | honoured only from the configured proxy networks; every other forwarding header is ignored |
 //! | [`HeaderKey`] | a header's value (`X-User-Id`, an API key) | fine |
 //! | [`CookieKey`] | a cookie's value (an anonymous session id) | fine |
 //! | [`ExtensionKey`] | a request extension set by your authentication layer | fine |
@@ -18,6 +18,13 @@
 //! everyone, where one user's request would block all others. A client that leaves out a
 //! header or cookie gets 400 ([`ClientKeyError::Missing`]); a server not set up for its
 //! extractor (no `ConnectInfo`) answers 500 ([`ClientKeyError::Unavailable`]).
+//!
+//! Behind a proxy, name the one forwarding header it writes
+//! ([`TrustedProxyIp::with_header`]). Proxies pass the headers they do not write through
+//! from the client unchanged: nginx, AWS ALB and HAProxy append to `X-Forwarded-For` and
+//! forward a client's own `Forwarded` as it came. An extractor that read both would let
+//! each client name itself — a new identity per request to slip past every guard, or
+//! another user's address to lock that user out and replay their stored responses.
 //!
 //! Client ids are hashed into store keys, so no value can address another key.
 
@@ -37,7 +44,7 @@ pub use self::cookie::CookieKey;
 pub use self::extension::ExtensionKey;
 pub use self::header::HeaderKey;
 pub use self::peer_ip::PeerIp;
-pub use self::trusted_proxy::TrustedProxyIp;
+pub use self::trusted_proxy::{ForwardingHeader, TrustedProxyIp};
 
 /// What identifies one client: an address, a user id, a session id.
 #[derive(Clone, PartialEq, Eq, Hash)]

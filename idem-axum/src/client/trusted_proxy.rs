@@ -1,46 +1,155 @@
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
-use http::HeaderName;
+use http::header::GetAll;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 
 use super::peer_ip::peer_addr;
 use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
-/// The client is the first address, counting back from the TCP peer, that is not one of
-/// your proxies.
+/// The client is the address your proxy says it saw, read from the one forwarding header
+/// your proxy writes ([`ForwardingHeader`], default `X-Forwarded-For`).
 ///
 /// Forwarding headers are honoured only when the TCP peer is in one of the `proxies`
-/// networks; anyone else could write any address there. Then the addresses of
-/// `Forwarded` (RFC 7239 `for=`), or else of `X-Forwarded-For`, are read from the right,
-/// skipping trusted proxies; the first other address is the client. A request from a
-/// trusted proxy that names no such address is refused with 400, rather than counted as
-/// the proxy (which would put every user in one bucket).
+/// networks; anyone else could write any address there, so for any other peer the peer
+/// itself is the client. Only the [chosen header](Self::with_header) is read: every other
+/// forwarding header is ignored, whatever it says, because a proxy passes headers it does
+/// not write through from the client unchanged. nginx, AWS ALB and HAProxy append to
+/// `X-Forwarded-For` and forward a client's own `Forwarded` as it came; reading that one
+/// would let every client name itself.
+///
+/// # The rightmost untrusted address
+///
+/// A list header (`X-Forwarded-For`, `Forwarded`) is read from the right. Each proxy
+/// appends the address it received the request from, so the rightmost entry was written
+/// by the TCP peer, one of your proxies. While an entry is itself the address of a
+/// trusted proxy, that proxy wrote the entry to its left, so the walk goes on; the first
+/// entry that is not a trusted proxy's is the client, as your own proxy saw it. Everything
+/// to its left came with the request from the client, which can write anything there
+/// (`X-Forwarded-For: 6.6.6.6` in its own request), so it is never read. A request from a
+/// trusted proxy whose entries run out, or reach one that is not an address (`unknown`,
+/// an obfuscated `_node`), before naming a client is refused with 400, rather than
+/// counted as the proxy (which would put every user in one bucket).
+///
+/// The proxies are named by network rather than counted in hops: a count is right only
+/// while the chain in front of the application keeps its length, and a count one too high
+/// lets every client pick its address, silently. A network list that misses a proxy errs
+/// the safe way: that proxy's address becomes the client of everyone behind it, so they
+/// are refused together where they should not be, and nobody can pose as anyone else.
 ///
 /// Needs `ConnectInfo<SocketAddr>`, like [`PeerIp`](super::PeerIp).
 ///
 /// ```
-/// use idem_axum::client::TrustedProxyIp;
+/// use idem_axum::client::{ForwardingHeader, TrustedProxyIp};
 ///
-/// let key = TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap(), "127.0.0.1/32".parse().unwrap()]);
+/// // nginx on the same host, appending with `$proxy_add_x_forwarded_for`.
+/// let key = TrustedProxyIp::new(["127.0.0.1/32".parse().unwrap()]);
+/// // A load balancer in the private network that writes RFC 7239 `Forwarded`.
+/// let key = TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap()])
+///     .with_header(ForwardingHeader::Forwarded);
 /// ```
 #[derive(Debug, Clone)]
 pub struct TrustedProxyIp {
     proxies: Vec<IpNet>,
+    header: ForwardingHeader,
 }
 
+/// The forwarding header a [`TrustedProxyIp`] reads: the one your proxy writes.
+///
+/// Name the header your proxy *writes* for every request, not one it may pass through:
+/// whatever a proxy passes through is the client's to choose.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ForwardingHeader {
+    /// `X-Forwarded-For: client, proxy, …`, to which each proxy appends the address it
+    /// received the request from: nginx (`$proxy_add_x_forwarded_for`), AWS ALB,
+    /// HAProxy (`option forwardfor`), Traefik, Caddy, Envoy. Read by the rightmost
+    /// untrusted rule. The default.
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy`, for a proxy set up to append to it.
+    /// Read by the rightmost untrusted rule, from each element's `for=`.
+    Forwarded,
+    /// A header holding exactly one address that the proxy sets on every request,
+    /// replacing whatever the client sent: nginx's `X-Real-IP`
+    /// (`proxy_set_header X-Real-IP $remote_addr`), Cloudflare's `CF-Connecting-IP`,
+    /// Akamai's `True-Client-IP`.
+    ///
+    /// Nothing in it came from the client, so there is no list to walk: the address is
+    /// the client. Only safe when the proxy overwrites the header (`proxy_set_header`
+    /// does; a proxy that keeps a value the client sent does not). A request whose header
+    /// is missing, repeated, holds anything but one address, or names a trusted proxy is
+    /// refused with 400.
+    SingleAddress(HeaderName),
+}
+
+impl ForwardingHeader {
+    /// The header's name.
+    ///
+    /// ```
+    /// use idem_axum::client::ForwardingHeader;
+    /// assert_eq!(ForwardingHeader::default().name(), "x-forwarded-for");
+    /// ```
+    pub fn name(&self) -> &HeaderName {
+        match self {
+            Self::XForwardedFor => &X_FORWARDED_FOR,
+            Self::Forwarded => &http::header::FORWARDED,
+            Self::SingleAddress(name) => name,
+        }
+    }
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 impl TrustedProxyIp {
-    /// Trusts forwarding headers from peers in `proxies`.
+    /// Trusts the forwarding header of peers in `proxies`; reads `X-Forwarded-For`
+    /// unless [`with_header`](Self::with_header) names another.
+    ///
+    /// ```
+    /// let key = idem_axum::client::TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap()]);
+    /// ```
     pub fn new(proxies: impl IntoIterator<Item = IpNet>) -> Self {
         Self {
             proxies: proxies.into_iter().collect(),
+            header: ForwardingHeader::default(),
         }
+    }
+
+    /// Reads `header`, the one your proxy writes (default
+    /// [`ForwardingHeader::XForwardedFor`]); every other forwarding header is ignored.
+    ///
+    /// ```
+    /// # use idem_axum::client::{ForwardingHeader, TrustedProxyIp};
+    /// let key = TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap()]).with_header(ForwardingHeader::Forwarded);
+    /// ```
+    pub fn with_header(mut self, header: ForwardingHeader) -> Self {
+        self.header = header;
+        self
     }
 
     fn trusted(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.proxies.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client of a request that came from a trusted proxy.
+    fn forwarded_client(&self, headers: &HeaderMap) -> Option<IpAddr> {
+        let hops = match &self.header {
+            ForwardingHeader::XForwardedFor => x_forwarded_for(headers.get_all(&X_FORWARDED_FOR)),
+            ForwardingHeader::Forwarded => forwarded_for(headers.get_all(http::header::FORWARDED)),
+            ForwardingHeader::SingleAddress(name) => {
+                return single_address(headers.get_all(name)).filter(|ip| !self.trusted(*ip));
+            }
+        };
+        for hop in hops.iter().rev() {
+            match hop {
+                Some(ip) if self.trusted(*ip) => continue,
+                Some(ip) => return Some(*ip),
+                None => return None,
+            }
+        }
+        None
     }
 }
 
@@ -50,49 +159,57 @@ impl KeyExtractor for TrustedProxyIp {
         if !self.trusted(peer) {
             return Ok(ClientId::new(peer.to_canonical().to_string()));
         }
-        let headers = request.headers();
-        let hops = if headers.contains_key(http::header::FORWARDED) {
-            forwarded_for(headers.get_all(http::header::FORWARDED))
-        } else {
-            x_forwarded_for(headers.get_all(&X_FORWARDED_FOR))
-        };
-        for hop in hops.iter().rev() {
-            match hop {
-                Some(ip) if self.trusted(*ip) => continue,
-                Some(ip) => return Ok(ClientId::new(ip.to_canonical().to_string())),
-                None => break,
-            }
+        match self.forwarded_client(request.headers()) {
+            Some(ip) => Ok(ClientId::new(ip.to_canonical().to_string())),
+            None => Err(ClientKeyError::Missing(Cow::Owned(format!(
+                "the request came through a trusted proxy without the client's address in \
+                 `{}`",
+                self.header.name()
+            )))),
         }
-        Err(ClientKeyError::Missing(
-            "the request came through a trusted proxy without a `Forwarded` or \
-             `X-Forwarded-For` address of the client"
-                .into(),
-        ))
     }
 }
 
-/// The addresses of `X-Forwarded-For`, oldest first; `None` for an entry that is not one.
-fn x_forwarded_for(values: http::header::GetAll<'_, http::HeaderValue>) -> Vec<Option<IpAddr>> {
+/// The entries of a list header, oldest first, each line of it in order. Split as bytes,
+/// so an entry the client filled with bytes that are not text spoils only that entry,
+/// not the proxy's beside it on the same line.
+fn entries<'a>(values: GetAll<'a, HeaderValue>) -> impl Iterator<Item = Option<&'a str>> {
     values
-        .iter()
-        .flat_map(|value| value.to_str().unwrap_or("\u{0}").split(','))
-        .map(|entry| parse_node(entry.trim()))
+        .into_iter()
+        .flat_map(|value| value.as_bytes().split(|byte| *byte == b','))
+        .map(|entry| std::str::from_utf8(entry).ok().map(str::trim))
+}
+
+/// The addresses of `X-Forwarded-For`, oldest first; `None` for an entry that is not one.
+fn x_forwarded_for(values: GetAll<'_, HeaderValue>) -> Vec<Option<IpAddr>> {
+    entries(values)
+        .map(|entry| entry.and_then(parse_node))
         .collect()
 }
 
-/// The `for=` addresses of `Forwarded` (RFC 7239), oldest first.
-fn forwarded_for(values: http::header::GetAll<'_, http::HeaderValue>) -> Vec<Option<IpAddr>> {
-    values
-        .iter()
-        .flat_map(|value| value.to_str().unwrap_or("for=\u{0}").split(','))
+/// The `for=` addresses of `Forwarded` (RFC 7239), oldest first; `None` for an element
+/// without one.
+fn forwarded_for(values: GetAll<'_, HeaderValue>) -> Vec<Option<IpAddr>> {
+    entries(values)
         .map(|element| {
-            element
+            element?
                 .split(';')
                 .filter_map(|pair| pair.split_once('='))
                 .find(|(name, _)| name.trim().eq_ignore_ascii_case("for"))
                 .and_then(|(_, node)| parse_node(node.trim().trim_matches('"')))
         })
         .collect()
+}
+
+/// The address of a header that holds one; `None` when it is missing, repeated, or holds
+/// anything else (a list included).
+fn single_address(values: GetAll<'_, HeaderValue>) -> Option<IpAddr> {
+    let mut values = values.iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    parse_node(value.to_str().ok()?.trim())
 }
 
 /// `203.0.113.7`, `203.0.113.7:4711`, `2001:db8::1`, `[2001:db8::1]:4711`; not `unknown`
@@ -111,8 +228,12 @@ mod tests {
 
     use super::*;
 
-    fn client(peer: &str, headers: &[(&str, &str)]) -> Result<String, ClientKeyError> {
-        let key = TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap()]);
+    /// The client `key` tells for a request from `peer` with `headers`.
+    fn client_of(
+        key: &TrustedProxyIp,
+        peer: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<String, ClientKeyError> {
         let mut request = Request::new(());
         request
             .extensions_mut()
@@ -127,10 +248,46 @@ mod tests {
             .map(|id| String::from_utf8(id.as_bytes().to_vec()).unwrap())
     }
 
+    fn proxies() -> TrustedProxyIp {
+        TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap()])
+    }
+
+    /// The client as the default key, reading `X-Forwarded-For`, tells it.
+    fn client(peer: &str, headers: &[(&str, &str)]) -> Result<String, ClientKeyError> {
+        client_of(&proxies(), peer, headers)
+    }
+
+    /// The client as a key reading `Forwarded` tells it.
+    fn client_by_forwarded(peer: &str, headers: &[(&str, &str)]) -> Result<String, ClientKeyError> {
+        client_of(
+            &proxies().with_header(ForwardingHeader::Forwarded),
+            peer,
+            headers,
+        )
+    }
+
+    /// The client as a key reading `X-Real-IP` tells it.
+    fn client_by_real_ip(peer: &str, headers: &[(&str, &str)]) -> Result<String, ClientKeyError> {
+        let real_ip = ForwardingHeader::SingleAddress(HeaderName::from_static("x-real-ip"));
+        client_of(&proxies().with_header(real_ip), peer, headers)
+    }
+
+    fn refused(answer: Result<String, ClientKeyError>) -> bool {
+        matches!(answer, Err(ClientKeyError::Missing(_)))
+    }
+
     #[test]
     fn headers_from_untrusted_peers_are_ignored() {
         assert_eq!(
             client("203.0.113.9", &[("x-forwarded-for", "1.2.3.4")]).unwrap(),
+            "203.0.113.9"
+        );
+        assert_eq!(
+            client_by_forwarded("203.0.113.9", &[("forwarded", "for=1.2.3.4")]).unwrap(),
+            "203.0.113.9"
+        );
+        assert_eq!(
+            client_by_real_ip("203.0.113.9", &[("x-real-ip", "1.2.3.4")]).unwrap(),
             "203.0.113.9"
         );
     }
@@ -144,45 +301,135 @@ mod tests {
             ("x-forwarded-for", "198.51.100.4"),
         ];
         assert_eq!(client("10.0.0.1", &two_lines).unwrap(), "198.51.100.4");
+        // Whatever the client wrote to the left of its own address is never read.
+        let junk = [("x-forwarded-for", "unknown, _hidden, 198.51.100.4")];
+        assert_eq!(client("10.0.0.1", &junk).unwrap(), "198.51.100.4");
     }
 
     #[test]
-    fn forwarded_wins_over_x_forwarded_for() {
+    fn bytes_that_are_not_text_spoil_only_their_own_entry() {
+        let mut request = Request::new(());
+        request.extensions_mut().insert(ConnectInfo(SocketAddr::new(
+            "10.0.0.1".parse().unwrap(),
+            5555,
+        )));
+        request.headers_mut().insert(
+            X_FORWARDED_FOR.clone(),
+            HeaderValue::from_bytes(b"\xff\xfe, 198.51.100.4").unwrap(),
+        );
+        let id = proxies()
+            .extract(&ClientRequest::from_request(&request))
+            .unwrap();
+        assert_eq!(id.as_bytes(), b"198.51.100.4");
+    }
+
+    #[test]
+    fn a_forged_forwarded_is_ignored_when_the_proxy_writes_x_forwarded_for() {
+        // nginx appended the client's address to `X-Forwarded-For` and passed the
+        // client's own `Forwarded` through.
+        for forged in [
+            "for=6.6.6.6",
+            r#"for="[2001:db8:cafe::17]:4711""#,
+            "for=203.0.113.7;proto=https, for=10.0.0.9",
+        ] {
+            let headers = [("forwarded", forged), ("x-forwarded-for", "198.51.100.4")];
+            assert_eq!(client("10.0.0.1", &headers).unwrap(), "198.51.100.4");
+        }
+        // A `Forwarded` alone names no client: the proxy's header is what counts.
+        assert!(refused(client("10.0.0.1", &[("forwarded", "for=6.6.6.6")])));
+    }
+
+    #[test]
+    fn a_forged_x_forwarded_for_is_ignored_when_the_proxy_writes_forwarded() {
         let headers = [
+            ("x-forwarded-for", "6.6.6.6"),
             (
                 "forwarded",
                 r#"for=192.0.2.60;proto=http, for="[2001:db8:cafe::17]:4711""#,
             ),
-            ("x-forwarded-for", "6.6.6.6"),
         ];
-        assert_eq!(client("10.0.0.1", &headers).unwrap(), "2001:db8:cafe::17");
+        assert_eq!(
+            client_by_forwarded("10.0.0.1", &headers).unwrap(),
+            "2001:db8:cafe::17"
+        );
+        let appended = [(
+            "forwarded",
+            "for=6.6.6.6, for=198.51.100.4;proto=https, for=10.0.0.2",
+        )];
+        assert_eq!(
+            client_by_forwarded("10.0.0.1", &appended).unwrap(),
+            "198.51.100.4"
+        );
+        assert!(refused(client_by_forwarded(
+            "10.0.0.1",
+            &[("x-forwarded-for", "6.6.6.6")]
+        )));
+    }
+
+    #[test]
+    fn a_single_address_header_is_the_client_and_nothing_else_is_read() {
+        let headers = [
+            ("x-real-ip", "198.51.100.4"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("forwarded", "for=7.7.7.7"),
+        ];
+        assert_eq!(
+            client_by_real_ip("10.0.0.1", &headers).unwrap(),
+            "198.51.100.4"
+        );
+        assert_eq!(
+            client_by_real_ip("10.0.0.1", &[("x-real-ip", " 2001:db8::1 ")]).unwrap(),
+            "2001:db8::1"
+        );
+    }
+
+    #[test]
+    fn a_single_address_header_that_is_not_one_address_is_refused() {
+        assert!(refused(client_by_real_ip("10.0.0.1", &[])));
+        assert!(refused(client_by_real_ip(
+            "10.0.0.1",
+            &[("x-forwarded-for", "198.51.100.4")]
+        )));
+        let list = [("x-real-ip", "6.6.6.6, 198.51.100.4")];
+        assert!(refused(client_by_real_ip("10.0.0.1", &list)));
+        let repeated = [("x-real-ip", "6.6.6.6"), ("x-real-ip", "198.51.100.4")];
+        assert!(refused(client_by_real_ip("10.0.0.1", &repeated)));
+        // A proxy named as the client would put every user behind it in one bucket.
+        assert!(refused(client_by_real_ip(
+            "10.0.0.1",
+            &[("x-real-ip", "10.0.0.2")]
+        )));
     }
 
     #[test]
     fn a_proxy_that_names_no_client_is_refused() {
-        assert!(matches!(
-            client("10.0.0.1", &[]),
-            Err(ClientKeyError::Missing(_))
-        ));
+        assert!(refused(client("10.0.0.1", &[])));
         let all_proxies = [("x-forwarded-for", "10.0.0.3, 10.0.0.2")];
-        assert!(matches!(
-            client("10.0.0.1", &all_proxies),
-            Err(ClientKeyError::Missing(_))
-        ));
+        assert!(refused(client("10.0.0.1", &all_proxies)));
         let obfuscated = [("forwarded", "for=_hidden")];
-        assert!(matches!(
-            client("10.0.0.1", &obfuscated),
-            Err(ClientKeyError::Missing(_))
-        ));
+        assert!(refused(client_by_forwarded("10.0.0.1", &obfuscated)));
+        let no_for = [("forwarded", "proto=https")];
+        assert!(refused(client_by_forwarded("10.0.0.1", &no_for)));
         let garbage = [("x-forwarded-for", "not-an-ip")];
-        assert!(matches!(
-            client("10.0.0.1", &garbage),
-            Err(ClientKeyError::Missing(_))
-        ));
+        assert!(refused(client("10.0.0.1", &garbage)));
+        // An entry written by a trusted proxy that is not an address ends the walk: what
+        // lies to its left came from someone no proxy vouches for.
+        let unknown = [("x-forwarded-for", "198.51.100.4, unknown, 10.0.0.2")];
+        assert!(refused(client("10.0.0.1", &unknown)));
+    }
+
+    #[test]
+    fn the_refusal_names_the_header_read() {
+        let Err(ClientKeyError::Missing(why)) = client_by_forwarded("10.0.0.1", &[]) else {
+            panic!("refused");
+        };
+        assert!(why.contains("`forwarded`"), "{why}");
     }
 
     #[test]
     fn ipv4_mapped_ipv6_is_one_client() {
         assert_eq!(client("::ffff:203.0.113.9", &[]).unwrap(), "203.0.113.9");
+        let mapped = [("x-forwarded-for", "::ffff:198.51.100.4, ::ffff:10.0.0.2")];
+        assert_eq!(client("10.0.0.1", &mapped).unwrap(), "198.51.100.4");
     }
 }

@@ -2,9 +2,10 @@
 //! (`Idempotency-Key`).
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{Html, Redirect};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::{Form, Json};
 use idem_axum::{FormToken, avoid_repeat};
 use serde::Deserialize;
@@ -55,22 +56,33 @@ impl NewOrder {
 }
 
 /// `GET /orders/new?product_id=N`: the form, with a fresh one-time token.
+///
+/// The token is extracted only once the product is found: every token issued is kept in
+/// the store for its whole TTL, so a form that cannot be shown must not cost one (nor let
+/// anyone fill the store by asking for forms of products that do not exist).
 pub(crate) async fn new_form(
     State(shop): State<Shop>,
     Query(query): Query<ProductQuery>,
-    token: FormToken,
-) -> Result<Html<String>, PageError> {
+    mut parts: Parts,
+) -> Result<Html<String>, Response> {
     let product = Product::find(shop.db(), query.product_id)
-        .await?
-        .ok_or(PageError::new(
-            StatusCode::NOT_FOUND,
-            "There is no such product.",
-        ))?;
+        .await
+        .map_err(PageError::from)
+        .and_then(|product| {
+            product.ok_or(PageError::new(
+                StatusCode::NOT_FOUND,
+                "There is no such product.",
+            ))
+        })
+        .map_err(IntoResponse::into_response)?;
+    let token = FormToken::from_request_parts(&mut parts, &shop).await?;
     let page = OrderFormPage {
         product,
         token_input: token.hidden_input(),
     };
-    Ok(Html(page.render()?))
+    page.render()
+        .map(Html)
+        .map_err(|error| PageError::from(error).into_response())
 }
 
 /// `POST /orders`: places the order once, then sends the browser to its page
