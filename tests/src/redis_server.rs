@@ -215,6 +215,18 @@ impl RedisServer {
             .collect()
     }
 
+    /// One number of an `INFO` section, such as `("clients", "blocked_clients")`.
+    ///
+    /// # Panics
+    ///
+    /// When the section has no such field, or it is not a number.
+    pub fn info_number(&self, section: &str, field: &str) -> u64 {
+        let info: String = self.query(&["INFO", section]);
+        info_field(&info, field)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("INFO {section} has no number {field}: {info}"))
+    }
+
     /// Every key on the server (test servers hold a handful).
     pub fn keys(&self) -> Vec<String> {
         let client = redis::Client::open(self.url()).expect("the test server's URL");
@@ -225,6 +237,15 @@ impl RedisServer {
         keys.sort();
         keys
     }
+}
+
+/// The value of `field` in an `INFO` answer (`field:value` lines).
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
 }
 
 fn launch(port: u16, dir: &Path, extra: &[&str]) -> Child {
@@ -333,6 +354,11 @@ impl RedisCluster {
             );
             thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
     }
 
     /// The nodes' URLs.

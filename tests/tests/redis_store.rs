@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idem_core::{
     Acquire, Fencing, Fingerprint, Key, Owner, RedisSetupError, RedisStore, Store, StoreError,
 };
-use idem_tests::{RedisCluster, RedisServer, unused_port};
+use idem_tests::{RedisCluster, RedisServer, eventually, unused_port};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 /// What the issue allows on top of the store's timeout before a call must have returned.
@@ -57,8 +57,8 @@ async fn nothing_listening_is_a_typed_error_within_the_timeout() {
         .with_timeout(TIMEOUT)
         .build_with_url(&url)
         .unwrap();
-    // Refused at once: a pool error, not a wait for the timeout.
-    each_operation_fails_in_time(&store, |e| matches!(e, StoreError::Pool(_))).await;
+    // Refused at once: a connection error, not a wait for the timeout.
+    each_operation_fails_in_time(&store, |e| matches!(e, StoreError::Connect(_))).await;
 }
 
 #[tokio::test]
@@ -314,4 +314,150 @@ async fn the_accept_path_costs_one_command() {
             ("get".to_owned(), 100)
         ])
     );
+}
+
+/// Blocks every connection in `blockers` with `BLPOP key 0` on each of `queues` (one of
+/// them per node, so that every socket of a cluster connection blocks), waits until
+/// `blocked` servers' clients block, then checks the store still answers within its
+/// timeout: its connections are not the application's.
+async fn the_store_answers_while_the_application_blocks<C>(
+    store: &RedisStore,
+    blockers: Vec<C>,
+    queues: &[String],
+    servers: &[RedisServer],
+    blocked: u64,
+) where
+    C: redis::aio::ConnectionLike + Clone + Send + 'static,
+{
+    let tasks: Vec<_> = blockers
+        .into_iter()
+        .flat_map(|conn| {
+            queues
+                .iter()
+                .map(move |queue| (conn.clone(), queue.clone()))
+        })
+        .map(|(mut conn, queue)| {
+            tokio::spawn(async move {
+                // Stalls its socket on the server for ever (or until the server stops);
+                // the client may give up earlier, the server does not.
+                let _ = redis::cmd("BLPOP")
+                    .arg(&queue)
+                    .arg(0)
+                    .query_async::<redis::Value>(&mut conn)
+                    .await;
+            })
+        })
+        .collect();
+    let blocked_now = || {
+        servers
+            .iter()
+            .map(|server| server.info_number("clients", "blocked_clients"))
+            .sum::<u64>()
+    };
+    eventually(
+        Duration::from_secs(5),
+        "the application's connections block",
+        || async { blocked_now() == blocked },
+    )
+    .await;
+
+    for i in 0..30 {
+        let (name, owner) = (key(&format!("while-blocked-{i}")), Owner::random());
+        let started = Instant::now();
+        let acquired = store.acquire(&name, &owner, LONG, Fencing::Off).await;
+        assert!(
+            matches!(acquired, Ok(Acquire::Acquired { .. })),
+            "acquire {i}: {acquired:?}"
+        );
+        assert!(store.release(&name, &owner).await.unwrap(), "release {i}");
+        assert!(
+            started.elapsed() < TIMEOUT + SLACK,
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    for task in tasks {
+        task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_application_blpop_on_the_same_pool_does_not_stall_the_store() {
+    let server = RedisServer::start();
+    let pool = deadpool_redis::Config::from_url(server.url())
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .build_with_pool(pool.clone())
+        .unwrap();
+    // The store connects first, so that a socket it took from the pool would be there for
+    // the application's next checkout.
+    store
+        .acquire(&key("first"), &Owner::random(), LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    let mut checked_out = Vec::new();
+    for _ in 0..4 {
+        checked_out.push(pool.get().await.unwrap());
+    }
+    let blockers = checked_out
+        .iter()
+        .map(|conn| redis::aio::MultiplexedConnection::clone(conn))
+        .collect();
+    let queues = ["app:queue".to_owned()];
+    the_store_answers_while_the_application_blocks(
+        &store,
+        blockers,
+        &queues,
+        std::slice::from_ref(&server),
+        4,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_application_blpop_on_the_same_cluster_pool_does_not_stall_the_store() {
+    let cluster = RedisCluster::start();
+    let pool = deadpool_redis::cluster::Config::from_urls(cluster.urls())
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .build_with_cluster_pool(pool.clone())
+        .unwrap();
+    store
+        .acquire(&key("first"), &Owner::random(), LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    // One queue on each node, so that each blocker blocks its socket to every node.
+    let nodes = cluster.nodes();
+    let mut queues: Vec<String> = Vec::new();
+    let mut nodes_hit = std::collections::BTreeSet::new();
+    for i in 0.. {
+        let queue = format!("app:{{q{i}}}");
+        let slot: u64 = nodes[0].query(&["CLUSTER", "KEYSLOT", &queue]);
+        let node = match slot {
+            0..=5460 => 0,
+            5461..=10922 => 1,
+            _ => 2,
+        };
+        if nodes_hit.insert(node) {
+            queues.push(queue);
+        }
+        if nodes_hit.len() == nodes.len() {
+            break;
+        }
+    }
+    let mut checked_out = Vec::new();
+    for _ in 0..4 {
+        checked_out.push(pool.get().await.unwrap());
+    }
+    let blockers = checked_out
+        .iter()
+        .map(|conn| redis::cluster_async::ClusterConnection::clone(conn))
+        .collect();
+    the_store_answers_while_the_application_blocks(&store, blockers, &queues, nodes, 4 * 3).await;
 }

@@ -304,14 +304,10 @@ pub enum StoreError {
         /// The configured capacity.
         capacity: usize,
     },
-    /// No connection to Redis could be had from the pool.
+    /// No connection to Redis (or Redis Cluster) could be opened.
     #[cfg(feature = "redis")]
-    #[error("no connection to Redis")]
-    Pool(#[source] deadpool_redis::PoolError),
-    /// No connection to Redis Cluster could be had from the pool.
-    #[cfg(feature = "redis")]
-    #[error("no connection to Redis Cluster")]
-    ClusterPool(#[source] deadpool_redis::cluster::PoolError),
+    #[error("could not connect to Redis")]
+    Connect(#[source] ::redis::RedisError),
     /// Redis answered with an error, or the connection failed during the command.
     #[cfg(feature = "redis")]
     #[error("Redis command failed")]

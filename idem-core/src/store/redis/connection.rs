@@ -1,18 +1,21 @@
 //! The one multiplexed connection a [`RedisStore`](super::RedisStore) sends everything over.
 //!
-//! deadpool-redis runs `UNWATCH` + `PING` on every `pool.get()` to recycle a connection,
-//! which would double the commands and round trips of every operation. redis-rs
-//! connections multiplex any number of concurrent requests, so the store takes one from
-//! the pool, keeps a clone, and goes back to the pool (whose recycle check then weeds out
-//! a dead connection) only after that one failed.
+//! The store's connections are its own: they are made by a deadpool manager (the one
+//! `build_with_url` sets up, or the manager of the pool an application hands over, with
+//! that pool's settings) and never checked out of a pool nor given back to one. A
+//! connection an application checks out of its pool is therefore never one the store
+//! uses, and a blocking command the application runs on it (`BLPOP`, `XREAD BLOCK`)
+//! cannot stall the store. Checking out per operation would not do either: deadpool runs
+//! `UNWATCH` + `PING` on every `pool.get()`, doubling the commands and round trips of
+//! every operation. redis-rs connections multiplex any number of concurrent requests, so
+//! the store opens one and sends everything over it until it fails, then opens another.
 //!
 //! Waiting for a lock is the exception: `BLPOP` blocks the connection it runs on, and on
 //! the shared one it would stall every other operation behind it. Waits get connections of
-//! their own ([`WaitingConnections`]), made by the pool's manager but never checked out of
-//! the pool, so the shared connection is never handed to a waiter.
+//! their own ([`WaitingConnections`]), made the same way, so the shared connection is
+//! never handed to a waiter.
 
-use std::sync::{Mutex, PoisonError};
-
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool::managed::Manager;
@@ -22,11 +25,34 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::store::StoreError;
 
-/// Where connections come from.
+/// What opens the store's connections: a manager, never a pool's own connections.
 #[derive(Clone)]
-pub(super) enum Pool {
-    Standalone(deadpool_redis::Pool),
+pub(super) enum Source {
+    /// The manager of a store built from a URL.
+    Standalone(Arc<deadpool_redis::Manager>),
+    /// An application's pool, of which only the manager is used.
+    Pool(deadpool_redis::Pool),
+    /// An application's cluster pool, of which only the manager is used.
     Cluster(deadpool_redis::cluster::Pool),
+}
+
+impl Source {
+    /// A new connection, used by nobody else.
+    async fn open(&self) -> Result<Connection, StoreError> {
+        match self {
+            Self::Standalone(manager) => manager.create().await.map(Connection::Standalone),
+            Self::Pool(pool) => pool.manager().create().await.map(Connection::Standalone),
+            Self::Cluster(pool) => pool.manager().create().await.map(Connection::Cluster),
+        }
+        .map_err(StoreError::Connect)
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Standalone(_) | Self::Pool(_) => "standalone",
+            Self::Cluster(_) => "cluster",
+        }
+    }
 }
 
 /// A connection to one server or to a cluster; clones share the socket(s).
@@ -76,9 +102,9 @@ impl ConnectionLike for Connection {
     }
 }
 
-/// The pool and the connection currently in use.
+/// Where connections come from, and the one currently in use.
 pub(super) struct Connections {
-    pool: Pool,
+    source: Source,
     current: Mutex<Option<Connection>>,
     /// Serialises taking a new connection, so a burst after a failure opens one, not one
     /// per waiting request.
@@ -87,21 +113,17 @@ pub(super) struct Connections {
 
 impl std::fmt::Debug for Connections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.pool {
-            Pool::Standalone(_) => "standalone",
-            Pool::Cluster(_) => "cluster",
-        };
         f.debug_struct("Connections")
-            .field("kind", &kind)
+            .field("kind", &self.source.kind())
             .field("connected", &self.cached().is_some())
             .finish()
     }
 }
 
 impl Connections {
-    pub(super) fn new(pool: Pool) -> Self {
+    pub(super) fn new(source: Source) -> Self {
         Self {
-            pool,
+            source,
             current: Mutex::new(None),
             refill: tokio::sync::Mutex::new(()),
         }
@@ -114,7 +136,7 @@ impl Connections {
             .clone()
     }
 
-    /// The connection in use, or a new one from the pool.
+    /// The connection in use, or a new one.
     pub(super) async fn get(&self) -> Result<Connection, StoreError> {
         if let Some(conn) = self.cached() {
             return Ok(conn);
@@ -123,23 +145,12 @@ impl Connections {
         if let Some(conn) = self.cached() {
             return Ok(conn);
         }
-        // The pooled object goes back to the pool when dropped here; the clone shares its
-        // socket.
-        let conn = match &self.pool {
-            Pool::Standalone(pool) => {
-                let pooled = pool.get().await.map_err(StoreError::Pool)?;
-                Connection::Standalone(MultiplexedConnection::clone(&pooled))
-            }
-            Pool::Cluster(pool) => {
-                let pooled = pool.get().await.map_err(StoreError::ClusterPool)?;
-                Connection::Cluster(ClusterConnection::clone(&pooled))
-            }
-        };
+        let conn = self.source.open().await?;
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
         Ok(conn)
     }
 
-    /// Stops using the current connection: the next operation takes one from the pool.
+    /// Stops using the current connection: the next operation opens a new one.
     pub(super) fn discard(&self) {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
@@ -151,7 +162,7 @@ const IDLE_WAITING_CONNECTIONS: usize = 16;
 
 /// Connections for blocking waits, one per concurrent waiter, each used by nobody else.
 pub(super) struct WaitingConnections {
-    pool: Pool,
+    source: Source,
     idle: Mutex<Vec<Connection>>,
 }
 
@@ -169,28 +180,24 @@ impl std::fmt::Debug for WaitingConnections {
 }
 
 impl WaitingConnections {
-    pub(super) fn new(pool: Pool) -> Self {
+    pub(super) fn new(source: Source) -> Self {
         Self {
-            pool,
+            source,
             idle: Mutex::new(Vec::new()),
         }
     }
 
-    /// An idle waiting connection, or a new one from the pool's manager.
+    /// An idle waiting connection, or a new one.
     pub(super) async fn take(&self) -> Result<Connection, StoreError> {
         let idle = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        if let Some(conn) = idle {
-            return Ok(conn);
+        match idle {
+            Some(conn) => Ok(conn),
+            None => self.source.open().await,
         }
-        match &self.pool {
-            Pool::Standalone(pool) => pool.manager().create().await.map(Connection::Standalone),
-            Pool::Cluster(pool) => pool.manager().create().await.map(Connection::Cluster),
-        }
-        .map_err(StoreError::Redis)
     }
 
     /// Keeps a connection whose wait completed, for the next wait. A wait that was cut

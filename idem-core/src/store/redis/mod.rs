@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis::{RedisResult, Script, Value};
 
-use self::connection::{Connection, Connections, Pool, WaitingConnections};
+use self::connection::{Connection, Connections, Source, WaitingConnections};
 use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
 use crate::key::{Fingerprint, Key, KeyError, Owner};
 
@@ -46,10 +46,13 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 /// - **Redis Cluster**: keys are `namespace:{key}:kind`; everything one operation touches
 ///   shares the hash tag `{key}` and so one slot. Build from a cluster pool with
 ///   [`RedisStoreBuilder::build_with_cluster_pool`].
-/// - **One round trip** per operation: all operations are multiplexed over one connection
-///   taken from the deadpool pool, rather than checking one out per operation (deadpool
-///   pings on every checkout). After a connection error or a timeout the store takes a
-///   fresh connection from the pool.
+/// - **One round trip** per operation: all operations are multiplexed over one connection,
+///   rather than checking one out of a pool per operation (deadpool pings on every
+///   checkout). After a connection error or a timeout the store opens a fresh one.
+/// - **Connections of its own**: the store opens its connections with a deadpool manager
+///   (the pool's, with its settings, when built from an application's pool) and never
+///   takes one out of a pool or puts one back. An application's blocking command
+///   (`BLPOP`, `XREAD BLOCK`) on a connection from the same pool cannot stall the store.
 ///
 /// Key layout (with the default namespace `idem`): `idem:{key}:lock`, `idem:{key}:fence`
 /// (a lock's fencing counter: it has no TTL, so tokens keep growing across expiry — one
@@ -59,8 +62,7 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 ///
 /// [`wait_for_release`](Store::wait_for_release) blocks in `BLPOP` on a connection of its
 /// own — never on the shared one, which a blocking command would stall. Waiting
-/// connections are made by the pool's manager (with the pool's settings) but are not
-/// taken from the pool; up to 16 are kept open between waits. Needs Redis 6 or newer
+/// connections are opened the same way; up to 16 are kept open between waits. Needs Redis 6 or newer
 /// (fractional `BLPOP` timeouts).
 ///
 /// ```no_run
@@ -518,8 +520,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// A store on the server at `url`, with a pool of its own. The connection is opened
-    /// on first use.
+    /// A store on the server at `url`. The connection is opened on first use.
     ///
     /// ```no_run
     /// let store = idem_core::RedisStore::builder().build_with_url("redis://127.0.0.1:6379").unwrap();
@@ -536,14 +537,16 @@ impl RedisStoreBuilder {
             .set_connection_timeout(Some(self.timeout));
         let manager =
             deadpool_redis::Manager::new_with_config(url, config).map_err(RedisSetupError::Url)?;
-        let pool = deadpool_redis::Pool::builder(manager)
-            .runtime(deadpool_redis::Runtime::Tokio1)
-            .build()
-            .map_err(RedisSetupError::Pool)?;
-        self.build_with_pool(pool)
+        self.build(Source::Standalone(Arc::new(manager)))
     }
 
-    /// A store that takes its connection from an existing pool.
+    /// A store that opens its connections with the manager of an existing pool, and so
+    /// with that pool's settings (address, credentials, TLS, connection settings).
+    ///
+    /// The store never checks a connection out of `pool` nor returns one to it: the
+    /// connections the application gets from `pool` are never the store's, so a blocking
+    /// command on one of them (`BLPOP`, `XREAD BLOCK`) does not stall the store, and the
+    /// store's connections do not count against the pool's size.
     ///
     /// ```no_run
     /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
@@ -559,10 +562,12 @@ impl RedisStoreBuilder {
         self,
         pool: deadpool_redis::Pool,
     ) -> Result<RedisStore, RedisSetupError> {
-        self.build(Pool::Standalone(pool))
+        self.build(Source::Pool(pool))
     }
 
-    /// A store on Redis Cluster, taking its connection from a cluster pool.
+    /// A store on Redis Cluster that opens its connections with the manager of a cluster
+    /// pool. As with [`build_with_pool`](Self::build_with_pool), the store never checks a
+    /// connection out of `pool`.
     ///
     /// ```no_run
     /// let pool = deadpool_redis::cluster::Config::from_urls(vec!["redis://127.0.0.1:7000".to_owned()])
@@ -578,15 +583,15 @@ impl RedisStoreBuilder {
         self,
         pool: deadpool_redis::cluster::Pool,
     ) -> Result<RedisStore, RedisSetupError> {
-        self.build(Pool::Cluster(pool))
+        self.build(Source::Cluster(pool))
     }
 
-    fn build(self, pool: Pool) -> Result<RedisStore, RedisSetupError> {
+    fn build(self, source: Source) -> Result<RedisStore, RedisSetupError> {
         Key::new(self.namespace.as_str()).map_err(RedisSetupError::Namespace)?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                waiting: WaitingConnections::new(pool.clone()),
-                connections: Connections::new(pool),
+                waiting: WaitingConnections::new(source.clone()),
+                connections: Connections::new(source),
                 namespace: self.namespace,
                 timeout: self.timeout,
             }),
@@ -601,9 +606,6 @@ pub enum RedisSetupError {
     /// The URL is not a Redis URL.
     #[error("invalid Redis URL")]
     Url(#[source] redis::RedisError),
-    /// The pool could not be built.
-    #[error("could not build the Redis connection pool")]
-    Pool(#[source] deadpool_redis::BuildError),
     /// The namespace holds a character or length [`Key::new`] refuses.
     #[error("invalid namespace")]
     Namespace(#[source] KeyError),
