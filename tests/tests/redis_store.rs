@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idem_core::{
     Acquire, Fencing, Fingerprint, Key, Owner, RedisSetupError, RedisStore, Store, StoreError,
 };
-use idem_tests::{RedisCluster, RedisServer, eventually, unused_port};
+use idem_tests::{Forwarder, RedisCluster, RedisServer, eventually, unused_port};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 /// What the issue allows on top of the store's timeout before a call must have returned.
@@ -460,4 +460,56 @@ async fn an_application_blpop_on_the_same_cluster_pool_does_not_stall_the_store(
         .map(|conn| redis::cluster_async::ClusterConnection::clone(conn))
         .collect();
     the_store_answers_while_the_application_blocks(&store, blockers, &queues, nodes, 4 * 3).await;
+}
+
+/// A failover as a client behind a fixed address sees it: server A is demoted to a replica
+/// of B and the address now leads to B, but the store's open connection still reaches A,
+/// which refuses writes with `READONLY`. The store must then connect anew, to B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_readonly_reply_after_a_failover_replaces_the_connection() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let address = Forwarder::start(a.port()).await;
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .build_with_url(&address.url())
+        .unwrap();
+    let owner = Owner::random();
+    store
+        .acquire(&key("on-a"), &owner, LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    a.command(&["REPLICAOF", "127.0.0.1", &b.port().to_string()]);
+    address.redirect(b.port());
+
+    let mut refused = 0;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        assert!(
+            attempts <= 5,
+            "still refused after {refused} READONLY replies"
+        );
+        let name = key(&format!("after-failover-{attempts}"));
+        match store.acquire(&name, &owner, LONG, Fencing::Off).await {
+            Ok(Acquire::Acquired { .. }) => break,
+            Err(StoreError::Redis(error))
+                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) =>
+            {
+                refused += 1;
+            }
+            other => panic!("attempt {attempts}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        (refused, attempts),
+        (1, 2),
+        "one READONLY from the demoted server, then a new connection to the new primary"
+    );
+    assert!(
+        b.keys()
+            .contains(&format!("idem:{{after-failover-{attempts}}}:lock")),
+        "written to B: {:?}",
+        b.keys()
+    );
 }

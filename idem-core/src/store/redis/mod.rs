@@ -7,7 +7,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::{RedisResult, Script, Value};
+use redis::{ErrorKind, RedisResult, Script, ServerErrorKind, Value};
 
 use self::connection::{Connection, Connections, Source, WaitingConnections};
 use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
@@ -43,6 +43,9 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 /// - **Bounded in time**: every operation, taking a connection included, is cut off after
 ///   the [timeout](RedisStoreBuilder::with_timeout) (default 1 s) with
 ///   [`StoreError::Timeout`]; no caller waits on a stalled server.
+/// - **Failover**: a connection that meets `READONLY` (a server demoted to replica, as
+///   after a Sentinel or managed-service failover behind one address) is replaced, like
+///   one that failed, so the next operation reaches the new primary.
 /// - **Redis Cluster**: keys are `namespace:{key}:kind`; everything one operation touches
 ///   shares the hash tag `{key}` and so one slot. Build from a cluster pool with
 ///   [`RedisStoreBuilder::build_with_cluster_pool`].
@@ -145,7 +148,9 @@ impl RedisStore {
     }
 
     /// Runs `op` on the connection, under the timeout. A connection that failed or stalled
-    /// is dropped, so the next operation starts on a fresh one.
+    /// is dropped, so the next operation starts on a fresh one; so is one that reached a
+    /// server refusing writes with `READONLY`: after a failover demoted the server it was
+    /// opened to, a new connection to the same address reaches the new primary.
     async fn run<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: FnOnce(Connection) -> Fut,
@@ -155,7 +160,14 @@ impl RedisStore {
         let attempt = async {
             let conn = inner.connections.get().await?;
             op(conn).await.map_err(|error| {
-                if error.is_io_error()
+                let demoted = error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly);
+                if demoted {
+                    // The idle waiting connections lead to the demoted server too, where
+                    // no release would ever signal them.
+                    inner.waiting.discard_idle();
+                }
+                if demoted
+                    || error.is_io_error()
                     || error.is_connection_dropped()
                     || error.is_unrecoverable_error()
                 {
