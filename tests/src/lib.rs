@@ -13,7 +13,10 @@ mod concurrency;
 mod forwarder;
 mod redis_server;
 
-pub use backend::{AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend};
+pub use backend::{
+    AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend,
+    RedisScriptAcquireBackend,
+};
 pub use concurrency::{all_at_once, eventually};
 pub use forwarder::Forwarder;
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};

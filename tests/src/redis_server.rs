@@ -73,6 +73,16 @@ impl RedisServer {
         Self::spawn(&[], unused_port)
     }
 
+    /// Starts a standalone server with extra configuration, as command-line options:
+    /// `&["--maxmemory-policy", "allkeys-lru"]`.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is missing (saying how to install it) or does not come up.
+    pub fn start_with(config: &[&str]) -> Self {
+        Self::spawn(config, unused_port)
+    }
+
     fn spawn(extra: &[&str], pick_port: fn() -> u16) -> Self {
         // Another process may take the port between asking and binding: then try anew.
         for _ in 0..10 {

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use idem_core::{
-    Acquire, Fencing, Fingerprint, Key, Owner, RedisSetupError, RedisStore, Store, StoreError,
+    Acquire, EvictionCheck, Fencing, Fingerprint, Key, Owner, RedisSetupError, RedisStore, Store,
+    StoreError,
 };
 use idem_tests::{Forwarder, RedisCluster, RedisServer, eventually, unused_port};
 
@@ -493,8 +494,9 @@ async fn a_readonly_reply_after_a_failover_replaces_the_connection() {
         let name = key(&format!("after-failover-{attempts}"));
         match store.acquire(&name, &owner, LONG, Fencing::Off).await {
             Ok(Acquire::Acquired { .. }) => break,
+            // Redis 7 answers `READONLY`; before 7.0, a script quotes it in its own error.
             Err(StoreError::Redis(error))
-                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) =>
+                if error.code() == Some("READONLY") || error.to_string().contains("-READONLY") =>
             {
                 refused += 1;
             }
@@ -511,5 +513,169 @@ async fn a_readonly_reply_after_a_failover_replaces_the_connection() {
             .contains(&format!("idem:{{after-failover-{attempts}}}:lock")),
         "written to B: {:?}",
         b.keys()
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let refuse = || {
+        RedisStore::builder()
+            .with_timeout(TIMEOUT)
+            .with_eviction_policy_check(EvictionCheck::Refuse)
+    };
+
+    let connected = refuse().connect_with_url(&server.url()).await;
+    match connected {
+        Err(error @ RedisSetupError::EvictionPolicy { .. }) => {
+            assert!(error.to_string().contains("allkeys-lru"), "{error}");
+        }
+        other => panic!("expected the policy to be refused, got {other:?}"),
+    }
+
+    // Built lazily, the store refuses on first use instead, and writes nothing.
+    let lazy = refuse().build_with_url(&server.url()).unwrap();
+    for _ in 0..3 {
+        let acquired = lazy
+            .acquire(&key("evictable"), &Owner::random(), LONG, Fencing::Off)
+            .await;
+        assert!(
+            matches!(&acquired, Err(StoreError::EvictionPolicy { policy }) if policy == "allkeys-lru"),
+            "{acquired:?}"
+        );
+    }
+    assert_eq!(server.keys(), Vec::<String>::new());
+
+    // Once the server is set right, the same store uses it.
+    server.command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    eventually(
+        Duration::from_secs(5),
+        "the server is used again",
+        || async {
+            lazy.acquire(&key("evictable"), &Owner::random(), LONG, Fencing::Off)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_server_that_may_evict_keys_is_used_with_a_warning_by_default() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .connect_with_url(&server.url())
+        .await
+        .expect("warned, not refused");
+    assert!(matches!(
+        store
+            .acquire(&key("warned"), &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_noeviction_server_passes_the_check() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .with_eviction_policy_check(EvictionCheck::Refuse)
+        .connect_with_url(&server.url())
+        .await
+        .expect("noeviction passes");
+    assert!(matches!(
+        store
+            .acquire(&key("kept"), &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+}
+
+/// As on managed services that disable `CONFIG`: the policy cannot be read, so the check
+/// is skipped (and logged), even when set to refuse.
+#[tokio::test]
+async fn a_server_that_will_not_tell_its_policy_is_used() {
+    let server = RedisServer::start_with(&[
+        "--maxmemory-policy",
+        "allkeys-lru",
+        "--rename-command",
+        "CONFIG",
+        "",
+    ]);
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .with_eviction_policy_check(EvictionCheck::Refuse)
+        .connect_with_url(&server.url())
+        .await
+        .expect("an unreadable policy is not a refusal");
+    assert!(matches!(
+        store
+            .acquire(&key("unchecked"), &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+}
+
+/// Every primary is checked: one node that may evict is enough to refuse the cluster.
+#[tokio::test]
+async fn a_cluster_with_one_evicting_primary_is_refused_when_set_to() {
+    let cluster = RedisCluster::start();
+    let pool = || {
+        deadpool_redis::cluster::Config::from_urls(cluster.urls())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap()
+    };
+    let refuse = || {
+        RedisStore::builder()
+            .with_timeout(Duration::from_secs(2))
+            .with_eviction_policy_check(EvictionCheck::Refuse)
+    };
+    refuse()
+        .connect_with_cluster_pool(pool())
+        .await
+        .expect("every primary is noeviction");
+
+    cluster.nodes()[2].command(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
+    let connected = refuse().connect_with_cluster_pool(pool()).await;
+    assert!(
+        matches!(&connected, Err(RedisSetupError::EvictionPolicy { policy }) if policy == "volatile-ttl"),
+        "{connected:?}"
+    );
+}
+
+/// Servers before Redis 7.0 refuse `SET … NX … GET`; there `acquire` runs one script doing
+/// the same. Forced here on a newer server: one `EVALSHA` per acquisition, whose `GET` and
+/// `SET` count too, and never a `SET … GET` of its own.
+#[tokio::test]
+async fn before_redis_7_acquire_is_one_script() {
+    let server = RedisServer::start();
+    let store = server.store_with(RedisStore::builder().with_script_acquire(true));
+    let owner = Owner::random();
+    // Opens the connection, checks the server and loads the script.
+    store
+        .acquire(&key("warm-up"), &owner, LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    let keys: Vec<Key> = (0..100).map(|i| key(&format!("k{i}"))).collect();
+    let before = server.command_calls();
+    for k in &keys {
+        assert_eq!(
+            store.acquire(k, &owner, LONG, Fencing::Off).await.unwrap(),
+            Acquire::Acquired { fence: None }
+        );
+    }
+    assert_eq!(
+        server.command_calls_since(&before),
+        BTreeMap::from([
+            ("evalsha".to_owned(), 100),
+            ("get".to_owned(), 100),
+            ("set".to_owned(), 100)
+        ])
     );
 }

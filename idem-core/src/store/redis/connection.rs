@@ -10,20 +10,29 @@
 //! every operation. redis-rs connections multiplex any number of concurrent requests, so
 //! the store opens one and sends everything over it until it fails, then opens another.
 //!
+//! Each new shared connection is checked first ([`check`]): the server's version picks how
+//! `acquire` takes a key, and a server too old, or one that may evict keys while the store
+//! is set to refuse that, is not used. A refused server is asked again after a second, not
+//! on every operation.
+//!
 //! Waiting for a lock is the exception: `BLPOP` blocks the connection it runs on, and on
 //! the shared one it would stall every other operation behind it. Waits get connections of
 //! their own ([`WaitingConnections`]), made the same way, so the shared connection is
 //! never handed to a waiter.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool::managed::Manager;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::server::{AcquireCommand, Checks, Refusal, check};
 use crate::store::StoreError;
+
+/// How long a refused server stays refused before a new connection asks it again.
+const RECHECK_REFUSED_AFTER: Duration = Duration::from_secs(1);
 
 /// What opens the store's connections: a manager, never a pool's own connections.
 #[derive(Clone)]
@@ -38,11 +47,11 @@ pub(super) enum Source {
 
 impl Source {
     /// A new connection, used by nobody else.
-    async fn open(&self) -> Result<Connection, StoreError> {
+    async fn open(&self) -> Result<Link, StoreError> {
         match self {
-            Self::Standalone(manager) => manager.create().await.map(Connection::Standalone),
-            Self::Pool(pool) => pool.manager().create().await.map(Connection::Standalone),
-            Self::Cluster(pool) => pool.manager().create().await.map(Connection::Cluster),
+            Self::Standalone(manager) => manager.create().await.map(Link::Standalone),
+            Self::Pool(pool) => pool.manager().create().await.map(Link::Standalone),
+            Self::Cluster(pool) => pool.manager().create().await.map(Link::Cluster),
         }
         .map_err(StoreError::Connect)
     }
@@ -57,12 +66,12 @@ impl Source {
 
 /// A connection to one server or to a cluster; clones share the socket(s).
 #[derive(Clone)]
-pub(super) enum Connection {
+pub(super) enum Link {
     Standalone(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
-impl Connection {
+impl Link {
     /// How long the client waits for an answer before failing the command, where the
     /// connection has such a limit (a standalone one made with the pool's settings). A
     /// blocking command must not be cut off by it while the server still blocks: the
@@ -74,7 +83,7 @@ impl Connection {
     }
 }
 
-impl ConnectionLike for Connection {
+impl ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Standalone(conn) => conn.req_packed_command(cmd),
@@ -102,57 +111,145 @@ impl ConnectionLike for Connection {
     }
 }
 
+/// The shared connection, with what its check found; clones share the socket(s).
+#[derive(Clone)]
+pub(super) struct Connection {
+    link: Link,
+    acquire: AcquireCommand,
+}
+
+impl Connection {
+    /// How `acquire` without fencing takes a key on this server.
+    pub(super) fn acquire_command(&self) -> AcquireCommand {
+        self.acquire
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.link.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.link.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.link.get_db()
+    }
+}
+
+/// The shared connection's state.
+#[derive(Clone)]
+enum State {
+    /// None open: not yet, or the last one failed.
+    Closed,
+    /// Checked and in use.
+    Open(Connection),
+    /// The server was refused at `at`.
+    Refused { refusal: Refusal, at: Instant },
+}
+
 /// Where connections come from, and the one currently in use.
 pub(super) struct Connections {
     source: Source,
-    current: Mutex<Option<Connection>>,
-    /// Serialises taking a new connection, so a burst after a failure opens one, not one
+    checks: Checks,
+    current: Mutex<State>,
+    /// Serialises opening a new connection, so a burst after a failure opens one, not one
     /// per waiting request.
     refill: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Connections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state() {
+            State::Closed => "closed",
+            State::Open(_) => "open",
+            State::Refused { .. } => "refused",
+        };
         f.debug_struct("Connections")
             .field("kind", &self.source.kind())
-            .field("connected", &self.cached().is_some())
+            .field("state", &state)
             .finish()
     }
 }
 
 impl Connections {
-    pub(super) fn new(source: Source) -> Self {
+    pub(super) fn new(source: Source, checks: Checks) -> Self {
         Self {
             source,
-            current: Mutex::new(None),
+            checks,
+            current: Mutex::new(State::Closed),
             refill: tokio::sync::Mutex::new(()),
         }
     }
 
-    fn cached(&self) -> Option<Connection> {
+    fn state(&self) -> State {
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// The connection in use, or a new one.
+    fn set(&self, state: State) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = state;
+    }
+
+    /// The connection in use; the refusal of a server refused a moment ago; or `None`:
+    /// time to open a new one.
+    fn ready(&self) -> Option<Result<Connection, StoreError>> {
+        match self.state() {
+            State::Open(conn) => Some(Ok(conn)),
+            State::Refused { refusal, at } if at.elapsed() < RECHECK_REFUSED_AFTER => {
+                Some(Err(refusal.into()))
+            }
+            State::Refused { .. } | State::Closed => None,
+        }
+    }
+
+    /// The connection in use, or a new one once its server passed the check.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Connect`] or [`StoreError::Redis`] when no connection can be opened or
+    /// checked; [`StoreError::UnsupportedVersion`] or [`StoreError::EvictionPolicy`] when
+    /// the server is refused.
     pub(super) async fn get(&self) -> Result<Connection, StoreError> {
-        if let Some(conn) = self.cached() {
-            return Ok(conn);
+        if let Some(ready) = self.ready() {
+            return ready;
         }
         let _refill = self.refill.lock().await;
-        if let Some(conn) = self.cached() {
-            return Ok(conn);
+        if let Some(ready) = self.ready() {
+            return ready;
         }
-        let conn = self.source.open().await?;
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
-        Ok(conn)
+        let mut link = self.source.open().await?;
+        match check(&mut link, self.checks)
+            .await
+            .map_err(StoreError::Redis)?
+        {
+            Ok(acquire) => {
+                let conn = Connection { link, acquire };
+                self.set(State::Open(conn.clone()));
+                Ok(conn)
+            }
+            Err(refusal) => {
+                self.set(State::Refused {
+                    refusal: refusal.clone(),
+                    at: Instant::now(),
+                });
+                Err(refusal.into())
+            }
+        }
     }
 
     /// Stops using the current connection: the next operation opens a new one.
     pub(super) fn discard(&self) {
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.set(State::Closed);
     }
 }
 
@@ -163,7 +260,7 @@ const IDLE_WAITING_CONNECTIONS: usize = 16;
 /// Connections for blocking waits, one per concurrent waiter, each used by nobody else.
 pub(super) struct WaitingConnections {
     source: Source,
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<Vec<Link>>,
 }
 
 impl std::fmt::Debug for WaitingConnections {
@@ -188,7 +285,7 @@ impl WaitingConnections {
     }
 
     /// An idle waiting connection, or a new one.
-    pub(super) async fn take(&self) -> Result<Connection, StoreError> {
+    pub(super) async fn take(&self) -> Result<Link, StoreError> {
         let idle = self
             .idle
             .lock()
@@ -202,7 +299,7 @@ impl WaitingConnections {
 
     /// Keeps a connection whose wait completed, for the next wait. A wait that was cut
     /// short must not come back here: its `BLPOP` may still be blocked on the server.
-    pub(super) fn give_back(&self, conn: Connection) {
+    pub(super) fn give_back(&self, conn: Link) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < IDLE_WAITING_CONNECTIONS {
             idle.push(conn);

@@ -1,18 +1,22 @@
 //! [`RedisStore`]: the store for several instances behind a load balancer.
 
 mod connection;
+mod server;
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::{ErrorKind, RedisResult, Script, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
 use self::connection::{Connection, Connections, Source, WaitingConnections};
+use self::server::{AcquireCommand, Checks};
 use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
 use crate::key::{Fingerprint, Key, KeyError, Owner};
 
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire_fenced.lua")));
 static RELEASE: LazyLock<Script> =
@@ -51,7 +55,10 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 ///   [`RedisStoreBuilder::build_with_cluster_pool`].
 /// - **One round trip** per operation: all operations are multiplexed over one connection,
 ///   rather than checking one out of a pool per operation (deadpool pings on every
-///   checkout). After a connection error or a timeout the store opens a fresh one.
+///   checkout). After a connection error or a timeout the store opens a fresh one. The
+///   connection is opened, and the server checked, on first use
+///   ([`build_with_url`](RedisStoreBuilder::build_with_url)) or at once
+///   ([`connect_with_url`](RedisStoreBuilder::connect_with_url)).
 /// - **Connections of its own**: the store opens its connections with a deadpool manager
 ///   (the pool's, with its settings, when built from an application's pool) and never
 ///   takes one out of a pool or puts one back. An application's blocking command
@@ -65,8 +72,28 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 ///
 /// [`wait_for_release`](Store::wait_for_release) blocks in `BLPOP` on a connection of its
 /// own — never on the shared one, which a blocking command would stall. Waiting
-/// connections are opened the same way; up to 16 are kept open between waits. Needs Redis 6 or newer
-/// (fractional `BLPOP` timeouts).
+/// connections are opened the same way; up to 16 are kept open between waits.
+///
+/// # Servers
+///
+/// Redis 6.0 or newer (`BLPOP` with a fractional timeout). Each time the store opens its
+/// shared connection it reads the server's version (`INFO server`; in a cluster, every
+/// primary's): from Redis 7.0 on, `acquire` without fencing is the one command
+/// `SET … NX PX … GET`; before 7.0, which refuses `NX` with `GET`, it is one script doing
+/// the same `GET` and `SET NX PX` atomically. A server older than 6.0 is refused with
+/// [`StoreError::UnsupportedVersion`] (or [`RedisSetupError::UnsupportedVersion`] from
+/// the `connect_*` constructors); a server that does not tell its version gets the
+/// script. Valkey 7.2 and later speak the same protocol and report `redis_version`
+/// 7.2.4, so they take the `SET` path.
+///
+/// # Eviction
+///
+/// Every key the store writes has a TTL, so under any `maxmemory-policy` but `noeviction`
+/// (`volatile-*` included) Redis may evict a live window, record or lock when memory runs
+/// short, and the duplicate it stood for gets through. Run idem on a Redis with
+/// `maxmemory-policy noeviction` (a full server then refuses writes, which the store
+/// reports as errors, rather than forgetting keys). The store reads the policy when it
+/// opens its shared connection and warns, or refuses the server: see [`EvictionCheck`].
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -136,6 +163,22 @@ impl RedisStore {
         self.inner.timeout
     }
 
+    /// Opens the shared connection and checks the server now, rather than on first use.
+    async fn connected(self) -> Result<Self, RedisSetupError> {
+        let timeout = self.inner.timeout;
+        match tokio::time::timeout(timeout, self.inner.connections.get()).await {
+            Ok(Ok(_)) => Ok(self),
+            Ok(Err(StoreError::UnsupportedVersion { version })) => {
+                Err(RedisSetupError::UnsupportedVersion { version })
+            }
+            Ok(Err(StoreError::EvictionPolicy { policy })) => {
+                Err(RedisSetupError::EvictionPolicy { policy })
+            }
+            Ok(Err(error)) => Err(RedisSetupError::Connect(error)),
+            Err(_elapsed) => Err(RedisSetupError::Connect(StoreError::Timeout(timeout))),
+        }
+    }
+
     fn key(&self, key: &Key, kind: Kind) -> String {
         let suffix = match kind {
             Kind::Lock => "lock",
@@ -160,7 +203,7 @@ impl RedisStore {
         let attempt = async {
             let conn = inner.connections.get().await?;
             op(conn).await.map_err(|error| {
-                let demoted = error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly);
+                let demoted = is_read_only(&error);
                 if demoted {
                     // The idle waiting connections lead to the demoted server too, where
                     // no release would ever signal them.
@@ -204,6 +247,18 @@ impl RedisStore {
             })
             .await?;
         Ok(answer == 1)
+    }
+}
+
+/// Whether the server refused a write because it is a replica. Redis before 7.0 reports a
+/// write refused inside a script as a script error quoting the `READONLY` reply.
+fn is_read_only(error: &RedisError) -> bool {
+    match error.kind() {
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => true,
+        ErrorKind::Server(ServerErrorKind::ResponseError) => error
+            .detail()
+            .is_some_and(|detail| detail.contains("-READONLY ")),
+        _ => false,
     }
 }
 
@@ -278,18 +333,31 @@ impl Store for RedisStore {
             }
             // One command on the accept path: `GET` tells who holds the key when `NX`
             // refuses. Only a refusal costs a second command, to learn the time left.
+            // Servers before 7.0 refuse `NX` with `GET`; a script does the same there.
             Fencing::Off => loop {
                 let holder: Option<Vec<u8>> = self
                     .run(|mut conn| async move {
-                        redis::cmd("SET")
-                            .arg(lock)
-                            .arg(owner)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(millis)
-                            .arg("GET")
-                            .query_async(&mut conn)
-                            .await
+                        match conn.acquire_command() {
+                            AcquireCommand::SetNxGet => {
+                                redis::cmd("SET")
+                                    .arg(lock)
+                                    .arg(owner)
+                                    .arg("NX")
+                                    .arg("PX")
+                                    .arg(millis)
+                                    .arg("GET")
+                                    .query_async(&mut conn)
+                                    .await
+                            }
+                            AcquireCommand::Script => {
+                                ACQUIRE
+                                    .key(lock)
+                                    .arg(owner)
+                                    .arg(millis)
+                                    .invoke_async(&mut conn)
+                                    .await
+                            }
+                        }
                     })
                     .await?;
                 let Some(holder) = holder else {
@@ -497,6 +565,8 @@ impl Store for RedisStore {
 pub struct RedisStoreBuilder {
     namespace: String,
     timeout: Duration,
+    eviction: EvictionCheck,
+    script_acquire: bool,
 }
 
 impl Default for RedisStoreBuilder {
@@ -504,8 +574,32 @@ impl Default for RedisStoreBuilder {
         Self {
             namespace: "idem".to_owned(),
             timeout: Duration::from_secs(1),
+            eviction: EvictionCheck::Warn,
+            script_acquire: false,
         }
     }
+}
+
+/// What a [`RedisStore`] does with a server that may evict keys: one whose
+/// `maxmemory-policy` is not `noeviction`.
+///
+/// Every key idem writes has a TTL, so every eviction policy, `volatile-*` as much as
+/// `allkeys-*`, may delete a live anti-repeat window, idempotency record or lock when
+/// Redis runs short of memory, and the duplicate it stood for then gets through. The
+/// store reads the policy (`CONFIG GET maxmemory-policy`) whenever it opens its shared
+/// connection. Where the server does not allow `CONFIG` (as managed services often do),
+/// the check is skipped and logged at `info`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EvictionCheck {
+    /// Log a warning (`tracing::warn!`) and use the server.
+    #[default]
+    Warn,
+    /// Do not use the server: [`RedisStoreBuilder::connect_with_url`] and its siblings
+    /// fail with [`RedisSetupError::EvictionPolicy`], and on a store built lazily every
+    /// operation fails with [`StoreError::EvictionPolicy`] until the policy is
+    /// `noeviction` (the store asks again at most once a second).
+    Refuse,
 }
 
 impl RedisStoreBuilder {
@@ -532,7 +626,97 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// A store on the server at `url`. The connection is opened on first use.
+    /// What to do when the server may evict keys (default [`EvictionCheck::Warn`]); see
+    /// [`EvictionCheck`] for why that matters.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_eviction_policy_check(idem_core::EvictionCheck::Refuse);
+    /// ```
+    pub fn with_eviction_policy_check(mut self, check: EvictionCheck) -> Self {
+        self.eviction = check;
+        self
+    }
+
+    /// Acquires without fencing with the script meant for servers before Redis 7.0,
+    /// whatever the version: for testing that path on a new server.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_script_acquire(true);
+    /// ```
+    #[doc(hidden)]
+    pub fn with_script_acquire(mut self, always: bool) -> Self {
+        self.script_acquire = always;
+        self
+    }
+
+    /// A store on the server at `url`, connected and checked at once: the server answered,
+    /// runs a version the store supports, and passed the
+    /// [eviction check](Self::with_eviction_policy_check).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), idem_core::RedisSetupError> {
+    /// let store = idem_core::RedisStore::builder().connect_with_url("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// - [`RedisSetupError::Url`], [`RedisSetupError::Namespace`] as for
+    ///   [`build_with_url`](Self::build_with_url).
+    /// - [`RedisSetupError::Connect`] when the server cannot be reached and checked within
+    ///   the [timeout](Self::with_timeout).
+    /// - [`RedisSetupError::UnsupportedVersion`] for a server older than Redis 6.0.
+    /// - [`RedisSetupError::EvictionPolicy`] for a server that may evict keys, when set to
+    ///   [`EvictionCheck::Refuse`].
+    pub async fn connect_with_url(self, url: &str) -> Result<RedisStore, RedisSetupError> {
+        self.build_with_url(url)?.connected().await
+    }
+
+    /// A store on an existing pool's settings, as [`build_with_pool`](Self::build_with_pool),
+    /// connected and checked at once as [`connect_with_url`](Self::connect_with_url) does.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
+    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    /// let store = idem_core::RedisStore::builder().connect_with_pool(pool).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_with_url`](Self::connect_with_url), but for the URL.
+    pub async fn connect_with_pool(
+        self,
+        pool: deadpool_redis::Pool,
+    ) -> Result<RedisStore, RedisSetupError> {
+        self.build_with_pool(pool)?.connected().await
+    }
+
+    /// A store on Redis Cluster, as [`build_with_cluster_pool`](Self::build_with_cluster_pool),
+    /// connected and checked at once as [`connect_with_url`](Self::connect_with_url) does;
+    /// every primary is checked.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = deadpool_redis::cluster::Config::from_urls(vec!["redis://127.0.0.1:7000".to_owned()])
+    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    /// let store = idem_core::RedisStore::builder().connect_with_cluster_pool(pool).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_with_url`](Self::connect_with_url), but for the URL.
+    pub async fn connect_with_cluster_pool(
+        self,
+        pool: deadpool_redis::cluster::Pool,
+    ) -> Result<RedisStore, RedisSetupError> {
+        self.build_with_cluster_pool(pool)?.connected().await
+    }
+
+    /// A store on the server at `url`. The connection is opened, and the server checked,
+    /// on first use: see [`connect_with_url`](Self::connect_with_url) to do both at once.
     ///
     /// ```no_run
     /// let store = idem_core::RedisStore::builder().build_with_url("redis://127.0.0.1:6379").unwrap();
@@ -542,18 +726,19 @@ impl RedisStoreBuilder {
     ///
     /// [`RedisSetupError`] when the URL cannot be read or the namespace is invalid.
     pub fn build_with_url(self, url: &str) -> Result<RedisStore, RedisSetupError> {
-        // The store's own timeout bounds every operation, so the client's shorter default
-        // response timeout (500 ms) must not cut in first.
+        // The store's own timeout bounds every operation, opening a connection included,
+        // so the client's limits must not cut in first with another error.
         let config = redis::AsyncConnectionConfig::new()
             .set_response_timeout(None)
-            .set_connection_timeout(Some(self.timeout));
+            .set_connection_timeout(None);
         let manager =
             deadpool_redis::Manager::new_with_config(url, config).map_err(RedisSetupError::Url)?;
         self.build(Source::Standalone(Arc::new(manager)))
     }
 
     /// A store that opens its connections with the manager of an existing pool, and so
-    /// with that pool's settings (address, credentials, TLS, connection settings).
+    /// with that pool's settings (address, credentials, TLS, connection settings). The
+    /// connection is opened, and the server checked, on first use.
     ///
     /// The store never checks a connection out of `pool` nor returns one to it: the
     /// connections the application gets from `pool` are never the store's, so a blocking
@@ -603,7 +788,13 @@ impl RedisStoreBuilder {
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 waiting: WaitingConnections::new(source.clone()),
-                connections: Connections::new(source),
+                connections: Connections::new(
+                    source,
+                    Checks {
+                        eviction: self.eviction,
+                        script_acquire: self.script_acquire,
+                    },
+                ),
                 namespace: self.namespace,
                 timeout: self.timeout,
             }),
@@ -621,4 +812,22 @@ pub enum RedisSetupError {
     /// The namespace holds a character or length [`Key::new`] refuses.
     #[error("invalid namespace")]
     Namespace(#[source] KeyError),
+    /// The server could not be reached, or did not answer the check, within the timeout.
+    #[error("could not connect to Redis")]
+    Connect(#[source] StoreError),
+    /// The server is older than Redis 6.0, the oldest the store runs on.
+    #[error("{version} is too old for idem, which needs Redis 6.0 or newer")]
+    UnsupportedVersion {
+        /// The server's account of its version, such as `Redis 5.0.14`.
+        version: String,
+    },
+    /// The server may evict keys (its `maxmemory-policy` is not `noeviction`) and the
+    /// store was set to [`EvictionCheck::Refuse`] such a server.
+    #[error(
+        "Redis may evict live keys (maxmemory-policy {policy}) and the store refuses such a server: set maxmemory-policy noeviction"
+    )]
+    EvictionPolicy {
+        /// The server's `maxmemory-policy`, such as `allkeys-lru`.
+        policy: String,
+    },
 }
