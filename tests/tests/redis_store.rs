@@ -3,11 +3,13 @@
 //! operation costs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_core::{
-    Acquire, EvictionCheck, Fencing, Fingerprint, Key, Owner, RedisSetupError, RedisStore, Store,
-    StoreError,
+    Acquire, EvictionCheck, Fencing, Fingerprint, Key, Lease, Lock, Owner, RedisSetupError,
+    RedisStore, Store, StoreError,
 };
 use idem_tests::{Forwarder, RedisCluster, RedisServer, eventually, unused_port};
 
@@ -678,4 +680,150 @@ async fn before_redis_7_acquire_is_one_script() {
             ("set".to_owned(), 100)
         ])
     );
+}
+
+/// What the server reports of its clients, read every 2 ms over one connection of the
+/// test's own (which `connected_clients` counts), so that reading adds no connections.
+#[derive(Debug, Default)]
+struct Clients {
+    most_connected: AtomicU64,
+    most_blocked: AtomicU64,
+    blocked: AtomicU64,
+    /// Calls of `EVALSHA`: every attempt to take a lock is one.
+    evalsha: AtomicU64,
+}
+
+impl Clients {
+    async fn watch(server: &RedisServer) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let clients = Arc::new(Self::default());
+        let watching = tokio::spawn({
+            let clients = Arc::clone(&clients);
+            async move {
+                loop {
+                    let mut info = String::new();
+                    for section in ["clients", "commandstats"] {
+                        let text: String = redis::cmd("INFO")
+                            .arg(section)
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        info.push_str(&text);
+                    }
+                    let number = |field: &str| -> u64 {
+                        info.lines()
+                            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+                            .map(|value| value.split(',').next().unwrap_or(value))
+                            .map(|value| value.trim_start_matches("calls="))
+                            .and_then(|value| value.trim().parse().ok())
+                            .unwrap_or_default()
+                    };
+                    let blocked = number("blocked_clients");
+                    clients.blocked.store(blocked, Ordering::SeqCst);
+                    clients.most_blocked.fetch_max(blocked, Ordering::SeqCst);
+                    let connected = number("connected_clients");
+                    clients
+                        .most_connected
+                        .fetch_max(connected, Ordering::SeqCst);
+                    clients
+                        .evalsha
+                        .store(number("cmdstat_evalsha"), Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        });
+        (clients, watching)
+    }
+}
+
+/// More lock waiters than the store may open waiting connections: the server never sees
+/// more than that many, plus the store's shared connection and the test's own, and every
+/// waiter still gets its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_waiters_beyond_the_bound_share_the_waiting_connections() {
+    const BOUND: u64 = 4;
+    const WAITERS: u64 = 24;
+    let server = RedisServer::start();
+    let store = server.store_with(RedisStore::builder().with_max_waiting_connections(4));
+    let name = key("crowded");
+    let holder = Lock::new(store.clone(), name.clone(), Lease::Fixed(LONG))
+        .try_acquire()
+        .await
+        .unwrap();
+    let (clients, watching) = Clients::watch(&server).await;
+
+    let turns = Arc::new(AtomicU64::new(0));
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let lock = Lock::new(store.clone(), name.clone(), Lease::Fixed(LONG));
+            let turns = Arc::clone(&turns);
+            tokio::spawn(async move {
+                let guard = lock.acquire_within(LONG).await.expect("a turn");
+                turns.fetch_add(1, Ordering::SeqCst);
+                assert!(guard.release().await.unwrap());
+            })
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(5),
+        "every waiter found the lock held, and waits fill the bound",
+        || async {
+            clients.evalsha.load(Ordering::SeqCst) > WAITERS
+                && clients.blocked.load(Ordering::SeqCst) >= BOUND
+        },
+    )
+    .await;
+    assert!(holder.release().await.unwrap());
+    for waiter in waiters {
+        waiter.await.expect("every waiter ends with its turn");
+    }
+    watching.abort();
+
+    assert_eq!(turns.load(Ordering::SeqCst), WAITERS);
+    let (connected, blocked) = (
+        clients.most_connected.load(Ordering::SeqCst),
+        clients.most_blocked.load(Ordering::SeqCst),
+    );
+    println!("{WAITERS} waiters, bound {BOUND}: at most {connected} clients, {blocked} blocked");
+    assert!(blocked <= BOUND, "{blocked} clients blocked at once");
+    // The store's shared connection, and the one the watching runs on.
+    assert!(connected <= BOUND + 2, "{connected} clients at once");
+}
+
+/// At the bound, a waiter waits for a waiting connection to come free within its own wait,
+/// and when none does, returns as timed out (`false`), not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_gets_no_waiting_connection_times_out() {
+    let server = RedisServer::start();
+    let store = server.store_with(RedisStore::builder().with_max_waiting_connections(1));
+    let (name, holder) = (key("one-seat"), Owner::random());
+    store
+        .acquire(&name, &holder, LONG, Fencing::On)
+        .await
+        .unwrap();
+    let first = tokio::spawn({
+        let (store, name) = (store.clone(), name.clone());
+        async move { store.wait_for_release(&name, LONG).await }
+    });
+    eventually(
+        Duration::from_secs(5),
+        "the first waiter blocks",
+        || async { server.info_number("clients", "blocked_clients") == 1 },
+    )
+    .await;
+
+    let within = Duration::from_millis(200);
+    let started = Instant::now();
+    let second = store.wait_for_release(&name, within).await;
+    let waited = started.elapsed();
+    assert!(matches!(second, Ok(false)), "{second:?}");
+    assert!(
+        waited >= within && waited < within + SLACK,
+        "waited {waited:?}"
+    );
+    assert_eq!(server.info_number("clients", "blocked_clients"), 1);
+
+    assert!(store.release_and_signal(&name, &holder).await.unwrap());
+    assert!(first.await.unwrap().unwrap(), "the first waiter is woken");
 }

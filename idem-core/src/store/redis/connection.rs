@@ -18,7 +18,8 @@
 //! Waiting for a lock is the exception: `BLPOP` blocks the connection it runs on, and on
 //! the shared one it would stall every other operation behind it. Waits get connections of
 //! their own ([`WaitingConnections`]), made the same way, so the shared connection is
-//! never handed to a waiter.
+//! never handed to a waiter; a bounded number of them, so a crowd of waiters cannot open
+//! connections without end.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use deadpool::managed::Manager;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use tokio::sync::{AcquireError, Semaphore, SemaphorePermit};
 
 use super::server::{AcquireCommand, Checks, Refusal, check};
 use crate::store::StoreError;
@@ -253,14 +255,20 @@ impl Connections {
     }
 }
 
-/// Connections kept open between waits. Waiting is off the request path; past this many
-/// concurrent waiters, a wait opens a connection and closes it afterwards.
+/// Connections kept open between waits, at most. Waiting is off the request path; past
+/// this many, a wait's connection is closed when the wait ends.
 const IDLE_WAITING_CONNECTIONS: usize = 16;
 
-/// Connections for blocking waits, one per concurrent waiter, each used by nobody else.
+/// Connections for blocking waits, one per concurrent waiter, each used by nobody else, at
+/// most `max` open at once.
 pub(super) struct WaitingConnections {
     source: Source,
     idle: Mutex<Vec<Link>>,
+    /// One permit per waiting connection in use. A waiter takes or opens a connection only
+    /// while it holds one, and keeps it until its connection is idle again or closed, so
+    /// connections in use and idle ones together never pass `max`.
+    seats: Semaphore,
+    max: usize,
 }
 
 impl std::fmt::Debug for WaitingConnections {
@@ -272,19 +280,36 @@ impl std::fmt::Debug for WaitingConnections {
             .len();
         f.debug_struct("WaitingConnections")
             .field("idle", &idle)
+            .field("in_use", &(self.max - self.seats.available_permits()))
+            .field("max", &self.max)
             .finish()
     }
 }
 
 impl WaitingConnections {
-    pub(super) fn new(source: Source) -> Self {
+    /// At most `max` connections (at least one).
+    pub(super) fn new(source: Source, max: usize) -> Self {
+        let max = max.max(1);
         Self {
             source,
             idle: Mutex::new(Vec::new()),
+            seats: Semaphore::new(max),
+            max,
         }
     }
 
-    /// An idle waiting connection, or a new one.
+    /// Waits until this waiter may use a waiting connection: hold the permit until the
+    /// connection is given back or dropped.
+    ///
+    /// # Errors
+    ///
+    /// Never in practice: the semaphore is never closed.
+    pub(super) async fn seat(&self) -> Result<SemaphorePermit<'_>, AcquireError> {
+        self.seats.acquire().await
+    }
+
+    /// An idle waiting connection, or a new one. Only for a waiter holding a
+    /// [`seat`](Self::seat).
     pub(super) async fn take(&self) -> Result<Link, StoreError> {
         let idle = self
             .idle

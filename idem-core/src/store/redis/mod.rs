@@ -5,7 +5,7 @@ mod server;
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
@@ -72,7 +72,10 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 ///
 /// [`wait_for_release`](Store::wait_for_release) blocks in `BLPOP` on a connection of its
 /// own — never on the shared one, which a blocking command would stall. Waiting
-/// connections are opened the same way; up to 16 are kept open between waits.
+/// connections are opened the same way, at most 64 at once
+/// ([`with_max_waiting_connections`](RedisStoreBuilder::with_max_waiting_connections):
+/// a waiter that gets none within its wait returns as timed out); up to 16 are kept open
+/// between waits.
 ///
 /// # Servers
 ///
@@ -405,7 +408,14 @@ impl Store for RedisStore {
     async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
         let inner = &self.inner;
         let signal = self.key(key, Kind::Signal);
-        let millis = ttl_millis(within);
+        let within = Duration::from_millis(ttl_millis(within));
+        let deadline = Instant::now() + within;
+        // At the bound, wait within the caller's time for a waiting connection to come
+        // free; none coming is the wait running out, as if no release came.
+        let Ok(Ok(_seat)) = tokio::time::timeout(within, inner.waiting.seat()).await else {
+            return Ok(false);
+        };
+        let millis = ttl_millis(deadline.saturating_duration_since(Instant::now()));
         // `BLPOP` takes seconds; 0 would mean "for ever", which `ttl_millis` rules out.
         let seconds = format!("{}.{:03}", millis / 1000, millis % 1000);
         let mut conn = tokio::time::timeout(inner.timeout, inner.waiting.take())
@@ -566,6 +576,7 @@ pub struct RedisStoreBuilder {
     namespace: String,
     timeout: Duration,
     eviction: EvictionCheck,
+    max_waiting_connections: usize,
     script_acquire: bool,
 }
 
@@ -575,6 +586,7 @@ impl Default for RedisStoreBuilder {
             namespace: "idem".to_owned(),
             timeout: Duration::from_secs(1),
             eviction: EvictionCheck::Warn,
+            max_waiting_connections: 64,
             script_acquire: false,
         }
     }
@@ -634,6 +646,22 @@ impl RedisStoreBuilder {
     /// ```
     pub fn with_eviction_policy_check(mut self, check: EvictionCheck) -> Self {
         self.eviction = check;
+        self
+    }
+
+    /// How many connections lock waiters may hold open at once (default 64, at least 1).
+    ///
+    /// Each waiter in [`wait_for_release`](Store::wait_for_release) blocks a connection of
+    /// its own in `BLPOP`. Past this many concurrent waiters, a waiter waits, within its
+    /// own `within`, for one of them to come free; when none does, its wait ends as timed
+    /// out (`false`), and [`Lock`](crate::Lock) tries to acquire again, as after any wait.
+    /// In Redis Cluster a waiting connection holds a socket to each node.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_max_waiting_connections(16);
+    /// ```
+    pub fn with_max_waiting_connections(mut self, max: usize) -> Self {
+        self.max_waiting_connections = max;
         self
     }
 
@@ -787,7 +815,7 @@ impl RedisStoreBuilder {
         Key::new(self.namespace.as_str()).map_err(RedisSetupError::Namespace)?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                waiting: WaitingConnections::new(source.clone()),
+                waiting: WaitingConnections::new(source.clone(), self.max_waiting_connections),
                 connections: Connections::new(
                     source,
                     Checks {
