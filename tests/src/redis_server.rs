@@ -186,7 +186,11 @@ impl RedisServer {
     }
 
     fn try_query<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
-        let client = redis::Client::open(self.url())?;
+        // Without the client's `CLIENT SETINFO` on connecting, which servers from 7.2 on
+        // (and Valkey) count in `INFO commandstats` next to the commands being counted.
+        let info = redis::IntoConnectionInfo::into_connection_info(self.url())?;
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = redis::Client::open(info.set_redis_settings(settings))?;
         let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
         let mut cmd = redis::Cmd::new();
         for arg in args {
