@@ -287,9 +287,9 @@ impl std::fmt::Debug for WaitingConnections {
 }
 
 impl WaitingConnections {
-    /// At most `max` connections (at least one).
+    /// At most `max` connections (at least one, and no more than a semaphore counts).
     pub(super) fn new(source: Source, max: usize) -> Self {
-        let max = max.max(1);
+        let max = max.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             source,
             idle: Mutex::new(Vec::new()),
