@@ -59,9 +59,9 @@ pub use idem_core::{
     Acquire, AnyStore, Begin, Fencing, FencingToken, Fingerprint, Key, KeyError, MemoryStore,
     MemoryStoreBuilder, Owner, Store, StoreError,
 };
-pub use idem_core::{Lease, Lock, LockError, LockGuard, LockLost};
 #[cfg(feature = "redis")]
-pub use idem_core::{RedisSetupError, RedisStore, RedisStoreBuilder};
+pub use idem_core::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
+pub use idem_core::{Lease, Lock, LockError, LockGuard, LockLost};
 #[cfg(feature = "macros")]
 pub use idem_macros::avoid_repeat;
 pub use idempotency::IdempotencyLayer;

@@ -45,4 +45,4 @@ pub use store::{
     StoreError,
 };
 #[cfg(feature = "redis")]
-pub use store::{RedisSetupError, RedisStore, RedisStoreBuilder};
+pub use store::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};

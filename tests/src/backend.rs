@@ -1,7 +1,7 @@
 //! One store of each kind, with whatever keeps it alive, for suites that run every test
 //! against every store.
 
-use idem_core::{AnyStore, MemoryStore, RedisStore, Store};
+use idem_core::{AnyStore, MemoryStore, RedisStore, RedisStoreBuilder, Store};
 
 use crate::redis_server::{RedisCluster, RedisServer};
 
@@ -80,6 +80,39 @@ impl Backend for RedisBackend {
 
     fn store_of_another_instance(&self) -> RedisStore {
         self.server.store()
+    }
+}
+
+/// [`RedisStore`] on a standalone server of its own, acquiring with the script meant for
+/// servers before Redis 7.0 (which refuse `SET … NX … GET`), forced on this newer one.
+#[derive(Debug)]
+pub struct RedisScriptAcquireBackend {
+    /// The server; dropped after the store.
+    pub server: RedisServer,
+    store: RedisStore,
+}
+
+impl RedisScriptAcquireBackend {
+    fn builder() -> RedisStoreBuilder {
+        RedisStore::builder().with_script_acquire(true)
+    }
+}
+
+impl Backend for RedisScriptAcquireBackend {
+    type Store = RedisStore;
+
+    fn start() -> Self {
+        let server = RedisServer::start();
+        let store = server.store_with(Self::builder());
+        Self { server, store }
+    }
+
+    fn store(&self) -> RedisStore {
+        self.store.clone()
+    }
+
+    fn store_of_another_instance(&self) -> RedisStore {
+        self.server.store_with(Self::builder())
     }
 }
 

@@ -73,6 +73,16 @@ impl RedisServer {
         Self::spawn(&[], unused_port)
     }
 
+    /// Starts a standalone server with extra configuration, as command-line options:
+    /// `&["--maxmemory-policy", "allkeys-lru"]`.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is missing (saying how to install it) or does not come up.
+    pub fn start_with(config: &[&str]) -> Self {
+        Self::spawn(config, unused_port)
+    }
+
     fn spawn(extra: &[&str], pick_port: fn() -> u16) -> Self {
         // Another process may take the port between asking and binding: then try anew.
         for _ in 0..10 {
@@ -176,7 +186,11 @@ impl RedisServer {
     }
 
     fn try_query<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
-        let client = redis::Client::open(self.url())?;
+        // Without the client's `CLIENT SETINFO` on connecting, which servers from 7.2 on
+        // (and Valkey) count in `INFO commandstats` next to the commands being counted.
+        let info = redis::IntoConnectionInfo::into_connection_info(self.url())?;
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = redis::Client::open(info.set_redis_settings(settings))?;
         let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
         let mut cmd = redis::Cmd::new();
         for arg in args {
@@ -215,6 +229,18 @@ impl RedisServer {
             .collect()
     }
 
+    /// One number of an `INFO` section, such as `("clients", "blocked_clients")`.
+    ///
+    /// # Panics
+    ///
+    /// When the section has no such field, or it is not a number.
+    pub fn info_number(&self, section: &str, field: &str) -> u64 {
+        let info: String = self.query(&["INFO", section]);
+        info_field(&info, field)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("INFO {section} has no number {field}: {info}"))
+    }
+
     /// Every key on the server (test servers hold a handful).
     pub fn keys(&self) -> Vec<String> {
         let client = redis::Client::open(self.url()).expect("the test server's URL");
@@ -225,6 +251,15 @@ impl RedisServer {
         keys.sort();
         keys
     }
+}
+
+/// The value of `field` in an `INFO` answer (`field:value` lines).
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
 }
 
 fn launch(port: u16, dir: &Path, extra: &[&str]) -> Child {
@@ -333,6 +368,11 @@ impl RedisCluster {
             );
             thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
     }
 
     /// The nodes' URLs.

@@ -3,12 +3,15 @@
 //! operation costs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_core::{
-    Acquire, Fencing, Fingerprint, Key, Owner, RedisSetupError, RedisStore, Store, StoreError,
+    Acquire, EvictionCheck, Fencing, Fingerprint, Key, Lease, Lock, Owner, RedisSetupError,
+    RedisStore, Store, StoreError,
 };
-use idem_tests::{RedisCluster, RedisServer, unused_port};
+use idem_tests::{Forwarder, RedisCluster, RedisServer, eventually, unused_port};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 /// What the issue allows on top of the store's timeout before a call must have returned.
@@ -57,8 +60,8 @@ async fn nothing_listening_is_a_typed_error_within_the_timeout() {
         .with_timeout(TIMEOUT)
         .build_with_url(&url)
         .unwrap();
-    // Refused at once: a pool error, not a wait for the timeout.
-    each_operation_fails_in_time(&store, |e| matches!(e, StoreError::Pool(_))).await;
+    // Refused at once: a connection error, not a wait for the timeout.
+    each_operation_fails_in_time(&store, |e| matches!(e, StoreError::Connect(_))).await;
 }
 
 #[tokio::test]
@@ -314,4 +317,513 @@ async fn the_accept_path_costs_one_command() {
             ("get".to_owned(), 100)
         ])
     );
+}
+
+/// Blocks every connection in `blockers` with `BLPOP key 0` on each of `queues` (one of
+/// them per node, so that every socket of a cluster connection blocks), waits until
+/// `blocked` servers' clients block, then checks the store still answers within its
+/// timeout: its connections are not the application's.
+async fn the_store_answers_while_the_application_blocks<C>(
+    store: &RedisStore,
+    blockers: Vec<C>,
+    queues: &[String],
+    servers: &[RedisServer],
+    blocked: u64,
+) where
+    C: redis::aio::ConnectionLike + Clone + Send + 'static,
+{
+    let tasks: Vec<_> = blockers
+        .into_iter()
+        .flat_map(|conn| {
+            queues
+                .iter()
+                .map(move |queue| (conn.clone(), queue.clone()))
+        })
+        .map(|(mut conn, queue)| {
+            tokio::spawn(async move {
+                // Stalls its socket on the server for ever (or until the server stops);
+                // the client may give up earlier, the server does not.
+                let _ = redis::cmd("BLPOP")
+                    .arg(&queue)
+                    .arg(0)
+                    .query_async::<redis::Value>(&mut conn)
+                    .await;
+            })
+        })
+        .collect();
+    let blocked_now = || {
+        servers
+            .iter()
+            .map(|server| server.info_number("clients", "blocked_clients"))
+            .sum::<u64>()
+    };
+    eventually(
+        Duration::from_secs(5),
+        "the application's connections block",
+        || async { blocked_now() == blocked },
+    )
+    .await;
+
+    for i in 0..30 {
+        let (name, owner) = (key(&format!("while-blocked-{i}")), Owner::random());
+        let started = Instant::now();
+        let acquired = store.acquire(&name, &owner, LONG, Fencing::Off).await;
+        assert!(
+            matches!(acquired, Ok(Acquire::Acquired { .. })),
+            "acquire {i}: {acquired:?}"
+        );
+        assert!(store.release(&name, &owner).await.unwrap(), "release {i}");
+        assert!(
+            started.elapsed() < TIMEOUT + SLACK,
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    for task in tasks {
+        task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_application_blpop_on_the_same_pool_does_not_stall_the_store() {
+    let server = RedisServer::start();
+    let pool = deadpool_redis::Config::from_url(server.url())
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .build_with_pool(pool.clone())
+        .unwrap();
+    // The store connects first, so that a socket it took from the pool would be there for
+    // the application's next checkout.
+    store
+        .acquire(&key("first"), &Owner::random(), LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    let mut checked_out = Vec::new();
+    for _ in 0..4 {
+        checked_out.push(pool.get().await.unwrap());
+    }
+    let blockers = checked_out
+        .iter()
+        .map(|conn| redis::aio::MultiplexedConnection::clone(conn))
+        .collect();
+    let queues = ["app:queue".to_owned()];
+    the_store_answers_while_the_application_blocks(
+        &store,
+        blockers,
+        &queues,
+        std::slice::from_ref(&server),
+        4,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_application_blpop_on_the_same_cluster_pool_does_not_stall_the_store() {
+    let cluster = RedisCluster::start();
+    let pool = deadpool_redis::cluster::Config::from_urls(cluster.urls())
+        .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        .unwrap();
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .build_with_cluster_pool(pool.clone())
+        .unwrap();
+    store
+        .acquire(&key("first"), &Owner::random(), LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    // One queue on each node, so that each blocker blocks its socket to every node.
+    let nodes = cluster.nodes();
+    let mut queues: Vec<String> = Vec::new();
+    let mut nodes_hit = std::collections::BTreeSet::new();
+    for i in 0.. {
+        let queue = format!("app:{{q{i}}}");
+        let slot: u64 = nodes[0].query(&["CLUSTER", "KEYSLOT", &queue]);
+        let node = match slot {
+            0..=5460 => 0,
+            5461..=10922 => 1,
+            _ => 2,
+        };
+        if nodes_hit.insert(node) {
+            queues.push(queue);
+        }
+        if nodes_hit.len() == nodes.len() {
+            break;
+        }
+    }
+    let mut checked_out = Vec::new();
+    for _ in 0..4 {
+        checked_out.push(pool.get().await.unwrap());
+    }
+    let blockers = checked_out
+        .iter()
+        .map(|conn| redis::cluster_async::ClusterConnection::clone(conn))
+        .collect();
+    the_store_answers_while_the_application_blocks(&store, blockers, &queues, nodes, 4 * 3).await;
+}
+
+/// A failover as a client behind a fixed address sees it: server A is demoted to a replica
+/// of B and the address now leads to B, but the store's open connection still reaches A,
+/// which refuses writes with `READONLY`. The store must then connect anew, to B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_readonly_reply_after_a_failover_replaces_the_connection() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let address = Forwarder::start(a.port()).await;
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .build_with_url(&address.url())
+        .unwrap();
+    let owner = Owner::random();
+    store
+        .acquire(&key("on-a"), &owner, LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    a.command(&["REPLICAOF", "127.0.0.1", &b.port().to_string()]);
+    address.redirect(b.port());
+
+    let mut refused = 0;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        assert!(
+            attempts <= 5,
+            "still refused after {refused} READONLY replies"
+        );
+        let name = key(&format!("after-failover-{attempts}"));
+        match store.acquire(&name, &owner, LONG, Fencing::Off).await {
+            Ok(Acquire::Acquired { .. }) => break,
+            // Redis 7 answers `READONLY`; before 7.0, a script quotes it in its own error.
+            Err(StoreError::Redis(error))
+                if error.code() == Some("READONLY") || error.to_string().contains("-READONLY") =>
+            {
+                refused += 1;
+            }
+            other => panic!("attempt {attempts}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        (refused, attempts),
+        (1, 2),
+        "one READONLY from the demoted server, then a new connection to the new primary"
+    );
+    assert!(
+        b.keys()
+            .contains(&format!("idem:{{after-failover-{attempts}}}:lock")),
+        "written to B: {:?}",
+        b.keys()
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let refuse = || {
+        RedisStore::builder()
+            .with_timeout(TIMEOUT)
+            .with_eviction_policy_check(EvictionCheck::Refuse)
+    };
+
+    let connected = refuse().connect_with_url(&server.url()).await;
+    match connected {
+        Err(error @ RedisSetupError::EvictionPolicy { .. }) => {
+            assert!(error.to_string().contains("allkeys-lru"), "{error}");
+        }
+        other => panic!("expected the policy to be refused, got {other:?}"),
+    }
+
+    // Built lazily, the store refuses on first use instead, and writes nothing.
+    let lazy = refuse().build_with_url(&server.url()).unwrap();
+    for _ in 0..3 {
+        let acquired = lazy
+            .acquire(&key("evictable"), &Owner::random(), LONG, Fencing::Off)
+            .await;
+        assert!(
+            matches!(&acquired, Err(StoreError::EvictionPolicy { policy }) if policy == "allkeys-lru"),
+            "{acquired:?}"
+        );
+    }
+    assert_eq!(server.keys(), Vec::<String>::new());
+
+    // Once the server is set right, the same store uses it.
+    server.command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    eventually(
+        Duration::from_secs(5),
+        "the server is used again",
+        || async {
+            lazy.acquire(&key("evictable"), &Owner::random(), LONG, Fencing::Off)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_server_that_may_evict_keys_is_used_with_a_warning_by_default() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .connect_with_url(&server.url())
+        .await
+        .expect("warned, not refused");
+    assert!(matches!(
+        store
+            .acquire(&key("warned"), &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_noeviction_server_passes_the_check() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .with_eviction_policy_check(EvictionCheck::Refuse)
+        .connect_with_url(&server.url())
+        .await
+        .expect("noeviction passes");
+    assert!(matches!(
+        store
+            .acquire(&key("kept"), &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+}
+
+/// As on managed services that disable `CONFIG`: the policy cannot be read, so the check
+/// is skipped (and logged), even when set to refuse.
+#[tokio::test]
+async fn a_server_that_will_not_tell_its_policy_is_used() {
+    let server = RedisServer::start_with(&[
+        "--maxmemory-policy",
+        "allkeys-lru",
+        "--rename-command",
+        "CONFIG",
+        "",
+    ]);
+    let store = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .with_eviction_policy_check(EvictionCheck::Refuse)
+        .connect_with_url(&server.url())
+        .await
+        .expect("an unreadable policy is not a refusal");
+    assert!(matches!(
+        store
+            .acquire(&key("unchecked"), &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+}
+
+/// Every primary is checked: one node that may evict is enough to refuse the cluster.
+#[tokio::test]
+async fn a_cluster_with_one_evicting_primary_is_refused_when_set_to() {
+    let cluster = RedisCluster::start();
+    let pool = || {
+        deadpool_redis::cluster::Config::from_urls(cluster.urls())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap()
+    };
+    let refuse = || {
+        RedisStore::builder()
+            .with_timeout(Duration::from_secs(2))
+            .with_eviction_policy_check(EvictionCheck::Refuse)
+    };
+    refuse()
+        .connect_with_cluster_pool(pool())
+        .await
+        .expect("every primary is noeviction");
+
+    cluster.nodes()[2].command(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
+    let connected = refuse().connect_with_cluster_pool(pool()).await;
+    assert!(
+        matches!(&connected, Err(RedisSetupError::EvictionPolicy { policy }) if policy == "volatile-ttl"),
+        "{connected:?}"
+    );
+}
+
+/// Servers before Redis 7.0 refuse `SET … NX … GET`; there `acquire` runs one script doing
+/// the same. Forced here on a newer server: one `EVALSHA` per acquisition, whose `GET` and
+/// `SET` count too, and never a `SET … GET` of its own.
+#[tokio::test]
+async fn before_redis_7_acquire_is_one_script() {
+    let server = RedisServer::start();
+    let store = server.store_with(RedisStore::builder().with_script_acquire(true));
+    let owner = Owner::random();
+    // Opens the connection, checks the server and loads the script.
+    store
+        .acquire(&key("warm-up"), &owner, LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    let keys: Vec<Key> = (0..100).map(|i| key(&format!("k{i}"))).collect();
+    let before = server.command_calls();
+    for k in &keys {
+        assert_eq!(
+            store.acquire(k, &owner, LONG, Fencing::Off).await.unwrap(),
+            Acquire::Acquired { fence: None }
+        );
+    }
+    assert_eq!(
+        server.command_calls_since(&before),
+        BTreeMap::from([
+            ("evalsha".to_owned(), 100),
+            ("get".to_owned(), 100),
+            ("set".to_owned(), 100)
+        ])
+    );
+}
+
+/// What the server reports of its clients, read every 2 ms over one connection of the
+/// test's own (which `connected_clients` counts), so that reading adds no connections.
+#[derive(Debug, Default)]
+struct Clients {
+    most_connected: AtomicU64,
+    most_blocked: AtomicU64,
+    blocked: AtomicU64,
+    /// Calls of `EVALSHA`: every attempt to take a lock is one.
+    evalsha: AtomicU64,
+}
+
+impl Clients {
+    async fn watch(server: &RedisServer) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let clients = Arc::new(Self::default());
+        let watching = tokio::spawn({
+            let clients = Arc::clone(&clients);
+            async move {
+                loop {
+                    let mut info = String::new();
+                    for section in ["clients", "commandstats"] {
+                        let text: String = redis::cmd("INFO")
+                            .arg(section)
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        info.push_str(&text);
+                    }
+                    let number = |field: &str| -> u64 {
+                        info.lines()
+                            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+                            .map(|value| value.split(',').next().unwrap_or(value))
+                            .map(|value| value.trim_start_matches("calls="))
+                            .and_then(|value| value.trim().parse().ok())
+                            .unwrap_or_default()
+                    };
+                    let blocked = number("blocked_clients");
+                    clients.blocked.store(blocked, Ordering::SeqCst);
+                    clients.most_blocked.fetch_max(blocked, Ordering::SeqCst);
+                    let connected = number("connected_clients");
+                    clients
+                        .most_connected
+                        .fetch_max(connected, Ordering::SeqCst);
+                    clients
+                        .evalsha
+                        .store(number("cmdstat_evalsha"), Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        });
+        (clients, watching)
+    }
+}
+
+/// More lock waiters than the store may open waiting connections: the server never sees
+/// more than that many, plus the store's shared connection and the test's own, and every
+/// waiter still gets its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_waiters_beyond_the_bound_share_the_waiting_connections() {
+    const BOUND: u64 = 4;
+    const WAITERS: u64 = 24;
+    let server = RedisServer::start();
+    let store = server.store_with(RedisStore::builder().with_max_waiting_connections(4));
+    let name = key("crowded");
+    let holder = Lock::new(store.clone(), name.clone(), Lease::Fixed(LONG))
+        .try_acquire()
+        .await
+        .unwrap();
+    let (clients, watching) = Clients::watch(&server).await;
+
+    let turns = Arc::new(AtomicU64::new(0));
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let lock = Lock::new(store.clone(), name.clone(), Lease::Fixed(LONG));
+            let turns = Arc::clone(&turns);
+            tokio::spawn(async move {
+                let guard = lock.acquire_within(LONG).await.expect("a turn");
+                turns.fetch_add(1, Ordering::SeqCst);
+                assert!(guard.release().await.unwrap());
+            })
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(5),
+        "every waiter found the lock held, and waits fill the bound",
+        || async {
+            clients.evalsha.load(Ordering::SeqCst) > WAITERS
+                && clients.blocked.load(Ordering::SeqCst) >= BOUND
+        },
+    )
+    .await;
+    assert!(holder.release().await.unwrap());
+    for waiter in waiters {
+        waiter.await.expect("every waiter ends with its turn");
+    }
+    watching.abort();
+
+    assert_eq!(turns.load(Ordering::SeqCst), WAITERS);
+    let (connected, blocked) = (
+        clients.most_connected.load(Ordering::SeqCst),
+        clients.most_blocked.load(Ordering::SeqCst),
+    );
+    println!("{WAITERS} waiters, bound {BOUND}: at most {connected} clients, {blocked} blocked");
+    assert!(blocked <= BOUND, "{blocked} clients blocked at once");
+    // The store's shared connection, and the one the watching runs on.
+    assert!(connected <= BOUND + 2, "{connected} clients at once");
+}
+
+/// At the bound, a waiter waits for a waiting connection to come free within its own wait,
+/// and when none does, returns as timed out (`false`), not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_gets_no_waiting_connection_times_out() {
+    let server = RedisServer::start();
+    let store = server.store_with(RedisStore::builder().with_max_waiting_connections(1));
+    let (name, holder) = (key("one-seat"), Owner::random());
+    store
+        .acquire(&name, &holder, LONG, Fencing::On)
+        .await
+        .unwrap();
+    let first = tokio::spawn({
+        let (store, name) = (store.clone(), name.clone());
+        async move { store.wait_for_release(&name, LONG).await }
+    });
+    eventually(
+        Duration::from_secs(5),
+        "the first waiter blocks",
+        || async { server.info_number("clients", "blocked_clients") == 1 },
+    )
+    .await;
+
+    let within = Duration::from_millis(200);
+    let started = Instant::now();
+    let second = store.wait_for_release(&name, within).await;
+    let waited = started.elapsed();
+    assert!(matches!(second, Ok(false)), "{second:?}");
+    assert!(
+        waited >= within && waited < within + SLACK,
+        "waited {waited:?}"
+    );
+    assert_eq!(server.info_number("clients", "blocked_clients"), 1);
+
+    assert!(store.release_and_signal(&name, &holder).await.unwrap());
+    assert!(first.await.unwrap().unwrap(), "the first waiter is woken");
 }

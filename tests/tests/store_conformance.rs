@@ -1,6 +1,7 @@
 //! The store conformance suite: every case runs against `MemoryStore`, `MemoryStore`
 //! behind `AnyStore`, `RedisStore` on a standalone server, and `RedisStore` on a
-//! three-master Redis Cluster.
+//! three-master Redis Cluster; the cases that acquire also run against `RedisStore` taking
+//! keys the way it does on servers before Redis 7.0.
 
 use std::time::{Duration, Instant};
 
@@ -14,35 +15,21 @@ const SHORT: Duration = Duration::from_millis(50);
 /// Each case, generated once per backend as `#[tokio::test]` in a module named after it.
 macro_rules! conformance {
     ($($case:ident),+ $(,)?) => {
-        mod memory {
+        on_backend!(memory, MemoryBackend, $($case),+);
+        on_backend!(any_store, AnyMemoryBackend, $($case),+);
+        on_backend!(redis, RedisBackend, $($case),+);
+        on_backend!(redis_cluster, ClusterBackend, $($case),+);
+    };
+}
+
+/// Cases as `#[tokio::test]`s on one backend, in a module of their own.
+macro_rules! on_backend {
+    ($module:ident, $backend:ident, $($case:ident),+ $(,)?) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    super::$case::<idem_tests::MemoryBackend>().await;
-                }
-            )+
-        }
-        mod any_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::AnyMemoryBackend>().await;
-                }
-            )+
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::RedisBackend>().await;
-                }
-            )+
-        }
-        mod redis_cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<idem_tests::ClusterBackend>().await;
+                    super::$case::<idem_tests::$backend>().await;
                 }
             )+
         }
@@ -66,6 +53,17 @@ conformance!(
     a_running_record_is_kept_alive_by_renewal,
     locks_tokens_and_records_do_not_collide,
     huge_and_zero_ttls_are_kept_within_bounds,
+);
+
+on_backend!(
+    redis_script_acquire,
+    RedisScriptAcquireBackend,
+    one_winner_among_1000_concurrent_acquires,
+    a_non_owner_cannot_release_or_renew,
+    the_owner_releases_and_renews,
+    the_same_owner_reenters_without_changing_the_hold,
+    expiry_frees_a_lock,
+    locks_tokens_and_records_do_not_collide,
 );
 
 fn key(name: &str) -> Key {

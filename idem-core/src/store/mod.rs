@@ -33,7 +33,7 @@ use crate::key::{Fingerprint, Key, Owner};
 pub use self::any::AnyStore;
 pub use self::memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
-pub use self::redis::{RedisSetupError, RedisStore, RedisStoreBuilder};
+pub use self::redis::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
 
 /// A shared store of short-lived keys with atomic operations.
 ///
@@ -304,14 +304,29 @@ pub enum StoreError {
         /// The configured capacity.
         capacity: usize,
     },
-    /// No connection to Redis could be had from the pool.
+    /// No connection to Redis (or Redis Cluster) could be opened.
     #[cfg(feature = "redis")]
-    #[error("no connection to Redis")]
-    Pool(#[source] deadpool_redis::PoolError),
-    /// No connection to Redis Cluster could be had from the pool.
+    #[error("could not connect to Redis")]
+    Connect(#[source] ::redis::RedisError),
+    /// The Redis server is older than 6.0, the oldest the store runs on; nothing was sent
+    /// to it but the check.
     #[cfg(feature = "redis")]
-    #[error("no connection to Redis Cluster")]
-    ClusterPool(#[source] deadpool_redis::cluster::PoolError),
+    #[error("{version} is too old for idem, which needs Redis 6.0 or newer")]
+    UnsupportedVersion {
+        /// The server's account of its version, such as `Redis 5.0.14`.
+        version: String,
+    },
+    /// The Redis server may evict keys under memory pressure (its `maxmemory-policy` is
+    /// not `noeviction`), and the store was built to refuse such a server
+    /// ([`EvictionCheck::Refuse`]); nothing was sent to it but the check.
+    #[cfg(feature = "redis")]
+    #[error(
+        "Redis may evict live keys (maxmemory-policy {policy}) and the store refuses such a server: set maxmemory-policy noeviction"
+    )]
+    EvictionPolicy {
+        /// The server's `maxmemory-policy`, such as `allkeys-lru`.
+        policy: String,
+    },
     /// Redis answered with an error, or the connection failed during the command.
     #[cfg(feature = "redis")]
     #[error("Redis command failed")]

@@ -1,42 +1,79 @@
 //! The one multiplexed connection a [`RedisStore`](super::RedisStore) sends everything over.
 //!
-//! deadpool-redis runs `UNWATCH` + `PING` on every `pool.get()` to recycle a connection,
-//! which would double the commands and round trips of every operation. redis-rs
-//! connections multiplex any number of concurrent requests, so the store takes one from
-//! the pool, keeps a clone, and goes back to the pool (whose recycle check then weeds out
-//! a dead connection) only after that one failed.
+//! The store's connections are its own: they are made by a deadpool manager (the one
+//! `build_with_url` sets up, or the manager of the pool an application hands over, with
+//! that pool's settings) and never checked out of a pool nor given back to one. A
+//! connection an application checks out of its pool is therefore never one the store
+//! uses, and a blocking command the application runs on it (`BLPOP`, `XREAD BLOCK`)
+//! cannot stall the store. Checking out per operation would not do either: deadpool runs
+//! `UNWATCH` + `PING` on every `pool.get()`, doubling the commands and round trips of
+//! every operation. redis-rs connections multiplex any number of concurrent requests, so
+//! the store opens one and sends everything over it until it fails, then opens another.
+//!
+//! Each new shared connection is checked first ([`check`]): the server's version picks how
+//! `acquire` takes a key, and a server too old, or one that may evict keys while the store
+//! is set to refuse that, is not used. A refused server is asked again after a second, not
+//! on every operation.
 //!
 //! Waiting for a lock is the exception: `BLPOP` blocks the connection it runs on, and on
 //! the shared one it would stall every other operation behind it. Waits get connections of
-//! their own ([`WaitingConnections`]), made by the pool's manager but never checked out of
-//! the pool, so the shared connection is never handed to a waiter.
+//! their own ([`WaitingConnections`]), made the same way, so the shared connection is
+//! never handed to a waiter; a bounded number of them, so a crowd of waiters cannot open
+//! connections without end.
 
-use std::sync::{Mutex, PoisonError};
-
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use deadpool::managed::Manager;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use tokio::sync::{AcquireError, Semaphore, SemaphorePermit};
 
+use super::server::{AcquireCommand, Checks, Refusal, check};
 use crate::store::StoreError;
 
-/// Where connections come from.
+/// How long a refused server stays refused before a new connection asks it again.
+const RECHECK_REFUSED_AFTER: Duration = Duration::from_secs(1);
+
+/// What opens the store's connections: a manager, never a pool's own connections.
 #[derive(Clone)]
-pub(super) enum Pool {
-    Standalone(deadpool_redis::Pool),
+pub(super) enum Source {
+    /// The manager of a store built from a URL.
+    Standalone(Arc<deadpool_redis::Manager>),
+    /// An application's pool, of which only the manager is used.
+    Pool(deadpool_redis::Pool),
+    /// An application's cluster pool, of which only the manager is used.
     Cluster(deadpool_redis::cluster::Pool),
+}
+
+impl Source {
+    /// A new connection, used by nobody else.
+    async fn open(&self) -> Result<Link, StoreError> {
+        match self {
+            Self::Standalone(manager) => manager.create().await.map(Link::Standalone),
+            Self::Pool(pool) => pool.manager().create().await.map(Link::Standalone),
+            Self::Cluster(pool) => pool.manager().create().await.map(Link::Cluster),
+        }
+        .map_err(StoreError::Connect)
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Standalone(_) | Self::Pool(_) => "standalone",
+            Self::Cluster(_) => "cluster",
+        }
+    }
 }
 
 /// A connection to one server or to a cluster; clones share the socket(s).
 #[derive(Clone)]
-pub(super) enum Connection {
+pub(super) enum Link {
     Standalone(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
-impl Connection {
+impl Link {
     /// How long the client waits for an answer before failing the command, where the
     /// connection has such a limit (a standalone one made with the pool's settings). A
     /// blocking command must not be cut off by it while the server still blocks: the
@@ -48,7 +85,7 @@ impl Connection {
     }
 }
 
-impl ConnectionLike for Connection {
+impl ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Standalone(conn) => conn.req_packed_command(cmd),
@@ -76,83 +113,162 @@ impl ConnectionLike for Connection {
     }
 }
 
-/// The pool and the connection currently in use.
+/// The shared connection, with what its check found; clones share the socket(s).
+#[derive(Clone)]
+pub(super) struct Connection {
+    link: Link,
+    acquire: AcquireCommand,
+}
+
+impl Connection {
+    /// How `acquire` without fencing takes a key on this server.
+    pub(super) fn acquire_command(&self) -> AcquireCommand {
+        self.acquire
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.link.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.link.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.link.get_db()
+    }
+}
+
+/// The shared connection's state.
+#[derive(Clone)]
+enum State {
+    /// None open: not yet, or the last one failed.
+    Closed,
+    /// Checked and in use.
+    Open(Connection),
+    /// The server was refused at `at`.
+    Refused { refusal: Refusal, at: Instant },
+}
+
+/// Where connections come from, and the one currently in use.
 pub(super) struct Connections {
-    pool: Pool,
-    current: Mutex<Option<Connection>>,
-    /// Serialises taking a new connection, so a burst after a failure opens one, not one
+    source: Source,
+    checks: Checks,
+    current: Mutex<State>,
+    /// Serialises opening a new connection, so a burst after a failure opens one, not one
     /// per waiting request.
     refill: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Connections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.pool {
-            Pool::Standalone(_) => "standalone",
-            Pool::Cluster(_) => "cluster",
+        let state = match self.state() {
+            State::Closed => "closed",
+            State::Open(_) => "open",
+            State::Refused { .. } => "refused",
         };
         f.debug_struct("Connections")
-            .field("kind", &kind)
-            .field("connected", &self.cached().is_some())
+            .field("kind", &self.source.kind())
+            .field("state", &state)
             .finish()
     }
 }
 
 impl Connections {
-    pub(super) fn new(pool: Pool) -> Self {
+    pub(super) fn new(source: Source, checks: Checks) -> Self {
         Self {
-            pool,
-            current: Mutex::new(None),
+            source,
+            checks,
+            current: Mutex::new(State::Closed),
             refill: tokio::sync::Mutex::new(()),
         }
     }
 
-    fn cached(&self) -> Option<Connection> {
+    fn state(&self) -> State {
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// The connection in use, or a new one from the pool.
-    pub(super) async fn get(&self) -> Result<Connection, StoreError> {
-        if let Some(conn) = self.cached() {
-            return Ok(conn);
-        }
-        let _refill = self.refill.lock().await;
-        if let Some(conn) = self.cached() {
-            return Ok(conn);
-        }
-        // The pooled object goes back to the pool when dropped here; the clone shares its
-        // socket.
-        let conn = match &self.pool {
-            Pool::Standalone(pool) => {
-                let pooled = pool.get().await.map_err(StoreError::Pool)?;
-                Connection::Standalone(MultiplexedConnection::clone(&pooled))
-            }
-            Pool::Cluster(pool) => {
-                let pooled = pool.get().await.map_err(StoreError::ClusterPool)?;
-                Connection::Cluster(ClusterConnection::clone(&pooled))
-            }
-        };
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
-        Ok(conn)
+    fn set(&self, state: State) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = state;
     }
 
-    /// Stops using the current connection: the next operation takes one from the pool.
+    /// The connection in use; the refusal of a server refused a moment ago; or `None`:
+    /// time to open a new one.
+    fn ready(&self) -> Option<Result<Connection, StoreError>> {
+        match self.state() {
+            State::Open(conn) => Some(Ok(conn)),
+            State::Refused { refusal, at } if at.elapsed() < RECHECK_REFUSED_AFTER => {
+                Some(Err(refusal.into()))
+            }
+            State::Refused { .. } | State::Closed => None,
+        }
+    }
+
+    /// The connection in use, or a new one once its server passed the check.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Connect`] or [`StoreError::Redis`] when no connection can be opened or
+    /// checked; [`StoreError::UnsupportedVersion`] or [`StoreError::EvictionPolicy`] when
+    /// the server is refused.
+    pub(super) async fn get(&self) -> Result<Connection, StoreError> {
+        if let Some(ready) = self.ready() {
+            return ready;
+        }
+        let _refill = self.refill.lock().await;
+        if let Some(ready) = self.ready() {
+            return ready;
+        }
+        let mut link = self.source.open().await?;
+        match check(&mut link, self.checks)
+            .await
+            .map_err(StoreError::Redis)?
+        {
+            Ok(acquire) => {
+                let conn = Connection { link, acquire };
+                self.set(State::Open(conn.clone()));
+                Ok(conn)
+            }
+            Err(refusal) => {
+                self.set(State::Refused {
+                    refusal: refusal.clone(),
+                    at: Instant::now(),
+                });
+                Err(refusal.into())
+            }
+        }
+    }
+
+    /// Stops using the current connection: the next operation opens a new one.
     pub(super) fn discard(&self) {
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.set(State::Closed);
     }
 }
 
-/// Connections kept open between waits. Waiting is off the request path; past this many
-/// concurrent waiters, a wait opens a connection and closes it afterwards.
+/// Connections kept open between waits, at most. Waiting is off the request path; past
+/// this many, a wait's connection is closed when the wait ends.
 const IDLE_WAITING_CONNECTIONS: usize = 16;
 
-/// Connections for blocking waits, one per concurrent waiter, each used by nobody else.
+/// Connections for blocking waits, one per concurrent waiter, each used by nobody else, at
+/// most `max` open at once.
 pub(super) struct WaitingConnections {
-    pool: Pool,
-    idle: Mutex<Vec<Connection>>,
+    source: Source,
+    idle: Mutex<Vec<Link>>,
+    /// One permit per waiting connection in use. A waiter takes or opens a connection only
+    /// while it holds one, and keeps it until its connection is idle again or closed, so
+    /// connections in use and idle ones together never pass `max`.
+    seats: Semaphore,
+    max: usize,
 }
 
 impl std::fmt::Debug for WaitingConnections {
@@ -164,38 +280,51 @@ impl std::fmt::Debug for WaitingConnections {
             .len();
         f.debug_struct("WaitingConnections")
             .field("idle", &idle)
+            .field("in_use", &(self.max - self.seats.available_permits()))
+            .field("max", &self.max)
             .finish()
     }
 }
 
 impl WaitingConnections {
-    pub(super) fn new(pool: Pool) -> Self {
+    /// At most `max` connections (at least one, and no more than a semaphore counts).
+    pub(super) fn new(source: Source, max: usize) -> Self {
+        let max = max.clamp(1, Semaphore::MAX_PERMITS);
         Self {
-            pool,
+            source,
             idle: Mutex::new(Vec::new()),
+            seats: Semaphore::new(max),
+            max,
         }
     }
 
-    /// An idle waiting connection, or a new one from the pool's manager.
-    pub(super) async fn take(&self) -> Result<Connection, StoreError> {
+    /// Waits until this waiter may use a waiting connection: hold the permit until the
+    /// connection is given back or dropped.
+    ///
+    /// # Errors
+    ///
+    /// Never in practice: the semaphore is never closed.
+    pub(super) async fn seat(&self) -> Result<SemaphorePermit<'_>, AcquireError> {
+        self.seats.acquire().await
+    }
+
+    /// An idle waiting connection, or a new one. Only for a waiter holding a
+    /// [`seat`](Self::seat).
+    pub(super) async fn take(&self) -> Result<Link, StoreError> {
         let idle = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        if let Some(conn) = idle {
-            return Ok(conn);
+        match idle {
+            Some(conn) => Ok(conn),
+            None => self.source.open().await,
         }
-        match &self.pool {
-            Pool::Standalone(pool) => pool.manager().create().await.map(Connection::Standalone),
-            Pool::Cluster(pool) => pool.manager().create().await.map(Connection::Cluster),
-        }
-        .map_err(StoreError::Redis)
     }
 
     /// Keeps a connection whose wait completed, for the next wait. A wait that was cut
     /// short must not come back here: its `BLPOP` may still be blocked on the server.
-    pub(super) fn give_back(&self, conn: Connection) {
+    pub(super) fn give_back(&self, conn: Link) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < IDLE_WAITING_CONNECTIONS {
             idle.push(conn);

@@ -1,18 +1,22 @@
 //! [`RedisStore`]: the store for several instances behind a load balancer.
 
 mod connection;
+mod server;
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redis::{RedisResult, Script, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
-use self::connection::{Connection, Connections, Pool, WaitingConnections};
+use self::connection::{Connection, Connections, Source, WaitingConnections};
+use self::server::{AcquireCommand, Checks};
 use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
 use crate::key::{Fingerprint, Key, KeyError, Owner};
 
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire_fenced.lua")));
 static RELEASE: LazyLock<Script> =
@@ -43,13 +47,22 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 /// - **Bounded in time**: every operation, taking a connection included, is cut off after
 ///   the [timeout](RedisStoreBuilder::with_timeout) (default 1 s) with
 ///   [`StoreError::Timeout`]; no caller waits on a stalled server.
+/// - **Failover**: a connection that meets `READONLY` (a server demoted to replica, as
+///   after a Sentinel or managed-service failover behind one address) is replaced, like
+///   one that failed, so the next operation reaches the new primary.
 /// - **Redis Cluster**: keys are `namespace:{key}:kind`; everything one operation touches
 ///   shares the hash tag `{key}` and so one slot. Build from a cluster pool with
 ///   [`RedisStoreBuilder::build_with_cluster_pool`].
-/// - **One round trip** per operation: all operations are multiplexed over one connection
-///   taken from the deadpool pool, rather than checking one out per operation (deadpool
-///   pings on every checkout). After a connection error or a timeout the store takes a
-///   fresh connection from the pool.
+/// - **One round trip** per operation: all operations are multiplexed over one connection,
+///   rather than checking one out of a pool per operation (deadpool pings on every
+///   checkout). After a connection error or a timeout the store opens a fresh one. The
+///   connection is opened, and the server checked, on first use
+///   ([`build_with_url`](RedisStoreBuilder::build_with_url)) or at once
+///   ([`connect_with_url`](RedisStoreBuilder::connect_with_url)).
+/// - **Connections of its own**: the store opens its connections with a deadpool manager
+///   (the pool's, with its settings, when built from an application's pool) and never
+///   takes one out of a pool or puts one back. An application's blocking command
+///   (`BLPOP`, `XREAD BLOCK`) on a connection from the same pool cannot stall the store.
 ///
 /// Key layout (with the default namespace `idem`): `idem:{key}:lock`, `idem:{key}:fence`
 /// (a lock's fencing counter: it has no TTL, so tokens keep growing across expiry — one
@@ -59,9 +72,31 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 ///
 /// [`wait_for_release`](Store::wait_for_release) blocks in `BLPOP` on a connection of its
 /// own — never on the shared one, which a blocking command would stall. Waiting
-/// connections are made by the pool's manager (with the pool's settings) but are not
-/// taken from the pool; up to 16 are kept open between waits. Needs Redis 6 or newer
-/// (fractional `BLPOP` timeouts).
+/// connections are opened the same way, at most 64 at once
+/// ([`with_max_waiting_connections`](RedisStoreBuilder::with_max_waiting_connections):
+/// a waiter that gets none within its wait returns as timed out); up to 16 are kept open
+/// between waits.
+///
+/// # Servers
+///
+/// Redis 6.0 or newer (`BLPOP` with a fractional timeout). Each time the store opens its
+/// shared connection it reads the server's version (`INFO server`; in a cluster, every
+/// primary's): from Redis 7.0 on, `acquire` without fencing is the one command
+/// `SET … NX PX … GET`; before 7.0, which refuses `NX` with `GET`, it is one script doing
+/// the same `GET` and `SET NX PX` atomically. A server older than 6.0 is refused with
+/// [`StoreError::UnsupportedVersion`] (or [`RedisSetupError::UnsupportedVersion`] from
+/// the `connect_*` constructors); a server that does not tell its version gets the
+/// script. Valkey speaks the same protocol and reports `redis_version` 7.2.4, so it takes
+/// the `SET` path (the suites in the repository pass on Valkey 9.1.2 as on Redis 7.0).
+///
+/// # Eviction
+///
+/// Every key the store writes has a TTL, so under any `maxmemory-policy` but `noeviction`
+/// (`volatile-*` included) Redis may evict a live window, record or lock when memory runs
+/// short, and the duplicate it stood for gets through. Run idem on a Redis with
+/// `maxmemory-policy noeviction` (a full server then refuses writes, which the store
+/// reports as errors, rather than forgetting keys). The store reads the policy when it
+/// opens its shared connection and warns, or refuses the server: see [`EvictionCheck`].
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -131,6 +166,22 @@ impl RedisStore {
         self.inner.timeout
     }
 
+    /// Opens the shared connection and checks the server now, rather than on first use.
+    async fn connected(self) -> Result<Self, RedisSetupError> {
+        let timeout = self.inner.timeout;
+        match tokio::time::timeout(timeout, self.inner.connections.get()).await {
+            Ok(Ok(_)) => Ok(self),
+            Ok(Err(StoreError::UnsupportedVersion { version })) => {
+                Err(RedisSetupError::UnsupportedVersion { version })
+            }
+            Ok(Err(StoreError::EvictionPolicy { policy })) => {
+                Err(RedisSetupError::EvictionPolicy { policy })
+            }
+            Ok(Err(error)) => Err(RedisSetupError::Connect(error)),
+            Err(_elapsed) => Err(RedisSetupError::Connect(StoreError::Timeout(timeout))),
+        }
+    }
+
     fn key(&self, key: &Key, kind: Kind) -> String {
         let suffix = match kind {
             Kind::Lock => "lock",
@@ -143,7 +194,9 @@ impl RedisStore {
     }
 
     /// Runs `op` on the connection, under the timeout. A connection that failed or stalled
-    /// is dropped, so the next operation starts on a fresh one.
+    /// is dropped, so the next operation starts on a fresh one; so is one that reached a
+    /// server refusing writes with `READONLY`: after a failover demoted the server it was
+    /// opened to, a new connection to the same address reaches the new primary.
     async fn run<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: FnOnce(Connection) -> Fut,
@@ -153,7 +206,14 @@ impl RedisStore {
         let attempt = async {
             let conn = inner.connections.get().await?;
             op(conn).await.map_err(|error| {
-                if error.is_io_error()
+                let demoted = is_read_only(&error);
+                if demoted {
+                    // The idle waiting connections lead to the demoted server too, where
+                    // no release would ever signal them.
+                    inner.waiting.discard_idle();
+                }
+                if demoted
+                    || error.is_io_error()
                     || error.is_connection_dropped()
                     || error.is_unrecoverable_error()
                 {
@@ -190,6 +250,18 @@ impl RedisStore {
             })
             .await?;
         Ok(answer == 1)
+    }
+}
+
+/// Whether the server refused a write because it is a replica. Redis before 7.0 reports a
+/// write refused inside a script as a script error quoting the `READONLY` reply.
+fn is_read_only(error: &RedisError) -> bool {
+    match error.kind() {
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => true,
+        ErrorKind::Server(ServerErrorKind::ResponseError) => error
+            .detail()
+            .is_some_and(|detail| detail.contains("-READONLY ")),
+        _ => false,
     }
 }
 
@@ -264,18 +336,31 @@ impl Store for RedisStore {
             }
             // One command on the accept path: `GET` tells who holds the key when `NX`
             // refuses. Only a refusal costs a second command, to learn the time left.
+            // Servers before 7.0 refuse `NX` with `GET`; a script does the same there.
             Fencing::Off => loop {
                 let holder: Option<Vec<u8>> = self
                     .run(|mut conn| async move {
-                        redis::cmd("SET")
-                            .arg(lock)
-                            .arg(owner)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(millis)
-                            .arg("GET")
-                            .query_async(&mut conn)
-                            .await
+                        match conn.acquire_command() {
+                            AcquireCommand::SetNxGet => {
+                                redis::cmd("SET")
+                                    .arg(lock)
+                                    .arg(owner)
+                                    .arg("NX")
+                                    .arg("PX")
+                                    .arg(millis)
+                                    .arg("GET")
+                                    .query_async(&mut conn)
+                                    .await
+                            }
+                            AcquireCommand::Script => {
+                                ACQUIRE
+                                    .key(lock)
+                                    .arg(owner)
+                                    .arg(millis)
+                                    .invoke_async(&mut conn)
+                                    .await
+                            }
+                        }
                     })
                     .await?;
                 let Some(holder) = holder else {
@@ -323,7 +408,14 @@ impl Store for RedisStore {
     async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
         let inner = &self.inner;
         let signal = self.key(key, Kind::Signal);
-        let millis = ttl_millis(within);
+        let within = Duration::from_millis(ttl_millis(within));
+        let deadline = Instant::now() + within;
+        // At the bound, wait within the caller's time for a waiting connection to come
+        // free; none coming is the wait running out, as if no release came.
+        let Ok(Ok(_seat)) = tokio::time::timeout(within, inner.waiting.seat()).await else {
+            return Ok(false);
+        };
+        let millis = ttl_millis(deadline.saturating_duration_since(Instant::now()));
         // `BLPOP` takes seconds; 0 would mean "for ever", which `ttl_millis` rules out.
         let seconds = format!("{}.{:03}", millis / 1000, millis % 1000);
         let mut conn = tokio::time::timeout(inner.timeout, inner.waiting.take())
@@ -483,6 +575,9 @@ impl Store for RedisStore {
 pub struct RedisStoreBuilder {
     namespace: String,
     timeout: Duration,
+    eviction: EvictionCheck,
+    max_waiting_connections: usize,
+    script_acquire: bool,
 }
 
 impl Default for RedisStoreBuilder {
@@ -490,8 +585,33 @@ impl Default for RedisStoreBuilder {
         Self {
             namespace: "idem".to_owned(),
             timeout: Duration::from_secs(1),
+            eviction: EvictionCheck::Warn,
+            max_waiting_connections: 64,
+            script_acquire: false,
         }
     }
+}
+
+/// What a [`RedisStore`] does with a server that may evict keys: one whose
+/// `maxmemory-policy` is not `noeviction`.
+///
+/// Every key idem writes has a TTL, so every eviction policy, `volatile-*` as much as
+/// `allkeys-*`, may delete a live anti-repeat window, idempotency record or lock when
+/// Redis runs short of memory, and the duplicate it stood for then gets through. The
+/// store reads the policy (`CONFIG GET maxmemory-policy`) whenever it opens its shared
+/// connection. Where the server does not allow `CONFIG` (as managed services often do),
+/// the check is skipped and logged at `info`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EvictionCheck {
+    /// Log a warning (`tracing::warn!`) and use the server.
+    #[default]
+    Warn,
+    /// Do not use the server: [`RedisStoreBuilder::connect_with_url`] and its siblings
+    /// fail with [`RedisSetupError::EvictionPolicy`], and on a store built lazily every
+    /// operation fails with [`StoreError::EvictionPolicy`] until the policy is
+    /// `noeviction` (the store asks again at most once a second).
+    Refuse,
 }
 
 impl RedisStoreBuilder {
@@ -518,8 +638,113 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// A store on the server at `url`, with a pool of its own. The connection is opened
-    /// on first use.
+    /// What to do when the server may evict keys (default [`EvictionCheck::Warn`]); see
+    /// [`EvictionCheck`] for why that matters.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_eviction_policy_check(idem_core::EvictionCheck::Refuse);
+    /// ```
+    pub fn with_eviction_policy_check(mut self, check: EvictionCheck) -> Self {
+        self.eviction = check;
+        self
+    }
+
+    /// How many connections lock waiters may hold open at once (default 64, at least 1).
+    ///
+    /// Each waiter in [`wait_for_release`](Store::wait_for_release) blocks a connection of
+    /// its own in `BLPOP`. Past this many concurrent waiters, a waiter waits, within its
+    /// own `within`, for one of them to come free; when none does, its wait ends as timed
+    /// out (`false`), and [`Lock`](crate::Lock) tries to acquire again, as after any wait.
+    /// In Redis Cluster a waiting connection holds a socket to each node.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_max_waiting_connections(16);
+    /// ```
+    pub fn with_max_waiting_connections(mut self, max: usize) -> Self {
+        self.max_waiting_connections = max;
+        self
+    }
+
+    /// Acquires without fencing with the script meant for servers before Redis 7.0,
+    /// whatever the version: for testing that path on a new server.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_script_acquire(true);
+    /// ```
+    #[doc(hidden)]
+    pub fn with_script_acquire(mut self, always: bool) -> Self {
+        self.script_acquire = always;
+        self
+    }
+
+    /// A store on the server at `url`, connected and checked at once: the server answered,
+    /// runs a version the store supports, and passed the
+    /// [eviction check](Self::with_eviction_policy_check).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), idem_core::RedisSetupError> {
+    /// let store = idem_core::RedisStore::builder().connect_with_url("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// - [`RedisSetupError::Url`], [`RedisSetupError::Namespace`] as for
+    ///   [`build_with_url`](Self::build_with_url).
+    /// - [`RedisSetupError::Connect`] when the server cannot be reached and checked within
+    ///   the [timeout](Self::with_timeout).
+    /// - [`RedisSetupError::UnsupportedVersion`] for a server older than Redis 6.0.
+    /// - [`RedisSetupError::EvictionPolicy`] for a server that may evict keys, when set to
+    ///   [`EvictionCheck::Refuse`].
+    pub async fn connect_with_url(self, url: &str) -> Result<RedisStore, RedisSetupError> {
+        self.build_with_url(url)?.connected().await
+    }
+
+    /// A store on an existing pool's settings, as [`build_with_pool`](Self::build_with_pool),
+    /// connected and checked at once as [`connect_with_url`](Self::connect_with_url) does.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
+    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    /// let store = idem_core::RedisStore::builder().connect_with_pool(pool).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_with_url`](Self::connect_with_url), but for the URL.
+    pub async fn connect_with_pool(
+        self,
+        pool: deadpool_redis::Pool,
+    ) -> Result<RedisStore, RedisSetupError> {
+        self.build_with_pool(pool)?.connected().await
+    }
+
+    /// A store on Redis Cluster, as [`build_with_cluster_pool`](Self::build_with_cluster_pool),
+    /// connected and checked at once as [`connect_with_url`](Self::connect_with_url) does;
+    /// every primary is checked.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = deadpool_redis::cluster::Config::from_urls(vec!["redis://127.0.0.1:7000".to_owned()])
+    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    /// let store = idem_core::RedisStore::builder().connect_with_cluster_pool(pool).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_with_url`](Self::connect_with_url), but for the URL.
+    pub async fn connect_with_cluster_pool(
+        self,
+        pool: deadpool_redis::cluster::Pool,
+    ) -> Result<RedisStore, RedisSetupError> {
+        self.build_with_cluster_pool(pool)?.connected().await
+    }
+
+    /// A store on the server at `url`. The connection is opened, and the server checked,
+    /// on first use: see [`connect_with_url`](Self::connect_with_url) to do both at once.
     ///
     /// ```no_run
     /// let store = idem_core::RedisStore::builder().build_with_url("redis://127.0.0.1:6379").unwrap();
@@ -529,21 +754,24 @@ impl RedisStoreBuilder {
     ///
     /// [`RedisSetupError`] when the URL cannot be read or the namespace is invalid.
     pub fn build_with_url(self, url: &str) -> Result<RedisStore, RedisSetupError> {
-        // The store's own timeout bounds every operation, so the client's shorter default
-        // response timeout (500 ms) must not cut in first.
+        // The store's own timeout bounds every operation, opening a connection included,
+        // so the client's limits must not cut in first with another error.
         let config = redis::AsyncConnectionConfig::new()
             .set_response_timeout(None)
-            .set_connection_timeout(Some(self.timeout));
+            .set_connection_timeout(None);
         let manager =
             deadpool_redis::Manager::new_with_config(url, config).map_err(RedisSetupError::Url)?;
-        let pool = deadpool_redis::Pool::builder(manager)
-            .runtime(deadpool_redis::Runtime::Tokio1)
-            .build()
-            .map_err(RedisSetupError::Pool)?;
-        self.build_with_pool(pool)
+        self.build(Source::Standalone(Arc::new(manager)))
     }
 
-    /// A store that takes its connection from an existing pool.
+    /// A store that opens its connections with the manager of an existing pool, and so
+    /// with that pool's settings (address, credentials, TLS, connection settings). The
+    /// connection is opened, and the server checked, on first use.
+    ///
+    /// The store never checks a connection out of `pool` nor returns one to it: the
+    /// connections the application gets from `pool` are never the store's, so a blocking
+    /// command on one of them (`BLPOP`, `XREAD BLOCK`) does not stall the store, and the
+    /// store's connections do not count against the pool's size.
     ///
     /// ```no_run
     /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
@@ -559,10 +787,12 @@ impl RedisStoreBuilder {
         self,
         pool: deadpool_redis::Pool,
     ) -> Result<RedisStore, RedisSetupError> {
-        self.build(Pool::Standalone(pool))
+        self.build(Source::Pool(pool))
     }
 
-    /// A store on Redis Cluster, taking its connection from a cluster pool.
+    /// A store on Redis Cluster that opens its connections with the manager of a cluster
+    /// pool. As with [`build_with_pool`](Self::build_with_pool), the store never checks a
+    /// connection out of `pool`.
     ///
     /// ```no_run
     /// let pool = deadpool_redis::cluster::Config::from_urls(vec!["redis://127.0.0.1:7000".to_owned()])
@@ -578,15 +808,21 @@ impl RedisStoreBuilder {
         self,
         pool: deadpool_redis::cluster::Pool,
     ) -> Result<RedisStore, RedisSetupError> {
-        self.build(Pool::Cluster(pool))
+        self.build(Source::Cluster(pool))
     }
 
-    fn build(self, pool: Pool) -> Result<RedisStore, RedisSetupError> {
+    fn build(self, source: Source) -> Result<RedisStore, RedisSetupError> {
         Key::new(self.namespace.as_str()).map_err(RedisSetupError::Namespace)?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                waiting: WaitingConnections::new(pool.clone()),
-                connections: Connections::new(pool),
+                waiting: WaitingConnections::new(source.clone(), self.max_waiting_connections),
+                connections: Connections::new(
+                    source,
+                    Checks {
+                        eviction: self.eviction,
+                        script_acquire: self.script_acquire,
+                    },
+                ),
                 namespace: self.namespace,
                 timeout: self.timeout,
             }),
@@ -601,10 +837,25 @@ pub enum RedisSetupError {
     /// The URL is not a Redis URL.
     #[error("invalid Redis URL")]
     Url(#[source] redis::RedisError),
-    /// The pool could not be built.
-    #[error("could not build the Redis connection pool")]
-    Pool(#[source] deadpool_redis::BuildError),
     /// The namespace holds a character or length [`Key::new`] refuses.
     #[error("invalid namespace")]
     Namespace(#[source] KeyError),
+    /// The server could not be reached, or did not answer the check, within the timeout.
+    #[error("could not connect to Redis")]
+    Connect(#[source] StoreError),
+    /// The server is older than Redis 6.0, the oldest the store runs on.
+    #[error("{version} is too old for idem, which needs Redis 6.0 or newer")]
+    UnsupportedVersion {
+        /// The server's account of its version, such as `Redis 5.0.14`.
+        version: String,
+    },
+    /// The server may evict keys (its `maxmemory-policy` is not `noeviction`) and the
+    /// store was set to [`EvictionCheck::Refuse`] such a server.
+    #[error(
+        "Redis may evict live keys (maxmemory-policy {policy}) and the store refuses such a server: set maxmemory-policy noeviction"
+    )]
+    EvictionPolicy {
+        /// The server's `maxmemory-policy`, such as `allkeys-lru`.
+        policy: String,
+    },
 }
