@@ -27,10 +27,12 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
 //! let store = MemoryStore::new();
+//! let client = Key::hashed(["form-tokens", "client-42"]);
 //! let token = Key::hashed(["form-token", "client-42", "k3JhbmRvbQ"]);
-//! store.put_token(&token, Duration::from_secs(600)).await?;
-//! assert!(store.consume_token(&token).await?, "the first post consumes the token");
-//! assert!(!store.consume_token(&token).await?, "a second post is refused");
+//! // The client's newest 16 tokens stay valid.
+//! store.put_token(&client, &token, Duration::from_secs(600), 16).await?;
+//! assert!(store.consume_token(&client, &token).await?, "the first post consumes the token");
+//! assert!(!store.consume_token(&client, &token).await?, "a second post is refused");
 //! # Ok(()) }
 //! ```
 

@@ -106,8 +106,17 @@ fn store_cases<S: Store>(
         b.to_async(runtime).iter_batched(
             fresh_key,
             |key| async move {
-                store.put_token(&key, TOKEN_TTL).await.expect("put_token");
-                assert!(store.consume_token(&key).await.expect("consume_token"));
+                // A client of its own per token, as a form page each for many clients.
+                store
+                    .put_token(&key, &key, TOKEN_TTL, 16)
+                    .await
+                    .expect("put_token");
+                assert!(
+                    store
+                        .consume_token(&key, &key)
+                        .await
+                        .expect("consume_token")
+                );
             },
             BatchSize::SmallInput,
         );

@@ -257,12 +257,18 @@ impl<S: Store> Store for Counting<S> {
         self.inner.remaining(key).await
     }
 
-    async fn put_token(&self, key: &Key, ttl: Duration) -> Result<(), StoreError> {
-        self.inner.put_token(key, ttl).await
+    async fn put_token(
+        &self,
+        scope: &Key,
+        token: &Key,
+        ttl: Duration,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        self.inner.put_token(scope, token, ttl, keep).await
     }
 
-    async fn consume_token(&self, key: &Key) -> Result<bool, StoreError> {
-        self.inner.consume_token(key).await
+    async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
+        self.inner.consume_token(scope, token).await
     }
 
     async fn begin_record(

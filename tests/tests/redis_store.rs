@@ -36,7 +36,7 @@ async fn each_operation_fails_in_time(store: &RedisStore, is_expected: fn(&Store
     let fenced = store.acquire(&k, &owner, LONG, Fencing::On).await.map(drop);
     let elapsed_fenced = started.elapsed();
     let started = Instant::now();
-    let consume = store.consume_token(&k).await.map(drop);
+    let consume = store.consume_token(&k, &k).await.map(drop);
     let elapsed_consume = started.elapsed();
     let started = Instant::now();
     let begin = store.begin_record(&k, &owner, &fp, LONG).await.map(drop);
@@ -171,19 +171,27 @@ async fn keys_carry_the_namespace_and_one_hash_tag() {
     shop.acquire(&name, &owner, LONG, Fencing::On)
         .await
         .unwrap();
-    shop.put_token(&name, LONG).await.unwrap();
+    let client = key("client-7");
+    shop.put_token(&client, &name, LONG, 16).await.unwrap();
     shop.begin_record(&name, &owner, &Fingerprint::of(["f"]), LONG)
         .await
         .unwrap();
+    let (tokens, guards): (Vec<String>, Vec<String>) = server
+        .keys()
+        .into_iter()
+        .partition(|key| key.starts_with("shop:{tokens/"));
     assert_eq!(
-        server.keys(),
+        guards,
         [
             "shop:{order-7}:fence",
             "shop:{order-7}:lock",
             "shop:{order-7}:record",
-            "shop:{order-7}:token"
         ]
     );
+    // A client's tokens: its bucket's set and its own, under the bucket's one hash tag.
+    let [all, scope] = <[String; 2]>::try_from(tokens).expect("two token keys");
+    let bucket = all.strip_suffix(":all").expect("the bucket's set");
+    assert_eq!(scope, format!("{bucket}:scope:client-7"));
 
     // Another namespace on the same server is another world.
     assert!(matches!(
@@ -193,8 +201,8 @@ async fn keys_carry_the_namespace_and_one_hash_tag() {
             .unwrap(),
         Acquire::Acquired { .. }
     ));
-    assert!(!other.consume_token(&name).await.unwrap());
-    assert!(shop.consume_token(&name).await.unwrap());
+    assert!(!other.consume_token(&client, &name).await.unwrap());
+    assert!(shop.consume_token(&client, &name).await.unwrap());
 }
 
 #[test]
@@ -217,11 +225,14 @@ async fn a_store_can_share_an_existing_pool() {
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
     let store = RedisStore::builder().build_with_pool(pool.clone()).unwrap();
-    let token = key("pooled");
-    store.put_token(&token, LONG).await.unwrap();
+    let lock = key("pooled");
+    store
+        .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
+        .await
+        .unwrap();
     let mut conn = pool.get().await.unwrap();
     let exists: bool = redis::cmd("EXISTS")
-        .arg("idem:{pooled}:token")
+        .arg("idem:{pooled}:lock")
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -238,7 +249,7 @@ async fn in_a_cluster_every_operation_stays_in_one_slot() {
             .acquire(&name, &owner, LONG, Fencing::On)
             .await
             .unwrap();
-        store.put_token(&name, LONG).await.unwrap();
+        store.put_token(&name, &name, LONG, 16).await.unwrap();
         store
             .begin_record(&name, &owner, &Fingerprint::of(["f"]), LONG)
             .await
@@ -253,9 +264,14 @@ async fn in_a_cluster_every_operation_stays_in_one_slot() {
             .to_owned();
         nodes_of.entry(tag).or_default().push(port);
     }
-    assert_eq!(nodes_of.len(), 60);
+    let guard_tags = nodes_of
+        .iter()
+        .filter(|(tag, _)| !tag.starts_with("tokens/"));
+    assert_eq!(guard_tags.clone().count(), 60);
+    for (tag, ports) in guard_tags {
+        assert_eq!(ports.len(), 3, "{tag}: lock, fence, record");
+    }
     for (tag, ports) in &nodes_of {
-        assert_eq!(ports.len(), 4, "{tag}: lock, fence, token, record");
         assert!(
             ports.iter().all(|p| *p == ports[0]),
             "{tag} is split over nodes {ports:?}"
@@ -293,15 +309,24 @@ async fn the_accept_path_costs_one_command() {
     );
 
     for (k, _) in &owners {
-        store.put_token(k, LONG).await.unwrap();
+        store.put_token(k, k, LONG, 16).await.unwrap();
     }
+    // Load the spending script first: that is not the accept path either.
+    let warm_up = key("warm-up");
+    assert!(!store.consume_token(&warm_up, &warm_up).await.unwrap());
     let before = server.command_calls();
     for (k, _) in &owners {
-        assert!(store.consume_token(k).await.unwrap());
+        assert!(store.consume_token(k, k).await.unwrap());
     }
+    // One EVALSHA each (one round trip); the script's own commands show too.
     assert_eq!(
         server.command_calls_since(&before),
-        BTreeMap::from([("del".to_owned(), 100)])
+        BTreeMap::from([
+            ("evalsha".to_owned(), 100),
+            ("time".to_owned(), 100),
+            ("zrem".to_owned(), 200),
+            ("zscore".to_owned(), 100),
+        ])
     );
 
     let before = server.command_calls();
@@ -826,4 +851,44 @@ async fn a_waiter_that_gets_no_waiting_connection_times_out() {
 
     assert!(store.release_and_signal(&name, &holder).await.unwrap());
     assert!(first.await.unwrap().unwrap(), "the first waiter is woken");
+}
+
+/// A flood of tokens from throwaway clients stays within the token capacity: the oldest
+/// are evicted, every put succeeds, and a token issued after the flood is spent as usual.
+#[tokio::test]
+async fn a_token_flood_stays_within_the_token_capacity() {
+    let server = RedisServer::start();
+    let store = server.store_with(RedisStore::builder().with_token_capacity(640));
+    let first = key("first-client");
+    store.put_token(&first, &first, LONG, 16).await.unwrap();
+    for batch in 0..20 {
+        let puts = idem_tests::all_at_once(500, |i| {
+            let (store, client) = (store.clone(), key(&format!("throwaway-{batch}-{i}")));
+            async move { store.put_token(&client, &client, LONG, 16).await }
+        });
+        for put in puts.await {
+            put.expect("a put never fails for lack of room");
+        }
+    }
+    let held: usize = server
+        .keys()
+        .iter()
+        .filter(|key| key.ends_with(":all"))
+        .map(|key| server.query::<usize>(&["ZCARD", key]))
+        .sum();
+    assert!(held <= 640, "{held} tokens held");
+    assert!(held >= 600, "the budget is used, not emptied: {held}");
+    let scopes = server
+        .keys()
+        .iter()
+        .filter(|k| k.contains(":scope:"))
+        .count();
+    assert_eq!(scopes, held, "an evicted token leaves its scope too");
+    assert!(
+        !store.consume_token(&first, &first).await.unwrap(),
+        "the oldest token was evicted"
+    );
+    let late = key("late-client");
+    store.put_token(&late, &late, LONG, 16).await.unwrap();
+    assert!(store.consume_token(&late, &late).await.unwrap());
 }

@@ -11,6 +11,8 @@ use idem_tests::{Backend, all_at_once, eventually};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(50);
+/// Tokens a scope keeps, where a case does not test that bound.
+const KEEP: usize = 16;
 
 /// Each case, generated once per backend as `#[tokio::test]` in a module named after it.
 macro_rules! conformance {
@@ -46,6 +48,7 @@ conformance!(
     expiry_frees_a_lock,
     fencing_tokens_grow_across_release_and_expiry,
     a_token_is_consumed_once_and_expires,
+    a_scope_keeps_its_newest_tokens_and_only_its_own,
     a_record_replays_what_was_completed,
     a_stale_owner_cannot_complete_a_newer_record,
     a_different_fingerprint_is_a_mismatch,
@@ -95,11 +98,15 @@ async fn one_winner_among_1000_concurrent_acquires<B: Backend>() {
 
 async fn one_success_among_1000_concurrent_consumes<B: Backend>() {
     let backend = B::start();
-    let token = Key::hashed(["form", "client-a", "t0k3n"]);
-    backend.store().put_token(&token, LONG).await.expect("put");
+    let (scope, token) = (key("client-a"), Key::hashed(["form", "client-a", "t0k3n"]));
+    backend
+        .store()
+        .put_token(&scope, &token, LONG, KEEP)
+        .await
+        .expect("put");
     let results = all_at_once(1000, |_| {
-        let (store, token) = (backend.store(), token.clone());
-        async move { store.consume_token(&token).await.expect("consume") }
+        let (store, scope, token) = (backend.store(), scope.clone(), token.clone());
+        async move { store.consume_token(&scope, &token).await.expect("consume") }
     })
     .await;
     assert_eq!(results.iter().filter(|&&consumed| consumed).count(), 1);
@@ -307,18 +314,54 @@ async fn fencing_tokens_grow_across_release_and_expiry<B: Backend>() {
 async fn a_token_is_consumed_once_and_expires<B: Backend>() {
     let backend = B::start();
     let store = backend.store();
-    let (kept, fleeting) = (key("token-kept"), key("token-fleeting"));
-    assert!(!store.consume_token(&kept).await.unwrap(), "never issued");
-    store.put_token(&kept, LONG).await.unwrap();
+    let (scope, kept, fleeting) = (key("client"), key("token-kept"), key("token-fleeting"));
+    assert!(
+        !store.consume_token(&scope, &kept).await.unwrap(),
+        "never issued"
+    );
+    store.put_token(&scope, &kept, LONG, KEEP).await.unwrap();
     store
-        .put_token(&fleeting, Duration::from_millis(20))
+        .put_token(&scope, &fleeting, Duration::from_millis(20), KEEP)
         .await
         .unwrap();
-    assert!(store.consume_token(&kept).await.unwrap());
-    assert!(!store.consume_token(&kept).await.unwrap());
+    assert!(store.consume_token(&scope, &kept).await.unwrap());
+    assert!(!store.consume_token(&scope, &kept).await.unwrap());
 
     tokio::time::sleep(Duration::from_millis(40)).await; // past its TTL, not a race
-    assert!(!store.consume_token(&fleeting).await.unwrap(), "expired");
+    assert!(
+        !store.consume_token(&scope, &fleeting).await.unwrap(),
+        "expired"
+    );
+}
+
+async fn a_scope_keeps_its_newest_tokens_and_only_its_own<B: Backend>() {
+    let backend = B::start();
+    let store = backend.store();
+    let (alice, bob) = (key("alice"), key("bob"));
+    let token = |i: usize| key(&format!("alice-token-{i}"));
+    for i in 0..10 {
+        store.put_token(&alice, &token(i), LONG, 3).await.unwrap();
+    }
+    assert!(
+        !store.consume_token(&bob, &token(9)).await.unwrap(),
+        "another scope's token"
+    );
+    for i in 0..7 {
+        assert!(
+            !store.consume_token(&alice, &token(i)).await.unwrap(),
+            "token {i} lapsed: only the newest 3 are kept"
+        );
+    }
+    for i in 7..10 {
+        assert!(store.consume_token(&alice, &token(i)).await.unwrap(), "{i}");
+    }
+    // Spending makes room: the next three put are all kept.
+    for i in 10..13 {
+        store.put_token(&alice, &token(i), LONG, 3).await.unwrap();
+    }
+    for i in 10..13 {
+        assert!(store.consume_token(&alice, &token(i)).await.unwrap(), "{i}");
+    }
 }
 
 async fn a_record_replays_what_was_completed<B: Backend>() {
@@ -545,10 +588,10 @@ async fn locks_tokens_and_records_do_not_collide<B: Backend>() {
         .await
         .unwrap();
     assert!(
-        !store.consume_token(&same).await.unwrap(),
+        !store.consume_token(&same, &same).await.unwrap(),
         "a lock is not a token"
     );
-    store.put_token(&same, LONG).await.unwrap();
+    store.put_token(&same, &same, LONG, KEEP).await.unwrap();
     assert_eq!(
         store
             .begin_record(&same, &owner, &Fingerprint::of(["r"]), LONG)
@@ -557,7 +600,7 @@ async fn locks_tokens_and_records_do_not_collide<B: Backend>() {
         Begin::Started,
         "a lock is not a record"
     );
-    assert!(store.consume_token(&same).await.unwrap());
+    assert!(store.consume_token(&same, &same).await.unwrap());
     assert!(
         store.release(&same, &owner).await.unwrap(),
         "the lock is intact"
@@ -580,7 +623,10 @@ async fn huge_and_zero_ttls_are_kept_within_bounds<B: Backend>() {
         remaining > Duration::from_secs(99 * 365 * 24 * 3600),
         "cut to a century: {remaining:?}"
     );
-    store.put_token(&zero, Duration::ZERO).await.unwrap();
+    store
+        .put_token(&zero, &zero, Duration::ZERO, KEEP)
+        .await
+        .unwrap();
     store
         .begin_record(
             &zero,

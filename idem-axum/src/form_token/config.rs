@@ -21,6 +21,7 @@ use http::{Extensions, HeaderName};
 /// | [field name](Self::with_field_name) | `form_token` | |
 /// | [header name](Self::with_header_name) | `x-form-token` | also the response header that carries a rotated token |
 /// | [TTL](Self::with_ttl) | 30 minutes | long enough to fill in a long form, short enough that the tokens of abandoned pages leave the store soon |
+/// | [tokens per client](Self::with_tokens_per_client) | 16 | a client's newest 16 stay valid (a user with a dozen tabs open), older ones lapse, so one client rendering a form a million times holds 16 tokens, not a million |
 ///
 /// ```
 /// use std::time::Duration;
@@ -40,6 +41,7 @@ struct Settings {
     field_name: Cow<'static, str>,
     header_name: HeaderName,
     ttl: Duration,
+    per_client: usize,
 }
 
 impl Default for FormTokenConfig {
@@ -59,6 +61,9 @@ impl FormTokenConfig {
     /// `x-form-token`.
     pub const DEFAULT_HEADER_NAME: HeaderName = HeaderName::from_static("x-form-token");
 
+    /// How many of a client's newest tokens stay valid unless configured: 16.
+    pub const DEFAULT_TOKENS_PER_CLIENT: usize = 16;
+
     /// The defaults.
     ///
     /// ```
@@ -71,6 +76,7 @@ impl FormTokenConfig {
                 field_name: Cow::Borrowed(Self::DEFAULT_FIELD_NAME),
                 header_name: Self::DEFAULT_HEADER_NAME,
                 ttl: Self::DEFAULT_TTL,
+                per_client: Self::DEFAULT_TOKENS_PER_CLIENT,
             }),
         }
     }
@@ -106,6 +112,24 @@ impl FormTokenConfig {
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         Arc::make_mut(&mut self.settings).ttl = ttl;
         self
+    }
+
+    /// How many of a client's newest tokens stay valid (default
+    /// [`DEFAULT_TOKENS_PER_CLIENT`](Self::DEFAULT_TOKENS_PER_CLIENT); at least 1): issuing
+    /// one more makes the client's oldest lapse, as if it had expired.
+    ///
+    /// ```
+    /// let config = idem_axum::FormTokenConfig::new().with_tokens_per_client(4);
+    /// assert_eq!(config.tokens_per_client(), 4);
+    /// ```
+    pub fn with_tokens_per_client(mut self, tokens: usize) -> Self {
+        Arc::make_mut(&mut self.settings).per_client = tokens.max(1);
+        self
+    }
+
+    /// How many of a client's newest tokens stay valid.
+    pub fn tokens_per_client(&self) -> usize {
+        self.settings.per_client
     }
 
     /// The form field.

@@ -124,11 +124,11 @@ pub(super) async fn issue(
         ));
     }
     let value = URL_SAFE_NO_PAD.encode(bytes);
-    match idem
+    let (scope, key) = (scope_key(idem, client), token_key(idem, client, &value));
+    let stored = idem
         .store()
-        .put_token(&token_key(idem, client, &value), config.ttl())
-        .await
-    {
+        .put_token(&scope, &key, config.ttl(), config.tokens_per_client());
+    match stored.await {
         Ok(()) => tracing::debug!(idem.outcome = "issued", "idem: form token issued"),
         Err(error) => idem.store_failed(&error, "form token not stored")?,
     }
@@ -136,6 +136,11 @@ pub(super) async fn issue(
         value: value.into(),
         config: config.clone(),
     })
+}
+
+/// The store key of `client`'s set of tokens.
+pub(super) fn scope_key(idem: &Idem, client: &ClientId) -> Key {
+    idem.key(&[b"form_tokens", client.as_bytes()])
 }
 
 /// The store key of `token` for `client`: hashed with the client, so a token is found only
@@ -195,19 +200,19 @@ mod tests {
         assert!(well_formed(a.value()) && well_formed(b.value()));
         assert!(!well_formed("short"));
         assert!(!well_formed(&"+".repeat(TOKEN_LEN)));
+        let spend = |client: &ClientId, token: &FormToken| {
+            let (scope, key) = (
+                scope_key(&idem, client),
+                token_key(&idem, client, token.value()),
+            );
+            let store = idem.store().clone();
+            async move { store.consume_token(&scope, &key).await.unwrap() }
+        };
+        assert!(spend(&client, &a).await);
         assert!(
-            idem.store()
-                .consume_token(&token_key(&idem, &client, a.value()))
-                .await
-                .unwrap()
-        );
-        assert!(
-            !idem
-                .store()
-                .consume_token(&token_key(&idem, &ClientId::new("bob"), b.value()))
-                .await
-                .unwrap(),
+            !spend(&ClientId::new("bob"), &b).await,
             "another client's key does not find it"
         );
+        assert!(spend(&client, &b).await);
     }
 }

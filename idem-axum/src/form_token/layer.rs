@@ -13,7 +13,7 @@ use tokio::runtime::Handle;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::extract::{issue, token_key, well_formed};
+use super::extract::{issue, scope_key, token_key, well_formed};
 use super::field::Form;
 use super::{FormToken, FormTokenConfig};
 use crate::body::{read_up_to, read_whole};
@@ -226,7 +226,7 @@ async fn verify(
     let spent = if well_formed(&token) {
         match idem
             .store()
-            .consume_token(&token_key(idem, &client, &token))
+            .consume_token(&scope_key(idem, &client), &token_key(idem, &client, &token))
             .await
         {
             Ok(spent) => spent,

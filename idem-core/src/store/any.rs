@@ -27,7 +27,8 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Sen
 /// use idem_core::{AnyStore, MemoryStore, Store, Key};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
 /// let store = AnyStore::new(MemoryStore::new());
-/// store.put_token(&Key::new("t").unwrap(), std::time::Duration::from_secs(1)).await?;
+/// let (client, token) = (Key::new("client-7").unwrap(), Key::new("t").unwrap());
+/// store.put_token(&client, &token, std::time::Duration::from_secs(1), 16).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -61,8 +62,14 @@ trait ErasedStore: Send + Sync + 'static {
     fn wait_for_release<'a>(&'a self, key: &'a Key, within: Duration) -> BoxFuture<'a, bool>;
     fn renew<'a>(&'a self, key: &'a Key, owner: &'a Owner, ttl: Duration) -> BoxFuture<'a, bool>;
     fn remaining<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Option<Duration>>;
-    fn put_token<'a>(&'a self, key: &'a Key, ttl: Duration) -> BoxFuture<'a, ()>;
-    fn consume_token<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, bool>;
+    fn put_token<'a>(
+        &'a self,
+        scope: &'a Key,
+        token: &'a Key,
+        ttl: Duration,
+        keep: usize,
+    ) -> BoxFuture<'a, ()>;
+    fn consume_token<'a>(&'a self, scope: &'a Key, token: &'a Key) -> BoxFuture<'a, bool>;
     fn begin_record<'a>(
         &'a self,
         key: &'a Key,
@@ -121,12 +128,18 @@ impl<S: Store> ErasedStore for S {
         Box::pin(Store::remaining(self, key))
     }
 
-    fn put_token<'a>(&'a self, key: &'a Key, ttl: Duration) -> BoxFuture<'a, ()> {
-        Box::pin(Store::put_token(self, key, ttl))
+    fn put_token<'a>(
+        &'a self,
+        scope: &'a Key,
+        token: &'a Key,
+        ttl: Duration,
+        keep: usize,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(Store::put_token(self, scope, token, ttl, keep))
     }
 
-    fn consume_token<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, bool> {
-        Box::pin(Store::consume_token(self, key))
+    fn consume_token<'a>(&'a self, scope: &'a Key, token: &'a Key) -> BoxFuture<'a, bool> {
+        Box::pin(Store::consume_token(self, scope, token))
     }
 
     fn begin_record<'a>(
@@ -196,12 +209,18 @@ impl Store for AnyStore {
         self.0.remaining(key).await
     }
 
-    async fn put_token(&self, key: &Key, ttl: Duration) -> Result<(), StoreError> {
-        self.0.put_token(key, ttl).await
+    async fn put_token(
+        &self,
+        scope: &Key,
+        token: &Key,
+        ttl: Duration,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        self.0.put_token(scope, token, ttl, keep).await
     }
 
-    async fn consume_token(&self, key: &Key) -> Result<bool, StoreError> {
-        self.0.consume_token(key).await
+    async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
+        self.0.consume_token(scope, token).await
     }
 
     async fn begin_record(

@@ -133,24 +133,40 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         key: &Key,
     ) -> impl Future<Output = Result<Option<Duration>, StoreError>> + Send;
 
-    /// Stores a one-time token under `key` for `ttl` (replacing one with the same key).
+    /// Stores the one-time token `token` in `scope` for `ttl` (replacing one with the same
+    /// name), and keeps only the `keep` newest tokens of `scope`: older ones lapse, as if
+    /// they had expired. A scope is typically one client, so a client that renders a form
+    /// a thousand times holds its last few tokens, not a thousand.
     ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the store cannot answer (or, for [`MemoryStore`], is full).
-    fn put_token(
-        &self,
-        key: &Key,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Deletes the token under `key`. `true` for exactly one caller per stored token; the
-    /// delete itself is the check, so concurrent consumers cannot both succeed.
+    /// Tokens have a budget of their own in every store, apart from windows, locks and
+    /// records: when it is full the store evicts the unspent tokens that expire soonest (for
+    /// one TTL, the oldest) to make room, so a flood of tokens never fails this call and
+    /// never takes room a guard needs. An evicted token costs its user a form reload, never
+    /// a duplicate.
     ///
     /// # Errors
     ///
     /// [`StoreError`] when the store cannot answer.
-    fn consume_token(&self, key: &Key) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn put_token(
+        &self,
+        scope: &Key,
+        token: &Key,
+        ttl: Duration,
+        keep: usize,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Deletes the token `token` of `scope`. `true` for exactly one caller per stored token;
+    /// the delete itself is the check, so concurrent consumers cannot both succeed. A
+    /// token of another scope, an expired, lapsed or evicted one is `false`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn consume_token(
+        &self,
+        scope: &Key,
+        token: &Key,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Starts an idempotency record for `owner`, or reports the one that exists.
     ///
@@ -176,7 +192,8 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`StoreError`] when the store cannot answer.
+    /// [`StoreError`] when the store cannot answer (or, for [`MemoryStore`], has no room
+    /// for the response: the record then stays in progress, unchanged).
     fn complete_record(
         &self,
         key: &Key,
@@ -297,12 +314,19 @@ pub enum StoreError {
     /// The store did not answer within its timeout.
     #[error("the store did not answer within {0:?}")]
     Timeout(Duration),
-    /// The [`MemoryStore`] holds as many live entries as its capacity allows, even after
-    /// reclaiming the expired ones.
+    /// The [`MemoryStore`] holds as many live windows, locks and records as its capacity
+    /// allows, even after reclaiming the expired ones.
     #[error("the in-memory store is full ({capacity} live entries)")]
     Capacity {
         /// The configured capacity.
         capacity: usize,
+    },
+    /// The [`MemoryStore`]'s windows, locks and records, stored responses included, take
+    /// as many bytes as it may use, even after reclaiming the expired ones.
+    #[error("the in-memory store is full ({max_bytes} bytes)")]
+    Memory {
+        /// The configured limit.
+        max_bytes: usize,
     },
     /// No connection to Redis (or Redis Cluster) could be opened.
     #[cfg(feature = "redis")]

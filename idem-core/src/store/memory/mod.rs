@@ -3,11 +3,12 @@
 mod reaper;
 mod reminders;
 mod shard;
+mod tokens;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
@@ -27,11 +28,25 @@ const RECLAIM_CHUNK: usize = 256;
 /// An in-process [`Store`]: the default when an application runs as one instance.
 ///
 /// Every operation is one critical section under a shard's mutex; no lock is held across
-/// an `.await`. Memory is bounded: at most [`capacity`](MemoryStoreBuilder::with_capacity)
-/// entries (default 1,000,000) are held. When a new entry would pass it, expired entries
-/// are reclaimed first, and if the store is still full the operation fails with
-/// [`StoreError::Capacity`] — a flood of unique keys cannot grow memory without bound, and
-/// live keys are never evicted to make room (evicting one would let a duplicate through).
+/// an `.await`.
+///
+/// Memory is bounded, with two budgets that cannot take from each other:
+///
+/// - **Windows, locks and records**: at most
+///   [`capacity`](MemoryStoreBuilder::with_capacity) entries (default 1,000,000) and
+///   [`max_bytes`](MemoryStoreBuilder::with_max_bytes) bytes (default 512 MiB; each entry
+///   counts 256 bytes, a record also its stored response). When a new entry, or a
+///   response, would pass either, expired entries are reclaimed first, and if the store
+///   is still full the operation fails with [`StoreError::Capacity`] or
+///   [`StoreError::Memory`]. These are never evicted to make room: evicting one would let
+///   a duplicate through.
+/// - **One-time tokens**: at most
+///   [`token_capacity`](MemoryStoreBuilder::with_token_capacity) (default 250,000), and
+///   each scope only its newest few (the `keep` of [`Store::put_token`]). When the budget
+///   is full the oldest tokens are evicted — within each of the store's 64 shards, which
+///   a client's tokens share — so a flood of form pages, by one client or by many
+///   throwaway ones, costs other clients at most a form reload and never a guarded
+///   request.
 ///
 /// Expired entries are reclaimed by a background thread every
 /// [`reclaim_interval`](MemoryStoreBuilder::with_reclaim_interval) (default 1 s), and map
@@ -43,7 +58,11 @@ const RECLAIM_CHUNK: usize = 256;
 /// waiter (`notify_one`).
 ///
 /// Fencing tokens come from one counter for the whole store, so they grow strictly for
-/// every key, also across expiry, and need no memory per key.
+/// every key, also across expiry, and need no memory per key. The counter starts at the
+/// wall clock's nanoseconds since 1970, so a process that restarts draws tokens above all
+/// it drew before (unless its clock was set back by more than it drew, or it drew more
+/// than one token per nanosecond on average), and a resource that kept the last fence it
+/// saw accepts the new holder's writes.
 ///
 /// Clones share the same data.
 ///
@@ -71,6 +90,8 @@ struct Shared {
     shards: Box<[Mutex<Shard>]>,
     hasher: foldhash::fast::RandomState,
     entries: Entries,
+    /// How many tokens each shard holds at most.
+    token_budget: usize,
     last_fence: AtomicU64,
 }
 
@@ -96,6 +117,16 @@ impl Shared {
     fn draw_fence(&self) -> FencingToken {
         FencingToken::new(self.last_fence.fetch_add(1, Ordering::Relaxed) + 1)
     }
+}
+
+/// Where the fencing counter of a new store starts: the wall clock in nanoseconds since
+/// 1970, which a restarted process has moved past every token it drew before.
+fn fence_start() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_nanos()).unwrap_or(u64::MAX / 2)
+        })
 }
 
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -130,13 +161,41 @@ impl MemoryStore {
         self.shared.entries.capacity()
     }
 
-    /// Entries held now, counting expired ones not reclaimed yet.
+    /// The most bytes windows, locks and records may take, stored responses included.
+    pub fn max_bytes(&self) -> usize {
+        self.shared.entries.max_bytes()
+    }
+
+    /// The most one-time tokens held at once.
+    pub fn token_capacity(&self) -> usize {
+        self.shared.token_budget * SHARDS
+    }
+
+    /// Windows, locks and records held now, counting expired ones not reclaimed yet.
     ///
     /// ```
     /// assert_eq!(idem_core::MemoryStore::new().entry_count(), 0);
     /// ```
     pub fn entry_count(&self) -> usize {
         self.shared.entries.held()
+    }
+
+    /// Bytes the windows, locks and records held now count, stored responses included.
+    pub fn bytes_held(&self) -> usize {
+        self.shared.entries.bytes()
+    }
+
+    /// One-time tokens held now, counting expired ones not reclaimed yet.
+    ///
+    /// ```
+    /// assert_eq!(idem_core::MemoryStore::new().token_count(), 0);
+    /// ```
+    pub fn token_count(&self) -> usize {
+        self.shared
+            .shards
+            .iter()
+            .map(|shard| lock(shard).token_count())
+            .sum()
     }
 
     /// Runs `op` on `key`'s shard.
@@ -155,12 +214,16 @@ impl MemoryStore {
         key: &Key,
         op: impl Fn(&mut Shard, Instant, &Entries) -> Result<T, Full>,
     ) -> Result<T, StoreError> {
-        self.with_shard(key, &op).or_else(|Full| {
+        self.with_shard(key, &op).or_else(|_full| {
             self.shared.reclaim_all();
-            self.with_shard(key, &op)
-                .map_err(|Full| StoreError::Capacity {
+            self.with_shard(key, &op).map_err(|full| match full {
+                Full::Entries => StoreError::Capacity {
                     capacity: self.capacity(),
-                })
+                },
+                Full::Bytes => StoreError::Memory {
+                    max_bytes: self.max_bytes(),
+                },
+            })
         })
     }
 }
@@ -242,16 +305,23 @@ impl Store for MemoryStore {
         Ok(self.with_shard(key, |shard, now, _| shard.remaining(key, now)))
     }
 
-    async fn put_token(&self, key: &Key, ttl: Duration) -> Result<(), StoreError> {
-        let ttl = kept(ttl);
-        self.with_room(key, |shard, now, entries| {
-            shard.put_token(key, ttl, now, entries)
-        })
+    async fn put_token(
+        &self,
+        scope: &Key,
+        token: &Key,
+        ttl: Duration,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        let (ttl, keep, budget) = (kept(ttl), keep.max(1), self.shared.token_budget);
+        self.with_shard(scope, |shard, now, _| {
+            shard.put_token(scope, token, ttl, keep, budget, now);
+        });
+        Ok(())
     }
 
-    async fn consume_token(&self, key: &Key) -> Result<bool, StoreError> {
-        Ok(self.with_shard(key, |shard, now, entries| {
-            shard.consume_token(key, now, entries)
+    async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
+        Ok(self.with_shard(scope, |shard, now, _| {
+            shard.consume_token(scope, token, now)
         }))
     }
 
@@ -276,9 +346,9 @@ impl Store for MemoryStore {
         retention: Duration,
     ) -> Result<bool, StoreError> {
         let retention = kept(retention);
-        Ok(self.with_shard(key, |shard, now, _| {
-            shard.complete_record(key, owner, response, retention, now)
-        }))
+        self.with_room(key, |shard, now, entries| {
+            shard.complete_record(key, owner, response.clone(), retention, now, entries)
+        })
     }
 
     async fn renew_record(
@@ -304,6 +374,8 @@ impl Store for MemoryStore {
 #[derive(Debug, Clone)]
 pub struct MemoryStoreBuilder {
     capacity: usize,
+    max_bytes: usize,
+    token_capacity: usize,
     reclaim_interval: Duration,
 }
 
@@ -311,13 +383,15 @@ impl Default for MemoryStoreBuilder {
     fn default() -> Self {
         Self {
             capacity: 1_000_000,
+            max_bytes: 512 * 1024 * 1024,
+            token_capacity: 250_000,
             reclaim_interval: Duration::from_secs(1),
         }
     }
 }
 
 impl MemoryStoreBuilder {
-    /// The most entries held at once (default 1,000,000; at least 1).
+    /// The most windows, locks and records held at once (default 1,000,000; at least 1).
     ///
     /// ```
     /// let store = idem_core::MemoryStore::builder().with_capacity(500).build();
@@ -325,6 +399,30 @@ impl MemoryStoreBuilder {
     /// ```
     pub fn with_capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity.max(1);
+        self
+    }
+
+    /// The most bytes windows, locks and records may take, each counted as 256 bytes plus
+    /// its stored response (default 512 MiB).
+    ///
+    /// ```
+    /// let store = idem_core::MemoryStore::builder().with_max_bytes(64 << 20).build();
+    /// assert_eq!(store.max_bytes(), 64 << 20);
+    /// ```
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The most one-time tokens held at once (default 250,000), rounded up to a multiple
+    /// of the store's 64 shards. Past it, the oldest are evicted.
+    ///
+    /// ```
+    /// let store = idem_core::MemoryStore::builder().with_token_capacity(6_400).build();
+    /// assert_eq!(store.token_capacity(), 6_400);
+    /// ```
+    pub fn with_token_capacity(mut self, tokens: usize) -> Self {
+        self.token_capacity = tokens;
         self
     }
 
@@ -351,8 +449,9 @@ impl MemoryStoreBuilder {
         let shared = Arc::new(Shared {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: Default::default(),
-            entries: Entries::new(self.capacity),
-            last_fence: AtomicU64::new(0),
+            entries: Entries::new(self.capacity, self.max_bytes),
+            token_budget: self.token_capacity.div_ceil(SHARDS).max(1),
+            last_fence: AtomicU64::new(fence_start()),
         });
         let reaper = Reaper::spawn(Arc::downgrade(&shared), self.reclaim_interval);
         MemoryStore {
@@ -379,22 +478,23 @@ mod tests {
             .build()
     }
 
+    async fn take(store: &MemoryStore, key: &Key, ttl: Duration) -> Result<Acquire, StoreError> {
+        store
+            .acquire(key, &Owner::random(), ttl, Fencing::Off)
+            .await
+    }
+
     #[tokio::test]
-    async fn a_flood_of_live_keys_is_refused_past_capacity() {
+    async fn a_flood_of_live_keys_is_refused_past_capacity_and_leaves_tokens_alone() {
         let store = small(100);
+        let owner = Owner::random();
         for i in 0..100 {
-            store
-                .put_token(&key(i), Duration::from_secs(60))
-                .await
-                .unwrap();
+            let taken = store
+                .acquire(&key(i), &owner, Duration::from_secs(60), Fencing::Off)
+                .await;
+            taken.unwrap();
         }
-        let err = store
-            .acquire(
-                &key(1000),
-                &Owner::random(),
-                Duration::from_secs(60),
-                Fencing::Off,
-            )
+        let err = take(&store, &key(1000), Duration::from_secs(60))
             .await
             .unwrap_err();
         assert!(
@@ -413,17 +513,91 @@ mod tests {
             Err(StoreError::Capacity { .. })
         ));
         assert_eq!(store.entry_count(), 100);
-        // Existing entries still work, and freeing one makes room for one.
-        assert!(store.consume_token(&key(7)).await.unwrap());
+        // Tokens have a budget of their own.
+        let client = key(5000);
         store
-            .put_token(&key(1002), Duration::from_secs(60))
+            .put_token(&client, &key(5001), Duration::from_secs(60), 16)
+            .await
+            .unwrap();
+        assert!(store.consume_token(&client, &key(5001)).await.unwrap());
+        // Existing entries still work, and freeing one makes room for one.
+        assert!(store.release(&key(7), &owner).await.unwrap());
+        take(&store, &key(1002), Duration::from_secs(60))
             .await
             .unwrap();
         assert!(
-            store
-                .put_token(&key(1003), Duration::from_secs(60))
+            take(&store, &key(1003), Duration::from_secs(60))
                 .await
                 .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_tokens_never_takes_room_a_guard_needs() {
+        let store = MemoryStore::builder()
+            .with_capacity(10)
+            .with_token_capacity(640)
+            .with_reclaim_interval(Duration::from_secs(3600))
+            .build();
+        for i in 0..10_000 {
+            store
+                .put_token(&key(i), &key(i), Duration::from_secs(60), 16)
+                .await
+                .unwrap();
+        }
+        assert!(store.token_count() <= 640, "{}", store.token_count());
+        for i in 0..10 {
+            let taken = take(&store, &key(20_000 + i), Duration::from_secs(60)).await;
+            assert_eq!(taken.unwrap(), Acquire::Acquired { fence: None });
+        }
+        assert!(
+            !store.consume_token(&key(0), &key(0)).await.unwrap(),
+            "the oldest token was evicted"
+        );
+        assert!(store.consume_token(&key(9_999), &key(9_999)).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn stored_responses_count_against_the_bytes() {
+        let store = MemoryStore::builder()
+            .with_max_bytes(64 * 1024)
+            .with_reclaim_interval(Duration::from_secs(3600))
+            .build();
+        let (fp, lease) = (Fingerprint::of(["x"]), Duration::from_secs(60));
+        let response = Bytes::from(vec![7; 20 * 1024]);
+        let mut stored = 0;
+        for i in 0..10 {
+            let owner = Owner::random();
+            store
+                .begin_record(&key(i), &owner, &fp, lease)
+                .await
+                .unwrap();
+            match store
+                .complete_record(&key(i), &owner, response.clone(), lease)
+                .await
+            {
+                Ok(true) => stored += 1,
+                Err(StoreError::Memory { max_bytes }) => {
+                    assert_eq!(max_bytes, 64 * 1024);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            stored, 3,
+            "three 20 KiB responses fit in 64 KiB, a fourth does not"
+        );
+        assert!(store.bytes_held() <= 64 * 1024, "{}", store.bytes_held());
+        assert!(
+            matches!(
+                store
+                    .begin_record(&key(3), &Owner::random(), &fp, lease)
+                    .await
+                    .unwrap(),
+                Begin::InProgress { .. }
+            ),
+            "the refused completion left the record in progress"
         );
     }
 
@@ -431,19 +605,43 @@ mod tests {
     async fn expired_entries_are_reclaimed_before_refusing() {
         let store = small(100);
         for i in 0..100 {
-            store
-                .put_token(&key(i), Duration::from_millis(10))
+            take(&store, &key(i), Duration::from_millis(10))
                 .await
                 .unwrap();
         }
         std::thread::sleep(Duration::from_millis(20)); // past every TTL above
         for i in 100..200 {
-            store
-                .put_token(&key(i), Duration::from_secs(60))
+            take(&store, &key(i), Duration::from_secs(60))
                 .await
                 .unwrap();
         }
         assert_eq!(store.entry_count(), 100);
+    }
+
+    #[tokio::test]
+    async fn fencing_tokens_keep_growing_across_a_restart() {
+        async fn fence(store: MemoryStore) -> FencingToken {
+            let lock = key(1);
+            let owner = Owner::random();
+            let Acquire::Acquired { fence: Some(fence) } = store
+                .acquire(&lock, &owner, Duration::from_secs(60), Fencing::On)
+                .await
+                .unwrap()
+            else {
+                panic!("a free lock is acquired with a fence");
+            };
+            assert!(store.release(&lock, &owner).await.unwrap());
+            fence
+        }
+        let before = MemoryStore::new();
+        let mut last = fence(before.clone()).await;
+        for _ in 0..10_000 {
+            last = fence(before.clone()).await;
+        }
+        drop(before);
+        // A new process: a new store, with nothing carried over.
+        let after = fence(MemoryStore::new()).await;
+        assert!(after > last, "{after:?} after {last:?}");
     }
 
     #[tokio::test]
@@ -453,21 +651,23 @@ mod tests {
             .build();
         for i in 0..10_000 {
             store
-                .put_token(&key(i), Duration::from_millis(500))
+                .put_token(&key(i), &key(i), Duration::from_millis(500), 16)
                 .await
                 .unwrap();
         }
-        assert_eq!(store.entry_count(), 10_000, "all live while inserting");
+        assert_eq!(store.token_count(), 10_000, "all live while inserting");
+        let spare = || -> usize { store.shared.shards.iter().map(|s| lock(s).capacity()).sum() };
+        // What is left is the few slots each small map keeps, not the flood's.
+        let peak = spare();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while store.entry_count() > 0 {
-            assert!(Instant::now() < deadline, "left: {}", store.entry_count());
+        while store.token_count() > 0 || spare() > peak / 3 {
+            let (left, spare) = (store.token_count(), spare());
+            assert!(
+                Instant::now() < deadline,
+                "left: {left}, map capacity given back down to {spare} slots"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
-        let spare: usize = store.shared.shards.iter().map(|s| lock(s).capacity()).sum();
-        assert!(
-            spare < 10_000,
-            "map capacity given back, {spare} slots left"
-        );
     }
 
     fn waiters(store: &MemoryStore, key: &Key) -> usize {

@@ -12,30 +12,45 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::reminders::{Due, Reminders, Space};
+use super::tokens::Tokens;
 use crate::key::{Fingerprint, Key, Owner};
 use crate::store::{Acquire, Begin, FencingToken};
 
 /// A shard's map. Keys are SHA-256 output or names the application chose, never raw
 /// client input, so a fast hash serves; std's SipHash was the largest single cost of an
 /// operation.
-type Map<V> = HashMap<Key, V, foldhash::fast::RandomState>;
+pub(super) type Map<V> = HashMap<Key, V, foldhash::fast::RandomState>;
 
-/// The store holds as many entries as its capacity allows.
-#[derive(Debug)]
-pub(super) struct Full;
+/// What a window, a lock or a record counts against the store's bytes, besides a stored
+/// response: its key, its value, its map slot and its expiry reminder, rounded up.
+pub(super) const ENTRY_BYTES: usize = 256;
 
-/// Counts entries across all shards against the capacity.
+/// The store holds as many windows, locks and records as it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Full {
+    /// As many entries as its capacity allows.
+    Entries,
+    /// As many bytes as its memory limit allows.
+    Bytes,
+}
+
+/// Counts the windows, locks and records of all shards, and their bytes, against the
+/// store's limits. Tokens have a budget of their own and are not counted here.
 #[derive(Debug)]
 pub(super) struct Entries {
     held: AtomicUsize,
     capacity: usize,
+    bytes: AtomicUsize,
+    max_bytes: usize,
 }
 
 impl Entries {
-    pub(super) fn new(capacity: usize) -> Self {
+    pub(super) fn new(capacity: usize, max_bytes: usize) -> Self {
         Self {
             held: AtomicUsize::new(0),
             capacity,
+            bytes: AtomicUsize::new(0),
+            max_bytes,
         }
     }
 
@@ -47,19 +62,49 @@ impl Entries {
         self.capacity
     }
 
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes.load(AtomicOrdering::Relaxed)
+    }
+
+    pub(super) fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    /// Counts a new entry of `ENTRY_BYTES`, if both limits allow it.
     fn try_add(&self) -> Result<(), Full> {
         let before = self.held.fetch_add(1, AtomicOrdering::Relaxed);
-        if before < self.capacity {
+        if before >= self.capacity {
+            self.held.fetch_sub(1, AtomicOrdering::Relaxed);
+            return Err(Full::Entries);
+        }
+        self.try_grow(ENTRY_BYTES).inspect_err(|_| {
+            self.held.fetch_sub(1, AtomicOrdering::Relaxed);
+        })
+    }
+
+    /// Counts `bytes` more for an entry already held, if the memory limit allows it.
+    fn try_grow(&self, bytes: usize) -> Result<(), Full> {
+        let before = self.bytes.fetch_add(bytes, AtomicOrdering::Relaxed);
+        if before.saturating_add(bytes) <= self.max_bytes {
             Ok(())
         } else {
-            self.held.fetch_sub(1, AtomicOrdering::Relaxed);
-            Err(Full)
+            self.bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
+            Err(Full::Bytes)
         }
     }
 
-    fn remove(&self, count: usize) {
+    /// Stops counting `count` entries holding `bytes` in all.
+    fn remove(&self, count: usize, bytes: usize) {
         if count > 0 {
             self.held.fetch_sub(count, AtomicOrdering::Relaxed);
+        }
+        self.shrink(bytes);
+    }
+
+    /// Stops counting `bytes` of an entry that stays.
+    fn shrink(&self, bytes: usize) {
+        if bytes > 0 {
+            self.bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
         }
     }
 }
@@ -90,13 +135,24 @@ enum RecordState {
     Completed { response: Bytes },
 }
 
-trait Expiring {
+pub(super) trait Expiring {
     fn expires_at(&self) -> Instant;
+}
+
+/// What an entry counts against the store's bytes.
+trait Footprint {
+    fn bytes(&self) -> usize;
 }
 
 impl Expiring for Lock {
     fn expires_at(&self) -> Instant {
         self.expires_at
+    }
+}
+
+impl Footprint for Lock {
+    fn bytes(&self) -> usize {
+        ENTRY_BYTES
     }
 }
 
@@ -106,10 +162,18 @@ impl Expiring for Record {
     }
 }
 
-/// A token is nothing but its expiry.
-impl Expiring for Instant {
-    fn expires_at(&self) -> Instant {
-        *self
+impl Footprint for Record {
+    fn bytes(&self) -> usize {
+        ENTRY_BYTES + self.response_bytes()
+    }
+}
+
+impl Record {
+    fn response_bytes(&self) -> usize {
+        match &self.state {
+            RecordState::InProgress { .. } => 0,
+            RecordState::Completed { response } => response.len(),
+        }
     }
 }
 
@@ -118,17 +182,21 @@ fn live<'m, V: Expiring>(map: &'m mut Map<V>, key: &Key, now: Instant) -> Option
     map.get_mut(key).filter(|v| v.expires_at() > now)
 }
 
-/// Removes the entry under `key` if it has expired by `now`.
-fn remove_expired<V: Expiring>(map: &mut Map<V>, key: &Key, now: Instant) -> bool {
-    if map.get(key).is_some_and(|v| v.expires_at() <= now) {
-        map.remove(key);
-        true
-    } else {
-        false
+/// Removes the entry under `key` if it has expired by `now`, and stops counting it.
+fn remove_expired<V: Expiring + Footprint>(
+    map: &mut Map<V>,
+    key: &Key,
+    now: Instant,
+    entries: &Entries,
+) {
+    if map.get(key).is_some_and(|v| v.expires_at() <= now)
+        && let Some(removed) = map.remove(key)
+    {
+        entries.remove(1, removed.bytes());
     }
 }
 
-fn shrink_if_sparse<V>(map: &mut Map<V>) {
+pub(super) fn shrink_if_sparse<V>(map: &mut Map<V>) {
     if map.capacity() > 64 && map.len() * 4 < map.capacity() {
         map.shrink_to(map.len() * 2);
     }
@@ -148,7 +216,7 @@ struct Signal {
 #[derive(Debug, Default)]
 pub(super) struct Shard {
     locks: Map<Lock>,
-    tokens: Map<Instant>,
+    tokens: Tokens,
     records: Map<Record>,
     signals: Map<Signal>,
     due: Reminders,
@@ -191,7 +259,7 @@ impl Shard {
         } = self;
         due.retain(|due| match due.space {
             Space::Lock => current(locks, due),
-            Space::Token => current(tokens, due),
+            Space::Token => tokens.expires_at(&due.key, due.at),
             Space::Record => current(records, due),
         });
     }
@@ -199,9 +267,8 @@ impl Shard {
     /// Removes entries that expired by `now`, looking at no more than `limit` reminders;
     /// `true` if more reminders are due.
     pub(super) fn reclaim(&mut self, now: Instant, entries: &Entries, limit: usize) -> bool {
-        let mut removed = 0;
         let mut looked = 0;
-        let more = loop {
+        loop {
             if looked == limit {
                 break self.due.any_due(now);
             }
@@ -209,15 +276,12 @@ impl Shard {
                 break false;
             };
             looked += 1;
-            let expired = match due.space {
-                Space::Lock => remove_expired(&mut self.locks, &due.key, now),
-                Space::Token => remove_expired(&mut self.tokens, &due.key, now),
-                Space::Record => remove_expired(&mut self.records, &due.key, now),
-            };
-            removed += usize::from(expired);
-        };
-        entries.remove(removed);
-        more
+            match due.space {
+                Space::Lock => remove_expired(&mut self.locks, &due.key, now, entries),
+                Space::Token => self.tokens.remove_expired(&due.key, now),
+                Space::Record => remove_expired(&mut self.records, &due.key, now, entries),
+            }
+        }
     }
 
     /// Slots the maps and the reminder queue hold, used or not.
@@ -232,7 +296,7 @@ impl Shard {
     /// Gives memory back once most entries are gone (after a flood has expired).
     pub(super) fn shrink(&mut self) {
         shrink_if_sparse(&mut self.locks);
-        shrink_if_sparse(&mut self.tokens);
+        self.tokens.shrink();
         shrink_if_sparse(&mut self.records);
         shrink_if_sparse(&mut self.signals);
         self.due.shrink();
@@ -295,7 +359,7 @@ impl Shard {
         let ours = live(&mut self.locks, key, now).is_some_and(|lock| lock.owner == *owner);
         if ours {
             self.locks.remove(key);
-            entries.remove(1);
+            entries.remove(1, ENTRY_BYTES);
         }
         ours
     }
@@ -351,35 +415,30 @@ impl Shard {
         live(&mut self.locks, key, now).map(|lock| lock.expires_at - now)
     }
 
+    /// Puts `token` in `scope` for `ttl`; keeps the scope's newest `keep` tokens and the
+    /// shard's newest `budget`.
+    #[allow(clippy::too_many_arguments)] // one critical section's inputs, each needed
     pub(super) fn put_token(
         &mut self,
-        key: &Key,
+        scope: &Key,
+        token: &Key,
         ttl: Duration,
+        keep: usize,
+        budget: usize,
         now: Instant,
-        entries: &Entries,
-    ) -> Result<(), Full> {
+    ) {
         let expires_at = deadline(now, ttl);
-        match self.tokens.entry(key.clone()) {
-            Entry::Occupied(mut occupied) => {
-                occupied.insert(expires_at);
-            }
-            Entry::Vacant(vacant) => {
-                entries.try_add()?;
-                vacant.insert(expires_at);
-            }
-        }
-        self.remind(ttl, expires_at, Space::Token, key);
-        Ok(())
+        self.tokens.put(scope, token, expires_at, keep, budget);
+        self.remind(ttl, expires_at, Space::Token, token);
     }
 
-    pub(super) fn consume_token(&mut self, key: &Key, now: Instant, entries: &Entries) -> bool {
-        match self.tokens.remove(key) {
-            Some(expires_at) => {
-                entries.remove(1);
-                expires_at > now
-            }
-            None => false,
-        }
+    pub(super) fn consume_token(&mut self, scope: &Key, token: &Key, now: Instant) -> bool {
+        self.tokens.consume(scope, token, now)
+    }
+
+    /// Tokens held now, counting expired ones not reclaimed yet.
+    pub(super) fn token_count(&self) -> usize {
+        self.tokens.len()
     }
 
     pub(super) fn begin_record(
@@ -416,6 +475,7 @@ impl Shard {
                         }
                     });
                 }
+                entries.shrink(record.response_bytes());
                 *record = started;
             }
             Entry::Vacant(vacant) => {
@@ -441,15 +501,17 @@ impl Shard {
         response: Bytes,
         retention: Duration,
         now: Instant,
-    ) -> bool {
+        entries: &Entries,
+    ) -> Result<bool, Full> {
         let expires_at = deadline(now, retention);
         let Some(record) = self.in_progress_of(key, owner, now) else {
-            return false;
+            return Ok(false);
         };
+        entries.try_grow(response.len())?;
         record.state = RecordState::Completed { response };
         record.expires_at = expires_at;
         self.remind(retention, expires_at, Space::Record, key);
-        true
+        Ok(true)
     }
 
     pub(super) fn renew_record(
@@ -479,7 +541,7 @@ impl Shard {
             return false;
         }
         self.records.remove(key);
-        entries.remove(1);
+        entries.remove(1, ENTRY_BYTES);
         true
     }
 }
@@ -490,8 +552,9 @@ mod tests {
 
     #[test]
     fn reminders_stay_bounded_by_the_entries_through_a_flood_of_released_keys() {
-        let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000));
+        let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000, usize::MAX));
         let (owner, ttl) = (Owner::random(), Duration::from_secs(30));
+        let scope = Key::hashed(["client"]);
         let mut most = 0;
         for i in 0..100_000_u32 {
             let key = Key::hashed([i.to_le_bytes()]);
@@ -501,11 +564,12 @@ mod tests {
                 .unwrap();
             assert!(shard.release(&key, &owner, now, &entries));
             let token = Key::hashed([b"token".as_slice(), &i.to_le_bytes()]);
-            shard.put_token(&token, ttl, now, &entries).unwrap();
-            assert!(shard.consume_token(&token, now, &entries));
+            shard.put_token(&scope, &token, ttl, 16, 1_000_000, now);
+            assert!(shard.consume_token(&scope, &token, now));
             most = most.max(shard.due.len());
         }
-        assert_eq!(entries.held(), 0);
+        assert_eq!((entries.held(), entries.bytes()), (0, 0));
+        assert_eq!(shard.token_count(), 0);
         // At most one entry is live at a time: twice that, plus the stale reminders kept.
         assert!(
             most <= 2 + STALE_REMINDERS_KEPT,
@@ -515,30 +579,26 @@ mod tests {
 
     #[test]
     fn dropping_stale_reminders_still_expires_every_live_entry() {
-        let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000));
+        let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000, usize::MAX));
         let now = Instant::now();
         for i in 0..1_000_u32 {
             let key = Key::hashed([i.to_le_bytes()]);
-            shard
-                .put_token(
-                    &key,
-                    Duration::from_millis(u64::from(i % 7) + 1),
-                    now,
-                    &entries,
-                )
-                .unwrap();
+            let ttl = Duration::from_millis(u64::from(i % 7) + 1);
             // Renewing pushes a second reminder for the same entry: stale ones pile up.
-            shard
-                .put_token(
-                    &key,
-                    Duration::from_millis(u64::from(i % 7) + 1),
-                    now,
-                    &entries,
-                )
-                .unwrap();
+            for _ in 0..2 {
+                shard.put_token(&key, &key, ttl, 16, 1_000_000, now);
+                shard
+                    .acquire(&key, &Owner::random(), ttl, || None, now, &entries)
+                    .unwrap();
+            }
         }
-        assert!(shard.due.len() < 2 * 1_000 + STALE_REMINDERS_KEPT + 1);
+        assert!(shard.due.len() < 4 * 1_000 + STALE_REMINDERS_KEPT + 1);
         shard.reclaim(now + Duration::from_millis(10), &entries, usize::MAX);
-        assert_eq!(entries.held(), 0, "every token expired and was reclaimed");
+        assert_eq!(
+            shard.token_count(),
+            0,
+            "every token expired and was reclaimed"
+        );
+        assert_eq!((entries.held(), entries.bytes()), (0, 0), "and every lock");
     }
 }

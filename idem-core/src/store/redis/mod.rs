@@ -32,6 +32,15 @@ static RENEW_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew_record.lua")));
 static ABANDON_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/abandon_record.lua")));
+static PUT_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/put_token.lua")));
+static CONSUME_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/consume_token.lua")));
+
+/// Buckets the one-time tokens are spread over, each one hash tag (one cluster slot) with
+/// its share of the token budget: enough to spread them over a cluster's nodes, few
+/// enough that each bucket's share is a useful number.
+const TOKEN_BUCKETS: u32 = 64;
 
 /// How long a release's wake-up stays in Redis for a waiter to take. It must cover the
 /// moment between a waiter seeing the lock held and its `BLPOP` reaching Redis (a round
@@ -68,7 +77,13 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 /// (a lock's fencing counter: it has no TTL, so tokens keep growing across expiry — one
 /// small key per lock name that ever used fencing), `idem:{key}:signal` (a list holding
 /// at most one wake-up, written by [`release_and_signal`](Store::release_and_signal) and
-/// kept for 5 s), `idem:{key}:token`, `idem:{key}:record`.
+/// kept for 5 s), `idem:{key}:record`. One-time tokens are spread over 64 buckets by
+/// their scope: `idem:{tokens/N}:all` (the bucket's tokens, by expiry) and
+/// `idem:{tokens/N}:scope:<scope>` (one scope's), so a put or a spend is one script in one
+/// slot. Each bucket holds its share of the
+/// [token capacity](RedisStoreBuilder::with_token_capacity) and evicts the tokens that
+/// expire soonest past it; a scope keeps only its newest few. Tokens are timed by the
+/// server's clock (`TIME`), not the instances'.
 ///
 /// [`wait_for_release`](Store::wait_for_release) blocks in `BLPOP` on a connection of its
 /// own — never on the shared one, which a blocking command would stall. Waiting
@@ -120,6 +135,8 @@ struct Inner {
     waiting: WaitingConnections,
     namespace: String,
     timeout: Duration,
+    /// Tokens one bucket holds at most.
+    token_budget: usize,
 }
 
 /// The kinds of entries, each a suffix of the Redis key.
@@ -128,7 +145,6 @@ enum Kind {
     Lock,
     Fence,
     Signal,
-    Token,
     Record,
 }
 
@@ -187,10 +203,24 @@ impl RedisStore {
             Kind::Lock => "lock",
             Kind::Fence => "fence",
             Kind::Signal => "signal",
-            Kind::Token => "token",
             Kind::Record => "record",
         };
         format!("{}:{{{}}}:{suffix}", self.inner.namespace, key.as_str())
+    }
+
+    /// The keys of `scope`'s tokens: its bucket's set and its own, under one hash tag.
+    fn token_keys(&self, scope: &Key) -> (String, String) {
+        // FNV-1a: stable across processes and releases, as every instance must agree.
+        let hash = scope.as_str().bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+            (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+        });
+        let bucket = format!(
+            "{}:{{tokens/{}}}",
+            self.inner.namespace,
+            hash % TOKEN_BUCKETS
+        );
+        let scope = format!("{bucket}:scope:{}", scope.as_str());
+        (format!("{bucket}:all"), scope)
     }
 
     /// Runs `op` on the connection, under the timeout. A connection that failed or stalled
@@ -239,10 +269,18 @@ impl RedisStore {
     }
 
     /// Runs a script whose answer is 0 or 1.
-    async fn flag(&self, script: &Script, key: &str, args: &[&[u8]]) -> Result<bool, StoreError> {
+    async fn flag(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<bool, StoreError> {
         let answer: i64 = self
             .run(|mut conn| async move {
-                let mut invocation = script.key(key);
+                let mut invocation = script.prepare_invoke();
+                for key in keys {
+                    invocation.key(*key);
+                }
                 for arg in args {
                     invocation.arg(*arg);
                 }
@@ -384,7 +422,7 @@ impl Store for RedisStore {
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         let lock = self.key(key, Kind::Lock);
-        self.flag(&RELEASE, &lock, &[owner.as_str().as_bytes()])
+        self.flag(&RELEASE, &[&lock], &[owner.as_str().as_bytes()])
             .await
     }
 
@@ -452,7 +490,7 @@ impl Store for RedisStore {
         let millis = ttl_millis(ttl).to_string();
         self.flag(
             &RENEW,
-            &lock,
+            &[&lock],
             &[owner.as_str().as_bytes(), millis.as_bytes()],
         )
         .await
@@ -462,30 +500,38 @@ impl Store for RedisStore {
         self.pttl(&self.key(key, Kind::Lock)).await
     }
 
-    async fn put_token(&self, key: &Key, ttl: Duration) -> Result<(), StoreError> {
-        let token = self.key(key, Kind::Token);
-        let (token, millis) = (token.as_str(), ttl_millis(ttl));
+    async fn put_token(
+        &self,
+        scope: &Key,
+        token: &Key,
+        ttl: Duration,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        let (bucket, scope) = self.token_keys(scope);
+        let (bucket, scope, token) = (bucket.as_str(), scope.as_str(), token.as_str());
+        let (millis, keep, budget) = (ttl_millis(ttl), keep.max(1), self.inner.token_budget);
         self.run(|mut conn| async move {
-            redis::cmd("SET")
+            PUT_TOKEN
+                .key(bucket)
+                .key(scope)
                 .arg(token)
-                .arg(1)
-                .arg("PX")
                 .arg(millis)
-                .query_async::<()>(&mut conn)
+                .arg(keep)
+                .arg(budget)
+                .invoke_async::<()>(&mut conn)
                 .await
         })
         .await
     }
 
-    async fn consume_token(&self, key: &Key) -> Result<bool, StoreError> {
-        let token = self.key(key, Kind::Token);
-        let token = token.as_str();
-        let deleted: i64 = self
-            .run(
-                |mut conn| async move { redis::cmd("DEL").arg(token).query_async(&mut conn).await },
-            )
-            .await?;
-        Ok(deleted == 1)
+    async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
+        let (bucket, scope) = self.token_keys(scope);
+        self.flag(
+            &CONSUME_TOKEN,
+            &[&bucket, &scope],
+            &[token.as_str().as_bytes()],
+        )
+        .await
     }
 
     async fn begin_record(
@@ -541,7 +587,7 @@ impl Store for RedisStore {
         let millis = ttl_millis(retention).to_string();
         self.flag(
             &COMPLETE_RECORD,
-            &record,
+            &[&record],
             &[owner.as_str().as_bytes(), &response, millis.as_bytes()],
         )
         .await
@@ -557,7 +603,7 @@ impl Store for RedisStore {
         let millis = ttl_millis(lease).to_string();
         self.flag(
             &RENEW_RECORD,
-            &record,
+            &[&record],
             &[owner.as_str().as_bytes(), millis.as_bytes()],
         )
         .await
@@ -565,7 +611,7 @@ impl Store for RedisStore {
 
     async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         let record = self.key(key, Kind::Record);
-        self.flag(&ABANDON_RECORD, &record, &[owner.as_str().as_bytes()])
+        self.flag(&ABANDON_RECORD, &[&record], &[owner.as_str().as_bytes()])
             .await
     }
 }
@@ -578,6 +624,7 @@ pub struct RedisStoreBuilder {
     eviction: EvictionCheck,
     max_waiting_connections: usize,
     script_acquire: bool,
+    token_capacity: usize,
 }
 
 impl Default for RedisStoreBuilder {
@@ -588,6 +635,7 @@ impl Default for RedisStoreBuilder {
             eviction: EvictionCheck::Warn,
             max_waiting_connections: 64,
             script_acquire: false,
+            token_capacity: 250_000,
         }
     }
 }
@@ -646,6 +694,19 @@ impl RedisStoreBuilder {
     /// ```
     pub fn with_eviction_policy_check(mut self, check: EvictionCheck) -> Self {
         self.eviction = check;
+        self
+    }
+
+    /// The most one-time tokens held at once (default 250,000), rounded up to a multiple
+    /// of the 64 buckets they are spread over. Past a bucket's share, the tokens that
+    /// expire soonest are evicted, so a flood of form pages never fills Redis: give
+    /// `maxmemory` room for about 300 bytes per token besides what your guards need.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_token_capacity(100_000);
+    /// ```
+    pub fn with_token_capacity(mut self, tokens: usize) -> Self {
+        self.token_capacity = tokens;
         self
     }
 
@@ -825,6 +886,7 @@ impl RedisStoreBuilder {
                 ),
                 namespace: self.namespace,
                 timeout: self.timeout,
+                token_budget: self.token_capacity.div_ceil(TOKEN_BUCKETS as usize).max(1),
             }),
         })
     }
