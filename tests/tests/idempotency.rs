@@ -199,6 +199,7 @@ fn routes(shop: &Shop) -> Router {
             "/big",
             post(big).route_layer(guarded().with_max_stored_response(1024)),
         )
+        .route("/big/storable", post(big).route_layer(guarded()))
         .route(
             "/callback",
             post(callback).route_layer(
@@ -1058,5 +1059,27 @@ async fn refused_requests_leave_no_key_in_redis() {
     // A server error's record is removed as well.
     post_key(&app, "/failing", "flaky").await;
     assert_eq!(server.keys(), Vec::<String>::new());
+    assert_eq!(shop.runs(), 1);
+}
+
+/// A `MemoryStore` out of bytes for a response keeps the "too large to replay" note: the
+/// first client gets its response, and a retry is refused rather than run again.
+#[tokio::test]
+async fn a_response_the_store_has_no_room_for_never_runs_again() {
+    let store = idem_axum::MemoryStore::builder()
+        .with_max_bytes(2 * 1024)
+        .build();
+    let shop = Shop::new();
+    let app = app(store, &shop);
+    let first = Seen::of(post_key(&app, "/big/storable", "no-room").await).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.body.len(),
+        4 * 1024,
+        "the first client gets all of it"
+    );
+    let retry = Seen::of(post_key(&app, "/big/storable", "no-room").await).await;
+    assert_eq!(retry.status, StatusCode::CONFLICT);
+    assert_eq!(retry.problem(), "response-not-replayable");
     assert_eq!(shop.runs(), 1);
 }

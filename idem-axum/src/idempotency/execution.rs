@@ -16,7 +16,7 @@ use futures_util::FutureExt;
 use http::StatusCode;
 use http::header::CONTENT_ENCODING;
 use http::response::Parts;
-use idem_core::{AnyStore, Key, Owner, Store};
+use idem_core::{AnyStore, Key, Owner, Store, StoreError};
 use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
 use tower_service::Service;
@@ -60,12 +60,25 @@ impl Record {
         }
     }
 
-    async fn complete(&self, response: Bytes, retention: Duration) {
-        match self
+    /// Stores `response`, the encoding of a response with `status`. A store out of room
+    /// for it (a full `MemoryStore`) keeps the "too large to replay" note instead, so a
+    /// retry is refused rather than run a second time.
+    async fn complete(&self, response: Bytes, status: StatusCode, retention: Duration) {
+        let stored = self
             .store
             .complete_record(&self.key, &self.owner, response, retention)
-            .await
-        {
+            .await;
+        let stored = match stored {
+            Err(StoreError::Memory { .. }) => {
+                tracing::warn!("idem: no room to store the response; retries get 409");
+                let note = stored::encode_too_large(status);
+                self.store
+                    .complete_record(&self.key, &self.owner, note, retention)
+                    .await
+            }
+            other => other,
+        };
+        match stored {
             Ok(true) => tracing::debug!("idem: response stored"),
             Ok(false) => tracing::warn!(
                 "idem: the response was not stored: the attempt lost its record to a newer one"
@@ -221,7 +234,9 @@ fn settle<E>(
                         );
                     }
                     let stored = stored::encode_response(&parts, data, settings.scope);
-                    record.complete(stored, settings.retention).await;
+                    record
+                        .complete(stored, parts.status, settings.retention)
+                        .await;
                 }
                 Captured::TooLarge { .. } => {
                     tracing::info!(
@@ -230,7 +245,9 @@ fn settle<E>(
                         "idem: response too large to store; retries get 409"
                     );
                     let stored = stored::encode_too_large(parts.status);
-                    record.complete(stored, settings.retention).await;
+                    record
+                        .complete(stored, parts.status, settings.retention)
+                        .await;
                 }
                 Captured::Failed { error, .. } => {
                     tracing::warn!(%error, "idem: the response body failed; not stored");

@@ -150,8 +150,37 @@
 //! - **Store failures** follow the runtime's [`StoreFailure`](crate::StoreFailure) policy
 //!   before the handler runs: 503 when failing closed, unguarded when failing open. If
 //!   the store fails when the response is to be stored, the client still gets it; the
-//!   record then expires with its lease and a retry runs the handler again. No request
-//!   waits longer than the store's timeout for the store.
+//!   record then expires with its lease and a retry runs the handler again. A
+//!   `MemoryStore` with no room left for the response keeps the "too large to replay" note
+//!   instead, so a retry gets 409 and the handler does not run twice. No request waits
+//!   longer than the store's timeout for the store.
+//!
+//! # One client's flood of new keys
+//!
+//! Every new key costs a record for the [retention](IdempotencyLayer::with_retention):
+//! in a `MemoryStore` 256 bytes plus the stored response, in Redis about as much. A client
+//! that sends a new key with every request grows the store by its request rate × the
+//! retention. What keeps that from harming others:
+//!
+//! - **Records have a budget of their own.** Windows, locks and records are never
+//!   evicted, and form tokens — which anyone can mint by loading a page — have a separate
+//!   budget and cannot eat into theirs. A `MemoryStore` bounds records in entries and in
+//!   bytes, stored responses counted; Redis bounds them with `maxmemory` under
+//!   `noeviction`. Past the budget a *new* key is refused by the store-failure policy
+//!   (503 when failing closed) while replays of stored responses go on.
+//! - **Pair the layer with a rate limiter** keyed by the same client identity, in front
+//!   of it (for example `tower_governor`'s `GovernorLayer`, keyed by the peer address or
+//!   your user id). At R requests a second and a retention T, one client then holds at
+//!   most R × T records: 5 requests a second with the default 24 h is 432,000 records,
+//!   with `with_retention(Duration::from_secs(3600))` 18,000. Pick T by how long your
+//!   clients really retry.
+//!
+//! idem keeps no per-client quota of records itself. A quota is a count per client read
+//! on every first request — a second store operation on the hot path, and in Redis
+//! Cluster every record of a client held in one slot — and it stops nothing against a
+//! client that mints identities (a fresh cookie, a new free-tier key), which a rate
+//! limiter keyed by network address does. The budget is what must survive any flood; the
+//! rate limiter is what keeps one client from spending it.
 //!
 //! Outcomes are logged as `tracing` events with an `idem.outcome` field: `accepted`,
 //! `replayed`, `conflict`, `mismatch`, `invalid_key`, `missing_key`, `store_error`.
