@@ -97,7 +97,8 @@ impl fmt::Display for Key {
 /// Who holds a key: a lock's owner token, or the attempt that started an idempotency record.
 ///
 /// Only the owner can release, renew or complete what it holds, so one worker can never
-/// free or overwrite another's (the documents' "mis-delete" story). [`Owner::random`] is
+/// free or overwrite another's (a holder that stalled past its lease deleting the lock the
+/// next holder took). [`Owner::random`] is
 /// the usual choice; [`Owner::new`] lets a process re-enter a lock it took before a
 /// network timeout, by presenting the same owner again.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -1,6 +1,6 @@
 //! The distributed [`Lock`] on Redis: uncontended acquire + release pairs per second at 50
-//! concurrent tasks beside `redis-benchmark` running the same two steps the documents
-//! describe (`SET key owner NX PX`, then the compare-and-delete script by `EVALSHA`) on
+//! concurrent tasks beside `redis-benchmark` running the same two steps a plain Redis
+//! lock takes (`SET key owner NX PX`, then the compare-and-delete script by `EVALSHA`) on
 //! the same server in the same run; and the hand-off latency when tasks contend for one
 //! lock.
 //!
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use idem_core::{Acquire, Fencing, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store};
 use idem_tests::RedisServer;
 
-/// The documents' release script, as `redis-benchmark` runs it.
+/// The plain compare-and-delete release script, as `redis-benchmark` runs it.
 const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 const LEASE: Duration = Duration::from_secs(30);

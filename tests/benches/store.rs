@@ -20,7 +20,7 @@ use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, MemoryStore, Owner, S
 use idem_tests::RedisServer;
 use tokio::runtime::Runtime;
 
-/// The documents' anti-repeat window, and a typical lock lease.
+/// A typical anti-repeat window, and a typical lock lease.
 const LOCK_TTL: Duration = Duration::from_secs(30);
 /// How long an issued form token stays valid.
 const TOKEN_TTL: Duration = Duration::from_secs(30 * 60);

@@ -348,7 +348,7 @@ async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {
     assert!(next.release().await.unwrap());
 }
 
-/// The documents' mis-release: holder 1 stalls past its lease, holder 2 acquires, and
+/// A mis-release: holder 1 stalls past its lease, holder 2 acquires, and
 /// holder 1's release must neither free holder 2's lock nor pretend it still owned it.
 async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>() {
     let backend = B::start();

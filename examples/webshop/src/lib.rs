@@ -1,6 +1,6 @@
 //! The example web shop: the first thing to run, and the proof that idem works end to
 //! end. A small real application — server-rendered pages, a JSON API, SQLite through
-//! sqlx — where every way the documents say a request arrives twice is met by the guard
+//! sqlx — where every common way a request arrives twice is met by the guard
 //! made for it:
 //!
 //! | route | the duplicate | the guard |

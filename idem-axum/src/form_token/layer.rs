@@ -87,8 +87,8 @@ impl VerifyFormTokenLayer {
         self
     }
 
-    /// Whether a spent token is replaced (default `false`): the documents' "生成新的token
-    /// 返回", for pages that stay open and post again. A fresh token for the same client
+    /// Whether a spent token is replaced (default `false`), for pages that stay open and
+    /// post again. A fresh token for the same client
     /// is then issued before the handler runs, given to its [`FormToken`] extractor, and
     /// sent back in the response's token header
     /// ([`FormTokenConfig::with_header_name`]).

@@ -1,9 +1,9 @@
 //! One-time form tokens: [`FormToken`] issues one when a form is rendered,
 //! [`VerifyFormTokenLayer`] spends it when the form is posted.
 //!
-//! The documents' session `subToken` interceptor: the form page gets a random token, the
-//! submission must bring it back, and the token works once. The check *is* the delete
-//! ("删除成功代表token校验通过"): verifying is one atomic delete in the store that
+//! A session-token interceptor, as many web frameworks have one: the form page gets a
+//! random token, the submission must bring it back, and the token works once. The check
+//! *is* the delete: verifying is one atomic delete in the store that
 //! answers "deleted" to exactly one caller, never a read followed by a delete, which two
 //! concurrent submissions would both pass.
 //!
@@ -14,6 +14,15 @@
 //! HTML-escaped [hidden input](FormToken::hidden_input). Every rendering issues a new
 //! token, so a user with the form open in two tabs can post each once. The store holds a
 //! hash of the namespace, client and token — a dump of it yields no usable token.
+//!
+//! **Bounded.** A client keeps its newest 16 tokens
+//! ([`FormTokenConfig::with_tokens_per_client`]); rendering the form once more makes its
+//! oldest lapse. And tokens have a budget of their own in the store (its token
+//! capacity), apart from anti-repeat windows, idempotency records and locks: a flood of
+//! form pages — by one client, or by many throwaway ones, since a client without a cookie
+//! is a new client every time — pushes out only other tokens, those that expire soonest
+//! first, and never makes another client's guarded request fail. A token pushed out
+//! costs its user a form reload, never a duplicate.
 //!
 //! **Verify.** [`VerifyFormTokenLayer`], installed with `route_layer`, takes the token
 //! from the configured header, or else from the form field of an

@@ -1,7 +1,6 @@
 //! Idempotency keys with stored-response replay: [`IdempotencyLayer`].
 //!
-//! The documents' `idempotent_withdraw(ticket_id, …)` that "returns the result of the
-//! first call on every call", over HTTP as draft-ietf-httpapi-idempotency-key-header-07
+//! An operation that returns the result of its first call on every call, over HTTP as draft-ietf-httpapi-idempotency-key-header-07
 //! and Stripe define it. A client puts a unique `Idempotency-Key` on a request and sends
 //! the same key again when it retries; the handler runs once, and every retry gets the
 //! first response back.

@@ -1,10 +1,10 @@
 //! A distributed lock over any [`Store`]: [`Lock`], [`LockGuard`], [`Lease`].
 //!
-//! The documents' lock, all the way from `SET NX`:
+//! A distributed lock, all the way from `SET NX`:
 //!
 //! - **An owner token**, so only the holder frees or extends its lock. A holder that
-//!   stalled past its lease cannot delete the lock the next holder took meanwhile (the
-//!   documents' mis-delete story): release and renewal are one compare-and-act step in the
+//!   stalled past its lease cannot delete the lock the next holder took meanwhile:
+//!   release and renewal are one compare-and-act step in the
 //!   store (a Lua script in Redis).
 //! - **A lease** ([`Lease`]), so a holder that dies cannot block the lock for ever — either
 //!   fixed, or renewed every third of it by a watchdog while the guard lives (Redisson's
@@ -12,7 +12,7 @@
 //! - **A fencing token** (Kleppmann) with every acquisition, larger than every token
 //!   before it for the same lock, also after an expiry.
 //! - **Reentry**: acquiring again with the same [`Owner`] succeeds, as after a network
-//!   timeout that hid a success (the documents' Option 1).
+//!   timeout that hid a success.
 //! - **Waiting** that wakes on release: a release leaves one wake-up, taken by one waiter,
 //!   so waiters neither poll in a tight loop nor stampede the store on each release.
 //!

@@ -1,4 +1,5 @@
-//! Accounts and the documents' `idempotent_withdraw(ticket_id, amount)`.
+//! Accounts and an idempotent `withdraw(ticket_id, amount)`: a withdrawal named by a
+//! ticket pays once, however often it is sent.
 
 use axum::Json;
 use axum::extract::{Path, State};

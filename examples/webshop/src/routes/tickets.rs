@@ -1,4 +1,4 @@
-//! Tickets: the documents' `create_ticket()`, a one-time id a client gets before a
+//! Tickets: `create_ticket()`, a one-time id a client gets before a
 //! withdrawal and sends with every attempt of it.
 
 use axum::Json;

@@ -1,4 +1,4 @@
-//! The documents' flash sale (秒杀): 100 vouchers, many buyers at once, one voucher per
+//! A flash sale (秒杀): 100 vouchers, many buyers at once, one voucher per
 //! user, and stock that never goes below zero.
 
 use std::time::Duration;
