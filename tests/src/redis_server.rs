@@ -382,10 +382,15 @@ impl RedisCluster {
 
     /// A [`RedisStore`] on the cluster with the default settings.
     pub fn store(&self) -> RedisStore {
+        self.store_with(RedisStore::builder())
+    }
+
+    /// A [`RedisStore`] on the cluster with the settings of `builder`.
+    pub fn store_with(&self, builder: RedisStoreBuilder) -> RedisStore {
         let pool = deadpool_redis::cluster::Config::from_urls(self.urls())
             .create_pool(Some(deadpool_redis::Runtime::Tokio1))
             .expect("a cluster pool for the test cluster");
-        RedisStore::builder()
+        builder
             .build_with_cluster_pool(pool)
             .expect("a store on the test cluster")
     }

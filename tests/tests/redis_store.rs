@@ -892,3 +892,33 @@ async fn a_token_flood_stays_within_the_token_capacity() {
     store.put_token(&late, &late, LONG, 16).await.unwrap();
     assert!(store.consume_token(&late, &late).await.unwrap());
 }
+
+/// In a cluster too: evicting a token reaches into the set of the scope it belonged to,
+/// which the script finds by name in its bucket's slot.
+#[tokio::test]
+async fn in_a_cluster_a_token_flood_evicts_within_each_bucket() {
+    let cluster = RedisCluster::start();
+    let store = cluster.store_with(RedisStore::builder().with_token_capacity(128));
+    let first = key("first-client");
+    store.put_token(&first, &first, LONG, 16).await.unwrap();
+    let puts = idem_tests::all_at_once(2_000, |i| {
+        let (store, client) = (store.clone(), key(&format!("throwaway-{i}")));
+        async move { store.put_token(&client, &client, LONG, 16).await }
+    });
+    for put in puts.await {
+        put.expect("a put never fails for lack of room");
+    }
+    let scopes = cluster
+        .keys_by_node()
+        .iter()
+        .filter(|(_, key)| key.contains(":scope:"))
+        .count();
+    assert!(scopes <= 128, "{scopes} scopes hold tokens");
+    assert!(
+        !store.consume_token(&first, &first).await.unwrap(),
+        "evicted"
+    );
+    let late = key("late-client");
+    store.put_token(&late, &late, LONG, 16).await.unwrap();
+    assert!(store.consume_token(&late, &late).await.unwrap());
+}
