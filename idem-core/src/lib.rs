@@ -18,6 +18,8 @@
 //! - [`Lock`]: a distributed lock over any store — owner tokens, leases with an optional
 //!   watchdog, fencing tokens, reentry, waiting that wakes on release. Read the
 //!   [`lock`] module docs for what it guarantees and what it does not.
+//! - `conformance` (feature `conformance`): the suite every store passes, for a store
+//!   written outside this crate to run with one line.
 //! - [`Key`], [`Owner`], [`Fingerprint`]: what a store is addressed with. Anything a client
 //!   sends is hashed into them, so no input can name another key.
 //!
@@ -36,6 +38,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod key;
 pub mod lock;
 pub mod store;
@@ -43,8 +47,8 @@ pub mod store;
 pub use key::{Fingerprint, Key, KeyError, Owner};
 pub use lock::{Lease, Lock, LockError, LockGuard, LockLost};
 pub use store::{
-    Acquire, AnyStore, Begin, Fencing, FencingToken, MemoryStore, MemoryStoreBuilder, Store,
-    StoreError,
+    Acquire, AnyStore, Begin, BoxError, Fencing, FencingToken, MemoryStore, MemoryStoreBuilder,
+    RELEASE_POLL_INTERVAL, Store, StoreError,
 };
 #[cfg(feature = "redis")]
 pub use store::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};

@@ -1,28 +1,10 @@
 //! One store of each kind, with whatever keeps it alive, for suites that run every test
-//! against every store.
+//! against every store: each a [`Backend`] of the store conformance suite.
 
-use idem_core::{AnyStore, MemoryStore, RedisStore, RedisStoreBuilder, Store};
+use idem_core::conformance::Backend;
+use idem_core::{AnyStore, MemoryStore, RedisStore, RedisStoreBuilder};
 
 use crate::redis_server::{RedisCluster, RedisServer};
-
-/// A store under test and what it runs on.
-pub trait Backend: Send + Sync {
-    /// The store.
-    type Store: Store + Clone;
-
-    /// Starts the backend (a server, where it needs one).
-    fn start() -> Self;
-
-    /// A handle on the store; clones share its data.
-    fn store(&self) -> Self::Store;
-
-    /// A store on the same data as another application instance would have it: for Redis
-    /// a store with connections of its own; in memory, the same store (two routers in one
-    /// process).
-    fn store_of_another_instance(&self) -> Self::Store {
-        self.store()
-    }
-}
 
 /// [`MemoryStore`] with the default settings.
 #[derive(Debug)]
@@ -31,7 +13,7 @@ pub struct MemoryBackend(MemoryStore);
 impl Backend for MemoryBackend {
     type Store = MemoryStore;
 
-    fn start() -> Self {
+    async fn start() -> Self {
         Self(MemoryStore::new())
     }
 
@@ -48,7 +30,7 @@ pub struct AnyMemoryBackend(AnyStore);
 impl Backend for AnyMemoryBackend {
     type Store = AnyStore;
 
-    fn start() -> Self {
+    async fn start() -> Self {
         Self(AnyStore::new(MemoryStore::new()))
     }
 
@@ -68,7 +50,7 @@ pub struct RedisBackend {
 impl Backend for RedisBackend {
     type Store = RedisStore;
 
-    fn start() -> Self {
+    async fn start() -> Self {
         let server = RedisServer::start();
         let store = server.store();
         Self { server, store }
@@ -101,7 +83,7 @@ impl RedisScriptAcquireBackend {
 impl Backend for RedisScriptAcquireBackend {
     type Store = RedisStore;
 
-    fn start() -> Self {
+    async fn start() -> Self {
         let server = RedisServer::start();
         let store = server.store_with(Self::builder());
         Self { server, store }
@@ -127,7 +109,7 @@ pub struct ClusterBackend {
 impl Backend for ClusterBackend {
     type Store = RedisStore;
 
-    fn start() -> Self {
+    async fn start() -> Self {
         let cluster = RedisCluster::start();
         let store = cluster.store();
         Self { cluster, store }

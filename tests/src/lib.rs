@@ -9,16 +9,14 @@
 //! store.
 
 mod backend;
-mod concurrency;
 mod forwarder;
 mod redis_server;
 
 pub use backend::{
-    AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend,
-    RedisScriptAcquireBackend,
+    AnyMemoryBackend, ClusterBackend, MemoryBackend, RedisBackend, RedisScriptAcquireBackend,
 };
-pub use concurrency::{all_at_once, eventually};
 pub use forwarder::Forwarder;
+pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
 
 /// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per

@@ -278,7 +278,7 @@ fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
 }
 
 async fn five_hundred_identical_posts_run_the_body_once<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     for path in ["/orders", "/layered/orders"] {
         let shop = Shop::new();
         let app = app(backend.store(), &shop);
@@ -309,7 +309,7 @@ async fn five_hundred_identical_posts_run_the_body_once<B: Backend>() {
 }
 
 async fn two_instances_on_one_store_run_the_body_once<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     // Two routers, each with its own runtime and store connections, as two processes
     // behind a load balancer would have.
@@ -328,7 +328,7 @@ async fn two_instances_on_one_store_run_the_body_once<B: Backend>() {
 }
 
 async fn clients_do_not_block_each_other<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     // 50 clients, each double-clicking four times, all at once.
@@ -355,7 +355,7 @@ async fn clients_do_not_block_each_other<B: Backend>() {
 }
 
 async fn a_repeat_after_the_window_is_accepted<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     assert_eq!(
@@ -374,7 +374,7 @@ async fn a_repeat_after_the_window_is_accepted<B: Backend>() {
 }
 
 async fn finish_releases_when_the_response_is_produced<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     for path in ["/slow", "/layered/slow"] {
         let shop = Shop::new();
         let app = app(backend.store(), &shop);
@@ -416,7 +416,7 @@ async fn finish_releases_when_the_response_is_produced<B: Backend>() {
 }
 
 async fn a_server_error_releases_the_key<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     for _ in 0..3 {
@@ -446,7 +446,7 @@ async fn retry_until_accepted(app: &Router, path: &str, shop: &Shop, runs_before
 }
 
 async fn a_panic_releases_the_key<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     assert_eq!(
@@ -479,7 +479,7 @@ async fn abandon_after_commit(app: &Router, path: &str, shop: &Shop) {
 }
 
 async fn an_abandoned_request_keeps_its_window_and_its_handler_finishes<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     for path in ["/committing", "/layered/committing"] {
         let shop = Shop::new();
         let app = app(backend.store(), &shop);
@@ -510,7 +510,7 @@ async fn an_abandoned_request_keeps_its_window_and_its_handler_finishes<B: Backe
 }
 
 async fn finish_releases_when_an_abandoned_handler_really_finishes<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     for path in ["/committing/finish", "/layered/committing/finish"] {
         let shop = Shop::new();
         let app = app(backend.store(), &shop);
@@ -550,7 +550,7 @@ async fn finish_releases_when_an_abandoned_handler_really_finishes<B: Backend>()
 }
 
 async fn a_different_payload_is_not_a_repeat<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     for path in ["/transfer", "/layered/transfer"] {
         let shop = Shop::new();
         let app = app(backend.store(), &shop);
@@ -567,7 +567,7 @@ async fn a_different_payload_is_not_a_repeat<B: Backend>() {
 }
 
 async fn bad_input_takes_no_key<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let malformed = post_json(&app, "/strict", "alice", r#"{"amount": "#).await;
@@ -593,7 +593,7 @@ async fn bad_input_takes_no_key<B: Backend>() {
 /// A 4xx the handler, its extractors or the route produce frees the key at once: the user
 /// who fixes the input is not locked out for the window.
 async fn a_refusal_of_bad_input_frees_the_key<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     for path in ["/validating", "/layered/validating"] {
         let shop = Shop::new();
         let app = app(backend.store(), &shop);

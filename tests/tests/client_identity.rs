@@ -122,7 +122,7 @@ async fn body_text(response: Response) -> String {
 }
 
 async fn a_new_forged_forwarded_on_each_request_is_still_one_client<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let counter = Counter::default();
     let app = app(backend.store(), &counter);
     let mut statuses = Vec::new();
@@ -140,7 +140,7 @@ async fn a_new_forged_forwarded_on_each_request_is_still_one_client<B: Backend>(
 }
 
 async fn a_forged_forwarded_naming_another_user_does_not_lock_them_out<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let counter = Counter::default();
     let app = app(backend.store(), &counter);
     let forged = format!("for={VICTIM}");
@@ -156,7 +156,7 @@ async fn a_forged_forwarded_naming_another_user_does_not_lock_them_out<B: Backen
 }
 
 async fn a_forged_forwarded_cannot_replay_another_users_response<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let counter = Counter::default();
     let app = app(backend.store(), &counter);
     let key = ("idempotency-key", "order-1");
@@ -177,7 +177,7 @@ async fn a_forged_forwarded_cannot_replay_another_users_response<B: Backend>() {
 }
 
 async fn a_forged_x_forwarded_for_is_ignored_when_the_proxy_writes_forwarded<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let counter = Counter::default();
     let by_forwarded = proxies().with_header(ForwardingHeader::Forwarded);
     let app = app_with(backend.store(), &counter, by_forwarded);

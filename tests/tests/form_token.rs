@@ -161,8 +161,8 @@ fn app<S: Store>(store: S, shop: &Shop) -> Router {
 }
 
 /// A backend, the shop's counters, and the shop on the backend's store.
-fn shop_on<B: Backend>() -> (B, Shop, Router) {
-    let backend = B::start();
+async fn shop_on<B: Backend>() -> (B, Shop, Router) {
+    let backend = B::start().await;
     let shop = Shop::default();
     let app = app(backend.store(), &shop);
     (backend, shop, app)
@@ -285,7 +285,7 @@ fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
 }
 
 async fn two_hundred_posts_with_one_token_run_the_handler_once<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     for path in ["/orders", "/upload"] {
         let token = issue(&app, "alice").await;
         let runs_before = shop.runs();
@@ -309,7 +309,7 @@ async fn two_hundred_posts_with_one_token_run_the_handler_once<B: Backend>() {
 }
 
 async fn two_instances_on_one_store_accept_a_token_once<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::default();
     let instances = [
         app(backend.store(), &shop),
@@ -332,7 +332,7 @@ async fn two_instances_on_one_store_accept_a_token_once<B: Backend>() {
 }
 
 async fn a_token_is_refused_from_another_client_and_stays_usable<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     let alices = issue(&app, "alice").await;
     let bobs = issue(&app, "bob").await;
     let stolen = post_form(&app, "/orders", "bob", order(&alices)).await;
@@ -348,7 +348,7 @@ async fn a_token_is_refused_from_another_client_and_stays_usable<B: Backend>() {
 }
 
 async fn an_expired_token_is_refused<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::default();
     let config = FormTokenConfig::new().with_ttl(Duration::from_millis(300));
     let app = app_with(backend.store(), &shop, config);
@@ -363,7 +363,7 @@ async fn an_expired_token_is_refused<B: Backend>() {
 }
 
 async fn a_missing_token_is_a_bad_request<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     let token = issue(&app, "alice").await;
     let no_content_type = send(
         &app,
@@ -403,7 +403,7 @@ async fn a_missing_token_is_a_bad_request<B: Backend>() {
 }
 
 async fn bad_bodies_spend_no_token<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     let token = issue(&app, "alice").await;
 
     let json = post_typed(
@@ -451,7 +451,7 @@ async fn bad_bodies_spend_no_token<B: Backend>() {
 }
 
 async fn an_oversize_body_spends_no_token<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     let token = issue(&app, "alice").await;
     // Over the layer's own limit (1 KiB on `/small`), and over the router's default
     // (axum's 2 MB) on `/orders`; the token comes first, the padding after it.
@@ -467,7 +467,7 @@ async fn an_oversize_body_spends_no_token<B: Backend>() {
 }
 
 async fn a_token_in_the_header_leaves_the_body_to_the_handler<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     let token = issue(&app, "alice").await;
     let with_header = || {
         as_client(Request::post("/api/orders"), "alice")
@@ -503,7 +503,7 @@ async fn a_token_in_the_header_leaves_the_body_to_the_handler<B: Backend>() {
 }
 
 async fn multipart_forms_reach_the_handler_whole<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     let token = issue(&app, "alice").await;
     let content_type = multipart_content_type();
     let first = post_typed(
@@ -532,7 +532,7 @@ async fn multipart_forms_reach_the_handler_whole<B: Backend>() {
 }
 
 async fn rotation_hands_out_a_fresh_token<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     let first = issue(&app, "alice").await;
 
     let response = post_form(&app, "/editing", "alice", order(&first)).await;
@@ -571,7 +571,7 @@ async fn rotation_hands_out_a_fresh_token<B: Backend>() {
 }
 
 async fn beside_avoid_repeat_in_either_order<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     for path in [
         "/both/attribute",
         "/both/token-outside",
@@ -624,7 +624,7 @@ async fn beside_avoid_repeat_in_either_order<B: Backend>() {
 async fn over_tcp_a_get_issues_and_one_post_spends<B: Backend>() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let (_backend, shop, app) = shop_on::<B>();
+    let (_backend, shop, app) = shop_on::<B>().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

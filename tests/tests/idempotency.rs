@@ -313,7 +313,7 @@ impl Seen {
 }
 
 async fn three_hundred_concurrent_requests_run_the_handler_once<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let answers = all_at_once(300, |_| {
@@ -346,7 +346,7 @@ async fn three_hundred_concurrent_requests_run_the_handler_once<B: Backend>() {
 }
 
 async fn a_replay_is_the_first_response_byte_for_byte<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let first = Seen::of(post_key(&app, "/pay", "bare-key-1").await).await;
@@ -371,7 +371,7 @@ async fn a_replay_is_the_first_response_byte_for_byte<B: Backend>() {
 }
 
 async fn the_same_key_with_another_request_is_422<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     assert_eq!(
@@ -406,7 +406,7 @@ async fn the_same_key_with_another_request_is_422<B: Backend>() {
 }
 
 async fn a_new_router_on_the_same_store_still_replays<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let before_restart = Shop::new();
     let first = {
         let app = app(backend.store(), &before_restart);
@@ -425,7 +425,7 @@ async fn a_new_router_on_the_same_store_still_replays<B: Backend>() {
 }
 
 async fn a_handler_three_times_longer_than_its_lease_runs_once<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let started = Instant::now();
@@ -459,7 +459,7 @@ async fn a_handler_three_times_longer_than_its_lease_runs_once<B: Backend>() {
 }
 
 async fn a_client_that_disconnects_mid_handler_still_gets_its_response_stored<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let abandoned = tokio::spawn({
@@ -487,7 +487,7 @@ async fn a_client_that_disconnects_mid_handler_still_gets_its_response_stored<B:
 }
 
 async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     for run in 1..=2 {
@@ -499,7 +499,7 @@ async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
 }
 
 async fn a_panic_removes_the_record<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let seen = post_key(&app, "/panicking", "boom").await;
@@ -525,7 +525,7 @@ async fn a_panic_removes_the_record<B: Backend>() {
 }
 
 async fn invalid_keys_are_refused_before_the_handler<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     for bad in invalid_keys() {
@@ -577,7 +577,7 @@ fn invalid_keys() -> Vec<HeaderValue> {
 }
 
 async fn a_required_key_that_is_missing_is_400_and_an_optional_one_passes<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let seen = Seen::of(send(&app, request("/required", "alice", None, "{}")).await).await;
@@ -601,7 +601,7 @@ async fn a_required_key_that_is_missing_is_400_and_an_optional_one_passes<B: Bac
 }
 
 async fn unguarded_methods_pass_through_untouched<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     for run in 1..=2 {
@@ -643,7 +643,7 @@ async fn unguarded_methods_pass_through_untouched<B: Backend>() {
 }
 
 async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let large = format!(r#"{{"note":"{}"}}"#, "x".repeat(100));
@@ -657,7 +657,7 @@ async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
 }
 
 async fn a_response_too_large_to_store_reaches_its_client_and_never_runs_again<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let first = Seen::of(post_key(&app, "/big", "big-1").await).await;
@@ -678,7 +678,7 @@ async fn a_response_too_large_to_store_reaches_its_client_and_never_runs_again<B
 }
 
 async fn keys_are_scoped_by_client<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     for client in ["alice", "bob"] {
@@ -699,7 +699,7 @@ async fn keys_are_scoped_by_client<B: Backend>() {
 }
 
 async fn a_key_function_dedupes_callbacks_from_any_address<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let notification = r#"{"source":"alipay","seq":42,"amount":100}"#;
@@ -756,7 +756,7 @@ fn idem_on<S: Store>(store: S) -> Idem {
 }
 
 async fn the_same_key_on_another_nested_route_runs_that_route<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let idem = idem_on(backend.store());
     for scope in [KeyScope::Client, KeyScope::Shared] {
         let (orders, refunds) = (Shop::new(), Shop::new());
@@ -785,7 +785,7 @@ async fn the_same_key_on_another_nested_route_runs_that_route<B: Backend>() {
 }
 
 async fn a_key_reused_under_another_nest_prefix_is_422<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let orders = Shop::new();
     // One route, `/{shop}/orders`; its handler sees `/` whichever shop is asked.
     let app = Router::new()
@@ -812,7 +812,7 @@ async fn a_key_reused_under_another_nest_prefix_is_422<B: Backend>() {
 }
 
 async fn outside_the_router_a_key_is_scoped_by_the_request_path<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     // Around a whole router no route has matched yet: the request's path is the scope.
     let unguarded = Router::new()
@@ -836,7 +836,7 @@ async fn outside_the_router_a_key_is_scoped_by_the_request_path<B: Backend>() {
 }
 
 async fn a_shared_key_never_replays_a_cookie_and_a_client_key_does<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let cookies = |seen: &Seen| {
@@ -903,7 +903,7 @@ fn gunzip(bytes: &[u8]) -> String {
 }
 
 async fn compression_outside_the_layer_compresses_each_replay_for_its_own_request<B: Backend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let path = "/compressed-outside";
@@ -929,7 +929,7 @@ async fn compression_outside_the_layer_compresses_each_replay_for_its_own_reques
 async fn a_response_compressed_inside_the_layer_is_replayed_only_to_requests_that_accept_it<
     B: Backend,
 >() {
-    let backend = B::start();
+    let backend = B::start().await;
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     let path = "/compressed-inside";

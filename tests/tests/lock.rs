@@ -322,7 +322,7 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
 }
 
 async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let lease = Lease::Fixed(LONG);
     let mine = Lock::new(backend.store(), key("busy"), lease);
     let theirs = Lock::new(backend.store(), key("busy"), lease);
@@ -351,7 +351,7 @@ async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {
 /// A mis-release: holder 1 stalls past its lease, holder 2 acquires, and
 /// holder 1's release must neither free holder 2's lock nor pretend it still owned it.
 async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let lock = key("stall");
     let lease = Lease::Fixed(Duration::from_millis(200));
     let first = Lock::new(backend.store(), lock.clone(), lease)
@@ -388,7 +388,7 @@ async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>()
 
 /// Reentry is not counted: both guards share one hold, and the first release ends it.
 async fn the_same_owner_reenters_and_shares_one_hold<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let owner = Owner::new("worker-7:job-42").unwrap();
     let lock =
         Lock::new(backend.store(), key("reentry"), Lease::Fixed(LONG)).with_owner(owner.clone());
@@ -421,7 +421,7 @@ async fn the_same_owner_reenters_and_shares_one_hold<B: LockBackend>() {
 }
 
 async fn the_watchdog_holds_through_three_leases_and_stops_when_released<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let lease = Duration::from_millis(300);
     let store = Counting::new(backend.store());
     let lock = Lock::new(store.clone(), key("watched"), Lease::Watchdog(lease));
@@ -457,7 +457,7 @@ async fn the_watchdog_holds_through_three_leases_and_stops_when_released<B: Lock
 }
 
 async fn the_watchdog_stops_when_the_guard_is_dropped<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let lease = Duration::from_millis(300);
     let store = Counting::new(backend.store());
     let lock = Lock::new(store.clone(), key("dropped"), Lease::Watchdog(lease));
@@ -477,7 +477,7 @@ async fn the_watchdog_stops_when_the_guard_is_dropped<B: LockBackend>() {
 
 /// Renewal failure is signalled to the holder, not just logged.
 async fn a_lock_deleted_behind_its_holder_is_signalled<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let lease = Duration::from_millis(300);
     let lock = Lock::new(backend.store(), key("deleted"), Lease::Watchdog(lease));
     let guard = lock.try_acquire().await.unwrap();
@@ -490,7 +490,7 @@ async fn a_lock_deleted_behind_its_holder_is_signalled<B: LockBackend>() {
 }
 
 async fn a_fixed_lease_reports_its_end<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let lock = Lock::new(
         backend.store(),
         key("short"),
@@ -507,7 +507,7 @@ async fn a_fixed_lease_reports_its_end<B: LockBackend>() {
 /// 100 tasks, each its own owner, wait for one lock; inside the critical section a shared
 /// flag must be down on entry, and fencing tokens must grow from one holder to the next.
 async fn a_hundred_waiting_tasks_never_overlap<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let inside = Arc::new(AtomicBool::new(false));
     let last_fence = Arc::new(AtomicU64::new(0));
     let start = Arc::new(Barrier::new(100));
@@ -538,7 +538,7 @@ async fn a_hundred_waiting_tasks_never_overlap<B: LockBackend>() {
 }
 
 async fn fencing_tokens_strictly_increase_over_1000_acquisitions<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let lock = key("fenced");
     let mut last = None;
     for round in 0..1000 {
@@ -571,7 +571,7 @@ async fn fencing_tokens_strictly_increase_over_1000_acquisitions<B: LockBackend>
 /// A waiter blocked in the store wakes when the holder releases: one attempt that found
 /// the lock held, one wait that ended woken (not timed out), one attempt that acquired.
 async fn waiters_wake_on_release<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let mut hand_offs = Vec::new();
     for round in 0..20 {
         let lock = key(&format!("hand-off-{round}"));
@@ -613,7 +613,7 @@ async fn waiters_wake_on_release<B: LockBackend>() {
 
 /// A release wakes one waiter, not all of them (no herd), at the store level.
 async fn one_release_wakes_one_waiter<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let (lock, holder) = (key("herd"), Owner::random());
     let store = backend.store();
     store
@@ -665,7 +665,7 @@ async fn one_release_wakes_one_waiter<B: LockBackend>() {
 /// A waiter that saw the lock held but reaches the store only after the release is woken
 /// all the same, and a wait with no release returns `false` when its time is up.
 async fn a_release_just_before_the_wait_is_not_missed<B: LockBackend>() {
-    let backend = B::start();
+    let backend = B::start().await;
     let store = backend.store();
     let (lock, holder) = (key("early"), Owner::random());
     store
@@ -696,7 +696,7 @@ fn current_thread_runtime() -> tokio::runtime::Runtime {
 /// A drop on a current-thread runtime cannot wait for the store (that would block the
 /// only thread); the release runs in a spawned task as soon as the thread is free.
 fn dropping_a_guard_on_a_current_thread_runtime_releases_it<B: LockBackend>() {
-    let backend = B::start();
+    let backend = current_thread_runtime().block_on(B::start());
     let store = backend.store();
     current_thread_runtime().block_on(async {
         let lock = Lock::new(
@@ -720,7 +720,7 @@ fn dropping_a_guard_on_a_current_thread_runtime_releases_it<B: LockBackend>() {
 /// Dropped on a thread with no runtime, a guard stops its watchdog and leaves the lock to
 /// its lease: still held right after the drop, free within a lease.
 fn a_guard_dropped_outside_a_runtime_is_left_to_its_lease<B: LockBackend>() {
-    let backend = B::start();
+    let backend = current_thread_runtime().block_on(B::start());
     // Worker threads of its own, so the watchdog runs while the guard is dropped elsewhere.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -859,7 +859,7 @@ async fn a_killed_holder_process_frees_its_lock_after_a_watchdog_lease(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_frees_its_lock_after_its_lease_redis() {
-    let backend = RedisBackend::start();
+    let backend = RedisBackend::start().await;
     a_killed_holder_process_frees_its_lock_after_a_fixed_lease(backend.store(), backend.urls())
         .await;
     a_killed_holder_process_frees_its_lock_after_a_watchdog_lease(backend.store(), backend.urls())
@@ -868,7 +868,7 @@ async fn a_killed_holder_process_frees_its_lock_after_its_lease_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_frees_its_lock_after_its_lease_redis_cluster() {
-    let backend = ClusterBackend::start();
+    let backend = ClusterBackend::start().await;
     a_killed_holder_process_frees_its_lock_after_a_fixed_lease(backend.store(), backend.urls())
         .await;
     a_killed_holder_process_frees_its_lock_after_a_watchdog_lease(backend.store(), backend.urls())

@@ -52,7 +52,7 @@ struct TestShop<B> {
 
 impl<B: Backend> TestShop<B> {
     async fn start() -> Self {
-        let backend = B::start();
+        let backend = B::start().await;
         let dir = tempfile::tempdir().expect("a temporary directory");
         let url = format!("sqlite://{}", dir.path().join("shop.db").display());
         let db = example_webshop::connect(&url).await.expect("the database");

@@ -78,6 +78,10 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// where nobody waits, stays one plain compare-and-delete. Still one atomic step: the
     /// delete and the signal happen together or not at all.
     ///
+    /// By default it is [`release`](Store::release) and signals nothing, which suits the
+    /// default [`wait_for_release`](Store::wait_for_release) (it looks at the key rather
+    /// than waiting for a signal). A store that overrides one overrides both.
+    ///
     /// # Errors
     ///
     /// [`StoreError`] when the store cannot answer.
@@ -85,7 +89,9 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         &self,
         key: &Key,
         owner: &Owner,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.release(key, owner)
+    }
 
     /// Waits until a [`release_and_signal`](Store::release_and_signal) of `key` wakes this
     /// caller, or `within` has passed. `true` when woken, `false` when the time ran out.
@@ -102,6 +108,12 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// Needs a Tokio runtime with its timer enabled. `RedisStore` waits with `BLPOP` on a
     /// connection of its own, never on the one its other operations share.
     ///
+    /// By default it asks [`remaining`](Store::remaining) every
+    /// [`RELEASE_POLL_INTERVAL`] (and once more at the end of `within`) and is `true` as
+    /// soon as the key is free: every waiter then sees the same release, so a store with
+    /// many waiters per key overrides this and
+    /// [`release_and_signal`](Store::release_and_signal) with a real signal.
+    ///
     /// # Errors
     ///
     /// [`StoreError`] when the store cannot answer.
@@ -109,7 +121,21 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         &self,
         key: &Key,
         within: Duration,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        async move {
+            let deadline = tokio::time::Instant::now() + within;
+            loop {
+                if self.remaining(key).await?.is_none() {
+                    return Ok(true);
+                }
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    return Ok(false);
+                }
+                tokio::time::sleep_until(deadline.min(now + RELEASE_POLL_INTERVAL)).await;
+            }
+        }
+    }
 
     /// Sets the TTL of `key` to `ttl` from now if `owner` holds it. `true` if it did.
     ///
@@ -227,6 +253,9 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
+/// How often the default [`Store::wait_for_release`] looks at the key it waits for.
+pub const RELEASE_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
 /// Whether [`Store::acquire`] draws a [`FencingToken`].
 ///
 /// Locks want one; a per-client anti-repeat window does not, and skipping it saves a
@@ -306,55 +335,38 @@ pub enum Begin {
 /// Why a store operation failed.
 ///
 /// Whatever the variant, the operation may or may not have taken effect in the store (a
-/// timeout can strike after Redis applied a command): callers treat it as "unknown" and
-/// follow their store-failure policy.
+/// timeout can strike after the server applied a command): callers treat it as "unknown"
+/// and follow their store-failure policy.
+///
+/// The variants speak of stores in general; what a particular backend reports (a Redis
+/// error, a SQL driver's error, a server the store will not use) is the source of
+/// [`Backend`](StoreError::Backend), typed, for [`downcast_ref`](std::error::Error) by
+/// whoever needs the detail.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The store did not answer within its timeout.
     #[error("the store did not answer within {0:?}")]
     Timeout(Duration),
-    /// The [`MemoryStore`] holds as many live windows, locks and records as its capacity
-    /// allows, even after reclaiming the expired ones.
-    #[error("the in-memory store is full ({capacity} live entries)")]
+    /// A store bounded in entries (such as [`MemoryStore`]) holds as many live windows,
+    /// locks and records as it may, even after reclaiming the expired ones.
+    #[error("the store is full ({capacity} live entries)")]
     Capacity {
         /// The configured capacity.
         capacity: usize,
     },
-    /// The [`MemoryStore`]'s windows, locks and records, stored responses included, take
-    /// as many bytes as it may use, even after reclaiming the expired ones.
-    #[error("the in-memory store is full ({max_bytes} bytes)")]
+    /// A store bounded in bytes (such as [`MemoryStore`]) holds as many bytes of windows,
+    /// locks and records, stored responses included, as it may, even after reclaiming the
+    /// expired ones.
+    #[error("the store is full ({max_bytes} bytes)")]
     Memory {
         /// The configured limit.
         max_bytes: usize,
     },
-    /// No connection to Redis (or Redis Cluster) could be opened.
-    #[cfg(feature = "redis")]
-    #[error("could not connect to Redis")]
-    Connect(#[source] ::redis::RedisError),
-    /// The Redis server is older than 6.0, the oldest the store runs on; nothing was sent
-    /// to it but the check.
-    #[cfg(feature = "redis")]
-    #[error("{version} is too old for idem, which needs Redis 6.0 or newer")]
-    UnsupportedVersion {
-        /// The server's account of its version, such as `Redis 5.0.14`.
-        version: String,
-    },
-    /// The Redis server may evict keys under memory pressure (its `maxmemory-policy` is
-    /// not `noeviction`), and the store was built to refuse such a server
-    /// ([`EvictionCheck::Refuse`]); nothing was sent to it but the check.
-    #[cfg(feature = "redis")]
-    #[error(
-        "Redis may evict live keys (maxmemory-policy {policy}) and the store refuses such a server: set maxmemory-policy noeviction"
-    )]
-    EvictionPolicy {
-        /// The server's `maxmemory-policy`, such as `allkeys-lru`.
-        policy: String,
-    },
-    /// Redis answered with an error, or the connection failed during the command.
-    #[cfg(feature = "redis")]
-    #[error("Redis command failed")]
-    Redis(#[source] ::redis::RedisError),
+    /// The backend failed: no connection could be opened, a command was refused or broke
+    /// off, or the server is one the store will not use. The source says which.
+    #[error("the store's backend failed")]
+    Backend(#[source] BoxError),
     /// The store answered something the operation cannot read.
     #[error("unexpected answer from the store to `{operation}`: {answer}")]
     UnexpectedAnswer {
@@ -363,6 +375,43 @@ pub enum StoreError {
         /// What came back.
         answer: String,
     },
+}
+
+/// The error a backend reports, as [`StoreError::Backend`] carries it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl StoreError {
+    /// A [`Backend`](StoreError::Backend) failure caused by `source`.
+    ///
+    /// ```
+    /// use std::io;
+    /// use idem_core::StoreError;
+    ///
+    /// let error = StoreError::backend(io::Error::from(io::ErrorKind::ConnectionRefused));
+    /// let source = std::error::Error::source(&error).unwrap();
+    /// assert!(source.downcast_ref::<io::Error>().is_some());
+    /// ```
+    pub fn backend(source: impl Into<BoxError>) -> Self {
+        Self::Backend(source.into())
+    }
+
+    /// The backend's own error, when this is a [`Backend`](StoreError::Backend) failure
+    /// caused by an `E`.
+    ///
+    /// ```
+    /// use std::io;
+    /// use idem_core::StoreError;
+    ///
+    /// let error = StoreError::backend(io::Error::from(io::ErrorKind::ConnectionRefused));
+    /// assert_eq!(error.backend_error::<io::Error>().unwrap().kind(), io::ErrorKind::ConnectionRefused);
+    /// assert!(StoreError::Timeout(std::time::Duration::from_secs(1)).backend_error::<io::Error>().is_none());
+    /// ```
+    pub fn backend_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Self::Backend(source) => source.downcast_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// The longest TTL a store keeps, a century: longer ones are cut to it, so neither

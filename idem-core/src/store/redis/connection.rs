@@ -55,7 +55,7 @@ impl Source {
             Self::Pool(pool) => pool.manager().create().await.map(Link::Standalone),
             Self::Cluster(pool) => pool.manager().create().await.map(Link::Cluster),
         }
-        .map_err(StoreError::Connect)
+        .map_err(StoreError::backend)
     }
 
     fn kind(&self) -> &'static str {
@@ -218,9 +218,8 @@ impl Connections {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Connect`] or [`StoreError::Redis`] when no connection can be opened or
-    /// checked; [`StoreError::UnsupportedVersion`] or [`StoreError::EvictionPolicy`] when
-    /// the server is refused.
+    /// [`StoreError::Backend`] when no connection can be opened or checked, or the server
+    /// is refused (then with a [`RedisSetupError`](super::RedisSetupError) as its source).
     pub(super) async fn get(&self) -> Result<Connection, StoreError> {
         if let Some(ready) = self.ready() {
             return ready;
@@ -232,7 +231,7 @@ impl Connections {
         let mut link = self.source.open().await?;
         match check(&mut link, self.checks)
             .await
-            .map_err(StoreError::Redis)?
+            .map_err(StoreError::backend)?
         {
             Ok(acquire) => {
                 let conn = Connection { link, acquire };

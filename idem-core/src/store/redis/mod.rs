@@ -99,8 +99,8 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 /// primary's): from Redis 7.0 on, `acquire` without fencing is the one command
 /// `SET … NX PX … GET`; before 7.0, which refuses `NX` with `GET`, it is one script doing
 /// the same `GET` and `SET NX PX` atomically. A server older than 6.0 is refused with
-/// [`StoreError::UnsupportedVersion`] (or [`RedisSetupError::UnsupportedVersion`] from
-/// the `connect_*` constructors); a server that does not tell its version gets the
+/// [`RedisSetupError::UnsupportedVersion`] (from an operation, as the source of
+/// [`StoreError::Backend`]); a server that does not tell its version gets the
 /// script. Valkey speaks the same protocol and reports `redis_version` 7.2.4, so it takes
 /// the `SET` path (the suites in the repository pass on Valkey 9.1.2 as on Redis 7.0).
 ///
@@ -187,12 +187,11 @@ impl RedisStore {
         let timeout = self.inner.timeout;
         match tokio::time::timeout(timeout, self.inner.connections.get()).await {
             Ok(Ok(_)) => Ok(self),
-            Ok(Err(StoreError::UnsupportedVersion { version })) => {
-                Err(RedisSetupError::UnsupportedVersion { version })
-            }
-            Ok(Err(StoreError::EvictionPolicy { policy })) => {
-                Err(RedisSetupError::EvictionPolicy { policy })
-            }
+            // A refused server is reported as such, not as a failure to connect.
+            Ok(Err(StoreError::Backend(source))) => match source.downcast::<RedisSetupError>() {
+                Ok(refused) => Err(*refused),
+                Err(source) => Err(RedisSetupError::Connect(StoreError::Backend(source))),
+            },
             Ok(Err(error)) => Err(RedisSetupError::Connect(error)),
             Err(_elapsed) => Err(RedisSetupError::Connect(StoreError::Timeout(timeout))),
         }
@@ -249,7 +248,7 @@ impl RedisStore {
                 {
                     inner.connections.discard();
                 }
-                StoreError::Redis(error)
+                StoreError::backend(error)
             })
         };
         match tokio::time::timeout(inner.timeout, attempt).await {
@@ -476,7 +475,7 @@ impl Store for RedisStore {
             }
             Ok(Err(error)) => {
                 inner.waiting.discard_idle();
-                Err(StoreError::Redis(error))
+                Err(StoreError::backend(error))
             }
             Err(_elapsed) => {
                 inner.waiting.discard_idle();
@@ -657,7 +656,7 @@ pub enum EvictionCheck {
     Warn,
     /// Do not use the server: [`RedisStoreBuilder::connect_with_url`] and its siblings
     /// fail with [`RedisSetupError::EvictionPolicy`], and on a store built lazily every
-    /// operation fails with [`StoreError::EvictionPolicy`] until the policy is
+    /// operation fails with [`StoreError::Backend`], its source that same error, until the policy is
     /// `noeviction` (the store asks again at most once a second).
     Refuse,
 }

@@ -8,8 +8,8 @@ use std::fmt;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, RedisResult, Value};
 
-use super::EvictionCheck;
 use super::connection::Link;
+use super::{EvictionCheck, RedisSetupError};
 use crate::store::StoreError;
 
 /// The oldest server the store runs on: `BLPOP` takes fractional timeouts from 6.0 on.
@@ -48,8 +48,10 @@ pub(super) enum Refusal {
 impl From<Refusal> for StoreError {
     fn from(refusal: Refusal) -> Self {
         match refusal {
-            Refusal::Version(version) => Self::UnsupportedVersion { version },
-            Refusal::Eviction(policy) => Self::EvictionPolicy { policy },
+            Refusal::Version(version) => {
+                Self::backend(RedisSetupError::UnsupportedVersion { version })
+            }
+            Refusal::Eviction(policy) => Self::backend(RedisSetupError::EvictionPolicy { policy }),
         }
     }
 }

@@ -1,0 +1,635 @@
+//! The cases of the conformance suite, each an `async fn` generic over the
+//! [`Backend`] it runs on. [`store_conformance!`](crate::store_conformance) makes a test of
+//! each; they can also be called one by one.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{Backend, all_at_once, eventually};
+use crate::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
+
+const LONG: Duration = Duration::from_secs(60);
+const SHORT: Duration = Duration::from_millis(50);
+/// Tokens a scope keeps, where a case does not test that bound.
+const KEEP: usize = 16;
+
+fn key(name: &str) -> Key {
+    Key::new(name).expect("a valid test key")
+}
+
+/// One winner among 1000 concurrent acquires.
+pub async fn one_winner_among_1000_concurrent_acquires<B: Backend>() {
+    let backend = B::start().await;
+    let results = all_at_once(1000, |_| {
+        let store = backend.store();
+        async move {
+            store
+                .acquire(&key("race"), &Owner::random(), LONG, Fencing::Off)
+                .await
+                .expect("acquire")
+        }
+    })
+    .await;
+    let winners = results
+        .iter()
+        .filter(|r| matches!(r, Acquire::Acquired { .. }))
+        .count();
+    let held = results
+        .iter()
+        .filter(|r| matches!(r, Acquire::Held { remaining } if *remaining > Duration::ZERO))
+        .count();
+    assert_eq!((winners, held), (1, 999));
+}
+
+/// One success among 1000 concurrent consumes.
+pub async fn one_success_among_1000_concurrent_consumes<B: Backend>() {
+    let backend = B::start().await;
+    let (scope, token) = (key("client-a"), Key::hashed(["form", "client-a", "t0k3n"]));
+    backend
+        .store()
+        .put_token(&scope, &token, LONG, KEEP)
+        .await
+        .expect("put");
+    let results = all_at_once(1000, |_| {
+        let (store, scope, token) = (backend.store(), scope.clone(), token.clone());
+        async move { store.consume_token(&scope, &token).await.expect("consume") }
+    })
+    .await;
+    assert_eq!(results.iter().filter(|&&consumed| consumed).count(), 1);
+}
+
+/// One start among 1000 concurrent begins.
+pub async fn one_start_among_1000_concurrent_begins<B: Backend>() {
+    let backend = B::start().await;
+    let fp = Fingerprint::of(["POST", "/orders", "{}"]);
+    let results = all_at_once(1000, |_| {
+        let store = backend.store();
+        async move {
+            store
+                .begin_record(&key("idem-race"), &Owner::random(), &fp, LONG)
+                .await
+                .expect("begin")
+        }
+    })
+    .await;
+    let started = results.iter().filter(|r| **r == Begin::Started).count();
+    let in_progress = results
+        .iter()
+        .filter(|r| matches!(r, Begin::InProgress { .. }))
+        .count();
+    assert_eq!((started, in_progress), (1, 999));
+}
+
+/// A non owner cannot release or renew.
+pub async fn a_non_owner_cannot_release_or_renew<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (holder, intruder, lock) = (Owner::random(), Owner::random(), key("held"));
+    store
+        .acquire(&lock, &holder, LONG, Fencing::Off)
+        .await
+        .unwrap();
+
+    assert!(!store.release(&lock, &intruder).await.unwrap());
+    assert!(
+        !store
+            .renew(&lock, &intruder, Duration::from_millis(1))
+            .await
+            .unwrap()
+    );
+
+    let remaining = store.remaining(&lock).await.unwrap().expect("still held");
+    assert!(
+        remaining > LONG - Duration::from_secs(5),
+        "TTL untouched: {remaining:?}"
+    );
+    assert!(matches!(
+        store
+            .acquire(&lock, &intruder, LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Held { .. }
+    ));
+    assert!(
+        store.release(&lock, &holder).await.unwrap(),
+        "the holder still owns it"
+    );
+}
+
+/// The owner releases and renews.
+pub async fn the_owner_releases_and_renews<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (owner, lock) = (Owner::random(), key("mine"));
+    store
+        .acquire(&lock, &owner, SHORT, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(store.renew(&lock, &owner, LONG).await.unwrap());
+    let remaining = store.remaining(&lock).await.unwrap().expect("held");
+    assert!(
+        remaining > LONG - Duration::from_secs(5),
+        "renewed: {remaining:?}"
+    );
+
+    assert!(store.release(&lock, &owner).await.unwrap());
+    assert_eq!(store.remaining(&lock).await.unwrap(), None);
+    assert!(
+        !store.release(&lock, &owner).await.unwrap(),
+        "released once"
+    );
+    assert!(
+        !store.renew(&lock, &owner, LONG).await.unwrap(),
+        "nothing to renew"
+    );
+    assert_eq!(
+        store
+            .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { fence: None }
+    );
+}
+
+/// The same owner reenters without changing the hold.
+pub async fn the_same_owner_reenters_without_changing_the_hold<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (owner, lock) = (Owner::new("worker-1").unwrap(), key("reentry"));
+    let Acquire::Acquired { fence: Some(fence) } = store
+        .acquire(&lock, &owner, LONG, Fencing::On)
+        .await
+        .unwrap()
+    else {
+        panic!("first acquisition");
+    };
+    // The same owner again, as after a network timeout that hid a success.
+    match store
+        .acquire(&lock, &owner, SHORT, Fencing::On)
+        .await
+        .unwrap()
+    {
+        Acquire::Reentered {
+            remaining,
+            fence: again,
+        } => {
+            assert_eq!(again, Some(fence), "the fence of the current hold");
+            assert!(
+                remaining > LONG - Duration::from_secs(5),
+                "TTL unchanged: {remaining:?}"
+            );
+        }
+        other => panic!("expected reentry, got {other:?}"),
+    }
+    let plain = key("reentry-unfenced");
+    store
+        .acquire(&plain, &owner, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .acquire(&plain, &owner, LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Reentered { fence: None, .. }
+    ));
+}
+
+/// Expiry frees a lock.
+pub async fn expiry_frees_a_lock<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let lock = key("expiring");
+    store
+        .acquire(&lock, &Owner::random(), SHORT, Fencing::Off)
+        .await
+        .unwrap();
+    let acquired_at = Instant::now();
+    eventually(Duration::from_secs(5), "the lock expires", || {
+        let store = store.clone();
+        let lock = lock.clone();
+        async move { store.remaining(&lock).await.unwrap().is_none() }
+    })
+    .await;
+    assert!(
+        acquired_at.elapsed() >= SHORT - Duration::from_millis(5),
+        "not before its TTL"
+    );
+    assert_eq!(
+        store
+            .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { fence: None }
+    );
+}
+
+/// Fencing tokens grow across release and expiry.
+pub async fn fencing_tokens_grow_across_release_and_expiry<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let lock = key("fenced");
+    let mut last = 0;
+    for round in 0..60 {
+        let owner = Owner::random();
+        let ttl = if round % 20 == 19 {
+            Duration::from_millis(20)
+        } else {
+            LONG
+        };
+        let Acquire::Acquired { fence: Some(fence) } = store
+            .acquire(&lock, &owner, ttl, Fencing::On)
+            .await
+            .unwrap()
+        else {
+            panic!("round {round}: the lock should be free");
+        };
+        assert!(
+            fence.get() > last,
+            "round {round}: {} after {last}",
+            fence.get()
+        );
+        last = fence.get();
+        if ttl == LONG {
+            assert!(store.release(&lock, &owner).await.unwrap());
+        } else {
+            // Let this one expire instead of releasing it.
+            eventually(Duration::from_secs(5), "the lock expires", || {
+                let (store, lock) = (store.clone(), lock.clone());
+                async move { store.remaining(&lock).await.unwrap().is_none() }
+            })
+            .await;
+        }
+    }
+}
+
+/// A token is consumed once and expires.
+pub async fn a_token_is_consumed_once_and_expires<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (scope, kept, fleeting) = (key("client"), key("token-kept"), key("token-fleeting"));
+    assert!(
+        !store.consume_token(&scope, &kept).await.unwrap(),
+        "never issued"
+    );
+    store.put_token(&scope, &kept, LONG, KEEP).await.unwrap();
+    store
+        .put_token(&scope, &fleeting, Duration::from_millis(20), KEEP)
+        .await
+        .unwrap();
+    assert!(store.consume_token(&scope, &kept).await.unwrap());
+    assert!(!store.consume_token(&scope, &kept).await.unwrap());
+
+    tokio::time::sleep(Duration::from_millis(40)).await; // past its TTL, not a race
+    assert!(
+        !store.consume_token(&scope, &fleeting).await.unwrap(),
+        "expired"
+    );
+}
+
+/// A scope keeps its newest tokens and only its own.
+pub async fn a_scope_keeps_its_newest_tokens_and_only_its_own<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (alice, bob) = (key("alice"), key("bob"));
+    let token = |i: usize| key(&format!("alice-token-{i}"));
+    for i in 0..10 {
+        store.put_token(&alice, &token(i), LONG, 3).await.unwrap();
+    }
+    assert!(
+        !store.consume_token(&bob, &token(9)).await.unwrap(),
+        "another scope's token"
+    );
+    for i in 0..7 {
+        assert!(
+            !store.consume_token(&alice, &token(i)).await.unwrap(),
+            "token {i} lapsed: only the newest 3 are kept"
+        );
+    }
+    for i in 7..10 {
+        assert!(store.consume_token(&alice, &token(i)).await.unwrap(), "{i}");
+    }
+    // Spending makes room: the next three put are all kept.
+    for i in 10..13 {
+        store.put_token(&alice, &token(i), LONG, 3).await.unwrap();
+    }
+    for i in 10..13 {
+        assert!(store.consume_token(&alice, &token(i)).await.unwrap(), "{i}");
+    }
+}
+
+/// A record replays what was completed.
+pub async fn a_record_replays_what_was_completed<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (record, first, retry) = (key("payment-1"), Owner::random(), Owner::random());
+    let fp = Fingerprint::of(["POST", "/payments", r#"{"amount":10}"#]);
+    // Not UTF-8, and with a NUL: stored byte for byte.
+    let response = Bytes::from_static(b"HTTP/1.1 201\r\n\x00\xff\xfe body");
+
+    assert_eq!(
+        store
+            .begin_record(&record, &first, &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Started
+    );
+    assert!(matches!(
+        store.begin_record(&record, &retry, &fp, LONG).await.unwrap(),
+        Begin::InProgress { remaining } if remaining > Duration::ZERO
+    ));
+    assert!(
+        store
+            .complete_record(&record, &first, response.clone(), LONG)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .begin_record(&record, &retry, &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Completed {
+            response: response.clone()
+        }
+    );
+    assert!(
+        !store
+            .complete_record(&record, &first, Bytes::from_static(b"again"), LONG)
+            .await
+            .unwrap(),
+        "a completed record is final"
+    );
+    assert!(
+        !store.abandon_record(&record, &first).await.unwrap(),
+        "and cannot be abandoned"
+    );
+    assert_eq!(
+        store
+            .begin_record(&record, &retry, &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Completed { response }
+    );
+}
+
+/// A stale owner cannot complete a newer record.
+pub async fn a_stale_owner_cannot_complete_a_newer_record<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (record, stale, fresh) = (key("stale"), Owner::random(), Owner::random());
+    let fp = Fingerprint::of(["same request"]);
+    assert_eq!(
+        store
+            .begin_record(&record, &stale, &fp, SHORT)
+            .await
+            .unwrap(),
+        Begin::Started
+    );
+    // The stale worker pauses past its lease; a retry begins the record anew.
+    eventually(Duration::from_secs(5), "the lease runs out", || {
+        let (store, record, fresh) = (store.clone(), record.clone(), fresh.clone());
+        async move {
+            store
+                .begin_record(&record, &fresh, &fp, LONG)
+                .await
+                .unwrap()
+                == Begin::Started
+        }
+    })
+    .await;
+
+    assert!(
+        !store
+            .complete_record(&record, &stale, Bytes::from_static(b"stale"), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(!store.renew_record(&record, &stale, LONG).await.unwrap());
+    assert!(!store.abandon_record(&record, &stale).await.unwrap());
+    assert!(matches!(
+        store
+            .begin_record(&record, &Owner::random(), &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::InProgress { .. }
+    ));
+
+    assert!(
+        store
+            .complete_record(&record, &fresh, Bytes::from_static(b"fresh"), LONG)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .complete_record(&record, &stale, Bytes::from_static(b"stale"), LONG)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Completed {
+            response: Bytes::from_static(b"fresh")
+        }
+    );
+}
+
+/// A different fingerprint is a mismatch.
+pub async fn a_different_fingerprint_is_a_mismatch<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (record, owner) = (key("reused-key"), Owner::random());
+    let (fp, other) = (
+        Fingerprint::of(["amount=10"]),
+        Fingerprint::of(["amount=11"]),
+    );
+    store
+        .begin_record(&record, &owner, &fp, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &other, LONG)
+            .await
+            .unwrap(),
+        Begin::Mismatch,
+        "while in progress"
+    );
+    store
+        .complete_record(&record, &owner, Bytes::from_static(b"ok"), LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &other, LONG)
+            .await
+            .unwrap(),
+        Begin::Mismatch,
+        "after completion"
+    );
+}
+
+/// An abandoned record starts afresh.
+pub async fn an_abandoned_record_starts_afresh<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (record, owner) = (key("failed-attempt"), Owner::random());
+    let fp = Fingerprint::of(["x"]);
+    store
+        .begin_record(&record, &owner, &fp, LONG)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .abandon_record(&record, &Owner::random())
+            .await
+            .unwrap(),
+        "not the owner's"
+    );
+    assert!(store.abandon_record(&record, &owner).await.unwrap());
+    assert!(
+        !store.abandon_record(&record, &owner).await.unwrap(),
+        "already gone"
+    );
+    // Another fingerprint is welcome now: nothing of the old record is left.
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &Fingerprint::of(["y"]), LONG)
+            .await
+            .unwrap(),
+        Begin::Started
+    );
+}
+
+/// A running record is kept alive by renewal.
+pub async fn a_running_record_is_kept_alive_by_renewal<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (record, owner) = (key("long-handler"), Owner::random());
+    let fp = Fingerprint::of(["slow"]);
+    store
+        .begin_record(&record, &owner, &fp, SHORT)
+        .await
+        .unwrap();
+    assert!(store.renew_record(&record, &owner, LONG).await.unwrap());
+    tokio::time::sleep(SHORT * 2).await; // past the first lease: only the renewal keeps it
+    match store
+        .begin_record(&record, &Owner::random(), &fp, LONG)
+        .await
+        .unwrap()
+    {
+        Begin::InProgress { remaining } => {
+            assert!(
+                remaining > LONG - Duration::from_secs(5),
+                "renewed lease: {remaining:?}"
+            )
+        }
+        other => panic!("expected the record in progress, got {other:?}"),
+    }
+    assert!(
+        !store
+            .renew_record(&record, &Owner::random(), LONG)
+            .await
+            .unwrap()
+    );
+}
+
+/// Locks tokens and records do not collide.
+pub async fn locks_tokens_and_records_do_not_collide<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (same, owner) = (key("shared-name"), Owner::random());
+    store
+        .acquire(&same, &owner, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(
+        !store.consume_token(&same, &same).await.unwrap(),
+        "a lock is not a token"
+    );
+    store.put_token(&same, &same, LONG, KEEP).await.unwrap();
+    assert_eq!(
+        store
+            .begin_record(&same, &owner, &Fingerprint::of(["r"]), LONG)
+            .await
+            .unwrap(),
+        Begin::Started,
+        "a lock is not a record"
+    );
+    assert!(store.consume_token(&same, &same).await.unwrap());
+    assert!(
+        store.release(&same, &owner).await.unwrap(),
+        "the lock is intact"
+    );
+}
+
+/// Huge and zero ttls are kept within bounds.
+pub async fn huge_and_zero_ttls_are_kept_within_bounds<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (huge, zero) = (key("forever"), key("instant"));
+    assert!(matches!(
+        store
+            .acquire(&huge, &Owner::random(), Duration::MAX, Fencing::On)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+    let remaining = store.remaining(&huge).await.unwrap().expect("held");
+    assert!(
+        remaining > Duration::from_secs(99 * 365 * 24 * 3600),
+        "cut to a century: {remaining:?}"
+    );
+    store
+        .put_token(&zero, &zero, Duration::ZERO, KEEP)
+        .await
+        .unwrap();
+    store
+        .begin_record(
+            &zero,
+            &Owner::random(),
+            &Fingerprint::of(["z"]),
+            Duration::MAX,
+        )
+        .await
+        .unwrap();
+}
+
+/// A wait with no release ends when its time runs out; a release of the key then wakes a
+/// waiter, also one that starts waiting only after the release.
+pub async fn a_release_wakes_a_waiter<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (lock, holder) = (key("awaited"), Owner::random());
+    store
+        .acquire(&lock, &holder, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    let within = Duration::from_millis(50);
+    let started = Instant::now();
+    assert!(
+        !store.wait_for_release(&lock, within).await.unwrap(),
+        "nobody released the key"
+    );
+    assert!(started.elapsed() >= within, "not before its time ran out");
+
+    let waiter = tokio::spawn({
+        let (store, lock) = (store.clone(), lock.clone());
+        async move { store.wait_for_release(&lock, LONG).await.unwrap() }
+    });
+    assert!(store.release_and_signal(&lock, &holder).await.unwrap());
+    let woken = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is woken long before its time runs out")
+        .expect("the waiter does not panic");
+    assert!(woken, "woken by the release");
+    assert!(
+        !store.release_and_signal(&lock, &holder).await.unwrap(),
+        "released once"
+    );
+}

@@ -1,0 +1,163 @@
+//! The conformance suite every [`Store`] passes (feature `conformance`).
+//!
+//! A store is only as good as its atomic steps: one winner among a thousand concurrent
+//! acquires, a token spent once, a record completed only by its owner, fencing tokens that
+//! keep growing. These cases check exactly that, with real concurrency and real expiry,
+//! and they are the same for every store in this repository — the memory store, Redis
+//! standalone and Cluster — so a store written outside it can prove the same things with
+//! one line.
+//!
+//! Describe how to start your store with a [`Backend`], then generate a `#[tokio::test]`
+//! per case with [`store_conformance!`](crate::store_conformance):
+//!
+//! ```
+//! use idem_core::MemoryStore;
+//! use idem_core::conformance::Backend;
+//!
+//! /// In a real crate: a client to a server, or a pool on a fresh database.
+//! struct MyBackend(MemoryStore);
+//!
+//! impl Backend for MyBackend {
+//!     type Store = MemoryStore;
+//!
+//!     async fn start() -> Self {
+//!         Self(MemoryStore::new())
+//!     }
+//!
+//!     fn store(&self) -> MemoryStore {
+//!         self.0.clone()
+//!     }
+//! }
+//!
+//! idem_core::store_conformance!(MyBackend);
+//! # fn main() {}
+//! ```
+//!
+//! The generated tests run on Tokio's multi-threaded runtime, so the crate that invokes
+//! the macro needs `tokio` with the `macros` and `rt-multi-thread` features among its
+//! dev-dependencies. Each case starts a backend of its own: [`Backend::start`] should give
+//! an empty store (a fresh server, database or namespace), or at least one where the
+//! cases' keys are unused.
+//!
+//! The cases are in [`cases`], each also callable by itself, and the helpers they use,
+//! [`all_at_once`] and [`eventually`], are exported for a store's own tests.
+
+pub mod cases;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Barrier;
+
+use crate::Store;
+
+/// A store under test and whatever keeps it alive (a server process, a temporary
+/// directory), dropped when the case ends.
+pub trait Backend: Sized + Send + Sync + 'static {
+    /// The store.
+    type Store: Store + Clone;
+
+    /// Starts the backend: a store on which no case has run yet.
+    fn start() -> impl Future<Output = Self> + Send;
+
+    /// A handle on the store; clones share its data.
+    fn store(&self) -> Self::Store;
+
+    /// A store on the same data as another instance of the application would have it:
+    /// for a networked store, one with connections of its own. By default
+    /// [`store`](Backend::store) (two routers in one process, as with a memory store).
+    fn store_of_another_instance(&self) -> Self::Store {
+        self.store()
+    }
+}
+
+/// Generates a `#[tokio::test]` for each case of the conformance suite, run on the
+/// [`Backend`](crate::conformance::Backend) given, in the module where it is invoked.
+///
+/// `store_conformance!(MyBackend)` generates every case; `store_conformance!(MyBackend:
+/// case, case, …)` only the cases named (see [`cases`](crate::conformance::cases)). Invoke it
+/// once per module: the tests are named after the cases.
+///
+/// See the [module docs](crate::conformance) for an example.
+#[macro_export]
+macro_rules! store_conformance {
+    ($backend:ty) => {
+        $crate::store_conformance!(
+            $backend:
+            one_winner_among_1000_concurrent_acquires,
+            one_success_among_1000_concurrent_consumes,
+            one_start_among_1000_concurrent_begins,
+            a_non_owner_cannot_release_or_renew,
+            the_owner_releases_and_renews,
+            the_same_owner_reenters_without_changing_the_hold,
+            expiry_frees_a_lock,
+            fencing_tokens_grow_across_release_and_expiry,
+            a_release_wakes_a_waiter,
+            a_token_is_consumed_once_and_expires,
+            a_scope_keeps_its_newest_tokens_and_only_its_own,
+            a_record_replays_what_was_completed,
+            a_stale_owner_cannot_complete_a_newer_record,
+            a_different_fingerprint_is_a_mismatch,
+            an_abandoned_record_starts_afresh,
+            a_running_record_is_kept_alive_by_renewal,
+            locks_tokens_and_records_do_not_collide,
+            huge_and_zero_ttls_are_kept_within_bounds,
+        );
+    };
+    ($backend:ty: $($case:ident),+ $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                $crate::conformance::cases::$case::<$backend>().await;
+            }
+        )+
+    };
+}
+
+/// Runs `task(i)` for `count` tasks on the runtime's workers, all released at once by a
+/// barrier, and returns their results in order.
+///
+/// # Panics
+///
+/// When a task panics.
+pub async fn all_at_once<T, F, Fut>(count: usize, task: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    let start = Arc::new(Barrier::new(count));
+    let handles: Vec<_> = (0..count)
+        .map(|i| {
+            let start = Arc::clone(&start);
+            let work = task(i);
+            tokio::spawn(async move {
+                start.wait().await;
+                work.await
+            })
+        })
+        .collect();
+    let mut results = Vec::with_capacity(count);
+    for handle in handles {
+        results.push(handle.await.expect("task completes"));
+    }
+    results
+}
+
+/// Waits for `condition`, checking every 5 ms.
+///
+/// # Panics
+///
+/// When `within` passes first, naming `what` was awaited.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
