@@ -37,10 +37,12 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
-use idem_axum::client::HeaderKey;
+use idem_axum::client::ClientHeader;
 use idem_axum::{
-    Acquire, AnyStore, Fencing, FormToken, FormTokenConfig, Idem, IdempotencyLayer, Key, Lease,
-    Lock, MemoryStore, Owner, RedisStore, Store, VerifyFormTokenLayer, avoid_repeat,
+    FormToken, FormTokenConfig, Idem, IdempotencyLayer, MemoryStore, RedisStore,
+    VerifyFormTokenLayer, avoid_repeat,
+    lock::{Lease, Lock},
+    store::{Acquire, AnyStore, Fencing, Key, Owner, Store},
 };
 
 const CLIENT: HeaderName = HeaderName::from_static("x-client");
@@ -137,7 +139,7 @@ async fn lock(State(store): State<AnyStore>, headers: HeaderMap) -> StatusCode {
 fn cases<S: Store>(prefix: &str, store: S) -> Router {
     let idem = Idem::builder()
         .with_store(store)
-        .with_client_key(HeaderKey::new(CLIENT))
+        .with_client_identity(ClientHeader::new(CLIENT))
         .build();
     let path = |case: &str| format!("{prefix}/{case}");
     Router::new()

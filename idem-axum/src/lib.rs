@@ -16,8 +16,8 @@
 //! 4. Make API requests idempotent with [`IdempotencyLayer`]: a retry with the same
 //!    `Idempotency-Key` gets the first response back, and the handler runs once
 //!    ([`idempotency`]).
-//! 5. Serialise work across instances with a distributed [`Lock`] (owner tokens, fencing
-//!    tokens, watchdog renewal), re-exported from `idem_core`.
+//! 5. Serialise work across instances with a distributed [`Lock`](lock::Lock) (owner
+//!    tokens, fencing tokens, watchdog renewal), re-exported from `idem_core` in [`lock`].
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -42,38 +42,61 @@
 //! logged as `tracing` events with an `idem.outcome` field (`accepted`, `duplicate`,
 //! `store_error`, and for idempotency `replayed`, `conflict`, `mismatch`; each module's
 //! docs list its own).
+//!
+//! The root holds what an application writes; the rest is grouped by module: [`store`]
+//! (the `Store` trait and its operations, for code that calls a store itself), [`lock`],
+//! [`client`] (who the client is), [`guard`] (for a guard of your own), and the modules of
+//! each guard with its service and settings.
+
+#[macro_use]
+mod macros;
 
 pub mod avoid_repeat;
-mod body;
 pub mod client;
 mod detached;
 pub mod form_token;
+pub mod future;
+pub mod guard;
+mod idem;
 pub mod idempotency;
 mod rejection;
-mod response_future;
-mod runtime;
+mod request_body;
+mod store_failure;
 
-pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatKey};
+pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatBy};
 pub use form_token::{FormToken, FormTokenConfig, VerifyFormTokenLayer};
-pub use idem_core::{
-    Acquire, AnyStore, Begin, Fencing, FencingToken, Fingerprint, Key, KeyError, MemoryStore,
-    MemoryStoreBuilder, Owner, Store, StoreError,
-};
+pub use idem::{Idem, IdemBuilder, IdemLayer, IdemService};
+pub use idem_core::MemoryStore;
 #[cfg(feature = "redis")]
-pub use idem_core::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
-pub use idem_core::{Lease, Lock, LockError, LockGuard, LockLost};
+pub use idem_core::RedisStore;
 #[cfg(feature = "macros")]
 pub use idem_macros::avoid_repeat;
 pub use idempotency::IdempotencyLayer;
 pub use rejection::{Rejection, RejectionKind};
-pub use runtime::{Idem, IdemBuilder, IdemLayer, IdemService, StoreFailure};
+pub use store_failure::StoreFailure;
+
+/// The stores and what they are addressed with: the [`Store`](store::Store) trait and its
+/// operations' answers, for code that calls a store itself, and every store's builder.
+///
+/// An application that only guards its handlers needs none of this but the store it
+/// picks, which the crate root re-exports too.
+pub mod store {
+    pub use idem_core::store::*;
+    pub use idem_core::{Fingerprint, Key, KeyError, Owner};
+}
+
+/// The distributed lock, re-exported from `idem_core`: see
+/// [`idem_core::lock`] for what it guarantees and what it does not.
+pub mod lock {
+    pub use idem_core::lock::*;
+}
 
 /// What `#[avoid_repeat]` expands to; not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::avoid_repeat::handler::{
+    pub use crate::avoid_repeat::attribute::{
         AvoidRepeatContext, Last, LastParts, Payload, Spec, WithContext, run,
     };
-    pub use crate::avoid_repeat::{Release, RepeatKey};
+    pub use crate::avoid_repeat::{Release, RepeatBy};
     pub use axum::response::Response;
 }

@@ -27,17 +27,17 @@ use proc_macro::TokenStream;
 /// |---|---|---|
 /// | `timeout` (required) | `"500ms"`, `"30s"`, `"5m"`, `"1h"` (humantime; longer than zero) | — |
 /// | `release` | `"expire"`: the key is held for `timeout` after the request is accepted; `"finish"`: released when the response is produced, `timeout` being only the lease if the process dies | `"expire"` |
-/// | `key` | `"client"`: same client, same handler; `"client+body"`: also the same query and body, so a different payload is not a repeat | `"client"` |
+/// | `by` | `"client"`: same client, same handler; `"client+body"`: also the same query and body, so a different payload is not a repeat | `"client"` |
 /// | `message` | the text a refused duplicate gets, e.g. `"请勿重复提交"` | a sentence in English |
 ///
 /// A handler that fails — a 5xx response, a panic under `CatchPanicLayer`, a future
 /// dropped because the client went away — releases its key at once.
 ///
 /// The handler's identity is `module_path!()::fn_name`; the client comes from the
-/// runtime's key extractor. The key is taken after the handler's own extractors
+/// runtime's client identity. The key is taken after the handler's own extractors
 /// succeeded, so a request refused for bad input takes no key.
 ///
-/// With `key = "client+body"` the body is read whole (within axum's `DefaultBodyLimit`)
+/// With `by = "client+body"` the body is read whole (within axum's `DefaultBodyLimit`)
 /// and handed on unchanged: the last argument must then be a body extractor (`Json`,
 /// `Form`, `Bytes`, `String`, …) or one of axum's parts extractors (`Path`, `Query`,
 /// `State`, …), in which case the body is read only to fingerprint it.

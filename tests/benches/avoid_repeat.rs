@@ -16,8 +16,8 @@ use axum::body::Body;
 use axum::http::{HeaderName, Request};
 use axum::routing::post;
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_axum::client::HeaderKey;
-use idem_axum::{AvoidRepeatLayer, Idem, MemoryStore, Store, avoid_repeat};
+use idem_axum::client::ClientHeader;
+use idem_axum::{AvoidRepeatLayer, Idem, MemoryStore, avoid_repeat, store::Store};
 use idem_tests::RedisServer;
 use tower::ServiceExt;
 
@@ -35,7 +35,7 @@ async fn guarded() -> &'static str {
 fn app<S: Store>(store: S) -> Router {
     let idem = Idem::builder()
         .with_store(store)
-        .with_client_key(HeaderKey::new(CLIENT))
+        .with_client_identity(ClientHeader::new(CLIENT))
         .build();
     Router::new()
         .route("/bare", post(bare))

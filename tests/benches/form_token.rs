@@ -19,8 +19,8 @@ use axum::http::{HeaderName, Request, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_axum::client::HeaderKey;
-use idem_axum::{FormToken, Idem, MemoryStore, Store, VerifyFormTokenLayer};
+use idem_axum::client::ClientHeader;
+use idem_axum::{FormToken, Idem, MemoryStore, VerifyFormTokenLayer, store::Store};
 use idem_tests::RedisServer;
 use tower::ServiceExt;
 
@@ -46,7 +46,7 @@ async fn place_order(Form(order): Form<Order>) -> String {
 fn app<S: Store>(store: S) -> Router {
     let idem = Idem::builder()
         .with_store(store)
-        .with_client_key(HeaderKey::new(CLIENT))
+        .with_client_identity(ClientHeader::new(CLIENT))
         .build();
     Router::new()
         .route("/baseline/form", get(fixed_page))

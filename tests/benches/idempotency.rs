@@ -24,8 +24,8 @@ use axum::http::{HeaderName, Request, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_axum::client::HeaderKey;
-use idem_axum::{Idem, IdempotencyLayer, MemoryStore, Store};
+use idem_axum::client::ClientHeader;
+use idem_axum::{Idem, IdempotencyLayer, MemoryStore, store::Store};
 use idem_tests::RedisServer;
 use tower::ServiceExt;
 
@@ -45,7 +45,7 @@ async fn create() -> (StatusCode, Json<serde_json::Value>) {
 fn app<S: Store>(store: S) -> Router {
     let idem = Idem::builder()
         .with_store(store)
-        .with_client_key(HeaderKey::new(CLIENT))
+        .with_client_identity(ClientHeader::new(CLIENT))
         .build();
     Router::new()
         .route("/bare", post(create))

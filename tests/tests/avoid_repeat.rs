@@ -12,8 +12,8 @@ use axum::http::{HeaderName, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use idem_axum::client::HeaderKey;
-use idem_axum::{AvoidRepeatLayer, Idem, Release, RepeatKey, Store, avoid_repeat};
+use idem_axum::client::ClientHeader;
+use idem_axum::{AvoidRepeatLayer, Idem, Release, RepeatBy, avoid_repeat, store::Store};
 use idem_tests::{Backend, all_at_once, eventually};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -139,7 +139,7 @@ async fn validating(State(shop): State<Shop>, Json(transfer): Json<Transfer>) ->
     plain_validating(State(shop), Json(transfer)).await
 }
 
-#[avoid_repeat(timeout = "30s", key = "client+body")]
+#[avoid_repeat(timeout = "30s", by = "client+body")]
 async fn transfer(State(shop): State<Shop>, Json(transfer): Json<Transfer>) -> String {
     shop.ran();
     transfer.amount.to_string()
@@ -214,7 +214,7 @@ fn routes(shop: &Shop) -> Router {
         .route(
             "/layered/transfer",
             post(plain_transfer)
-                .route_layer(AvoidRepeatLayer::new(WINDOW).with_key(RepeatKey::ClientAndBody)),
+                .route_layer(AvoidRepeatLayer::new(WINDOW).with_repeat_by(RepeatBy::ClientAndBody)),
         )
         .route(
             "/layered/committing",
@@ -236,7 +236,7 @@ fn routes(shop: &Shop) -> Router {
 fn app<S: Store>(store: S, shop: &Shop) -> Router {
     let idem = Idem::builder()
         .with_store(store)
-        .with_client_key(HeaderKey::new(CLIENT))
+        .with_client_identity(ClientHeader::new(CLIENT))
         .build();
     routes(shop)
         .layer(CatchPanicLayer::new())
@@ -713,7 +713,7 @@ async fn a_store_outage_follows_the_policy_without_hanging() {
     let closed = routes(&shop).layer(
         Idem::builder()
             .with_store(down())
-            .with_client_key(HeaderKey::new(CLIENT))
+            .with_client_identity(ClientHeader::new(CLIENT))
             .build()
             .layer(),
     );
@@ -730,7 +730,7 @@ async fn a_store_outage_follows_the_policy_without_hanging() {
     let open = routes(&shop).layer(
         Idem::builder()
             .with_store(down())
-            .with_client_key(HeaderKey::new(CLIENT))
+            .with_client_identity(ClientHeader::new(CLIENT))
             .with_store_failure(idem_axum::StoreFailure::FailOpen)
             .build()
             .layer(),
@@ -746,7 +746,7 @@ async fn a_store_outage_follows_the_policy_without_hanging() {
 async fn a_custom_responder_replaces_the_rendering() {
     let shop = Shop::new();
     let idem = Idem::builder()
-        .with_client_key(HeaderKey::new(CLIENT))
+        .with_client_identity(ClientHeader::new(CLIENT))
         .with_responder(|rejection| {
             (
                 StatusCode::TOO_MANY_REQUESTS,

@@ -16,7 +16,7 @@ use axum::http::{Request, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
 use idem_axum::client::{ForwardingHeader, TrustedProxyIp};
-use idem_axum::{Idem, IdempotencyLayer, Store, avoid_repeat};
+use idem_axum::{Idem, IdempotencyLayer, avoid_repeat, store::Store};
 use idem_tests::Backend;
 use tower::ServiceExt;
 
@@ -70,10 +70,10 @@ fn app<S: Store>(store: S, counter: &Counter) -> Router {
     app_with(store, counter, proxies())
 }
 
-fn app_with<S: Store>(store: S, counter: &Counter, client_key: TrustedProxyIp) -> Router {
+fn app_with<S: Store>(store: S, counter: &Counter, client_identity: TrustedProxyIp) -> Router {
     let idem = Idem::builder()
         .with_store(store)
-        .with_client_key(client_key)
+        .with_client_identity(client_identity)
         .build();
     Router::new()
         .route("/orders", post(place_order))

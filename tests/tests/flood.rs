@@ -15,10 +15,10 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::{Html, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use idem_axum::client::CookieKey;
+use idem_axum::client::ClientCookie;
 use idem_axum::{
-    AvoidRepeatLayer, FormToken, Idem, IdempotencyLayer, MemoryStore, RedisStore, Store,
-    VerifyFormTokenLayer,
+    AvoidRepeatLayer, FormToken, Idem, IdempotencyLayer, MemoryStore, RedisStore,
+    VerifyFormTokenLayer, store::Store,
 };
 use idem_tests::{RedisServer, all_at_once};
 use tower::ServiceExt;
@@ -48,7 +48,7 @@ async fn place_order(
 fn app<S: Store>(store: S, orders: &Arc<AtomicUsize>) -> Router {
     let idem = Idem::builder()
         .with_store(store)
-        .with_client_key(CookieKey::new("session"))
+        .with_client_identity(ClientCookie::new("session"))
         .build();
     Router::new()
         .route("/form", get(order_form))

@@ -12,9 +12,10 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::{Html, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Json, Router};
-use idem_axum::client::CookieKey;
+use idem_axum::client::ClientCookie;
 use idem_axum::{
-    AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, Store, VerifyFormTokenLayer, avoid_repeat,
+    AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer, avoid_repeat,
+    store::Store,
 };
 use idem_tests::{Backend, all_at_once, eventually};
 use tower::ServiceExt;
@@ -151,7 +152,7 @@ fn routes(shop: &Shop) -> Router {
 fn idem<S: Store>(store: S) -> Idem {
     Idem::builder()
         .with_store(store)
-        .with_client_key(CookieKey::new("session"))
+        .with_client_identity(ClientCookie::new("session"))
         .build()
 }
 
@@ -918,7 +919,7 @@ async fn a_store_outage_follows_the_policy_without_hanging() {
     let open = routes(&shop).layer(
         Idem::builder()
             .with_store(down())
-            .with_client_key(CookieKey::new("session"))
+            .with_client_identity(ClientCookie::new("session"))
             .with_store_failure(idem_axum::StoreFailure::FailOpen)
             .build()
             .layer(),

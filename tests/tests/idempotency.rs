@@ -11,9 +11,9 @@ use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use idem_axum::client::HeaderKey;
-use idem_axum::idempotency::{Idempotency, KeyScope};
-use idem_axum::{Idem, IdempotencyLayer, Store, StoreFailure};
+use idem_axum::client::ClientHeader;
+use idem_axum::idempotency::{Idempotency, RecordScope};
+use idem_axum::{Idem, IdempotencyLayer, StoreFailure, store::Store};
 use idem_tests::{Backend, RedisServer, all_at_once, eventually};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -176,7 +176,7 @@ fn routes(shop: &Shop) -> Router {
         )
         .route(
             "/shared-pay",
-            post(pay).route_layer(guarded().with_key_scope(KeyScope::Shared)),
+            post(pay).route_layer(guarded().with_record_scope(RecordScope::Shared)),
         )
         .route("/gated", post(gated).route_layer(guarded()))
         .route(
@@ -204,9 +204,9 @@ fn routes(shop: &Shop) -> Router {
             "/callback",
             post(callback).route_layer(
                 guarded()
-                    .with_key_scope(KeyScope::Shared)
+                    .with_record_scope(RecordScope::Shared)
                     .with_required(true)
-                    .with_key_fn(|_head, body| {
+                    .with_idempotency_key_fn(|_head, body| {
                         let notification: Notification = serde_json::from_slice(body).ok()?;
                         Some(format!("{}:{}", notification.source, notification.seq))
                     })
@@ -224,7 +224,7 @@ fn app<S: Store>(store: S, shop: &Shop) -> Router {
 fn app_with<S: Store>(store: S, shop: &Shop, policy: StoreFailure) -> Router {
     let idem = Idem::builder()
         .with_store(store)
-        .with_client_key(HeaderKey::new(CLIENT))
+        .with_client_identity(ClientHeader::new(CLIENT))
         .with_store_failure(policy)
         .build();
     routes(shop)
@@ -736,7 +736,7 @@ async fn a_key_function_dedupes_callbacks_from_any_address<B: Backend>() {
 }
 
 /// A router with one guarded `POST /` whose handler answers `"{name} {run}"`, for nesting.
-fn endpoint(name: &'static str, shop: &Shop, scope: KeyScope) -> Router {
+fn endpoint(name: &'static str, shop: &Shop, scope: RecordScope) -> Router {
     Router::new()
         .route(
             "/",
@@ -744,21 +744,21 @@ fn endpoint(name: &'static str, shop: &Shop, scope: KeyScope) -> Router {
                 (StatusCode::CREATED, format!("{name} {}", shop.ran()))
             }),
         )
-        .route_layer(IdempotencyLayer::new().with_key_scope(scope))
+        .route_layer(IdempotencyLayer::new().with_record_scope(scope))
         .with_state(shop.clone())
 }
 
 fn idem_on<S: Store>(store: S) -> Idem {
     Idem::builder()
         .with_store(store)
-        .with_client_key(HeaderKey::new(CLIENT))
+        .with_client_identity(ClientHeader::new(CLIENT))
         .build()
 }
 
 async fn the_same_key_on_another_nested_route_runs_that_route<B: Backend>() {
     let backend = B::start().await;
     let idem = idem_on(backend.store());
-    for scope in [KeyScope::Client, KeyScope::Shared] {
+    for scope in [RecordScope::Client, RecordScope::Shared] {
         let (orders, refunds) = (Shop::new(), Shop::new());
         // Under `nest` both handlers see the path `/`.
         let app = Router::new()
@@ -791,7 +791,7 @@ async fn a_key_reused_under_another_nest_prefix_is_422<B: Backend>() {
     let app = Router::new()
         .nest(
             "/{shop}/orders",
-            endpoint("order", &orders, KeyScope::Client),
+            endpoint("order", &orders, RecordScope::Client),
         )
         .layer(idem_on(backend.store()).layer());
     let first = Seen::of(post_key(&app, "/acme/orders", "k").await).await;

@@ -4,8 +4,11 @@ use axum::Router;
 use axum::http::Method;
 use axum::middleware;
 use axum::routing::{get, post, put};
-use idem_axum::idempotency::KeyScope;
-use idem_axum::{AnyStore, Idem, IdempotencyLayer, Store, VerifyFormTokenLayer};
+use idem_axum::idempotency::RecordScope;
+use idem_axum::{
+    Idem, IdempotencyLayer, VerifyFormTokenLayer,
+    store::{AnyStore, Store},
+};
 use sqlx::SqlitePool;
 
 use crate::client;
@@ -26,7 +29,7 @@ impl Shop {
     pub fn new<S: Store>(db: SqlitePool, store: S) -> Self {
         let idem = Idem::builder()
             .with_store(store)
-            .with_client_key(client::client_key())
+            .with_client_identity(client::client_identity())
             .with_namespace("shop")
             .build();
         Self { db, idem }
@@ -91,10 +94,10 @@ impl Shop {
 fn withdrawal_idempotency() -> IdempotencyLayer {
     IdempotencyLayer::new()
         .with_methods([Method::PUT])
-        .with_key_fn(|head, _body| {
+        .with_idempotency_key_fn(|head, _body| {
             let ticket = head.uri.path().rsplit('/').next()?;
             Some(format!("withdrawal:{ticket}"))
         })
-        .with_key_scope(KeyScope::Shared)
+        .with_record_scope(RecordScope::Shared)
         .with_required(true)
 }

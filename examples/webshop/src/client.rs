@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use idem_axum::client::{
-    ClientId, ClientKeyError, ClientKeyFn, ClientRequest, CookieKey, KeyExtractor,
+    ClientCookie, ClientId, ClientRequest, IdentifyClient, IdentifyError, IdentifyFn,
 };
 
 /// The cookie that carries a browser's anonymous session id.
@@ -66,25 +66,25 @@ pub(crate) fn user_id(headers: &HeaderMap) -> Option<&str> {
         .filter(|user| !user.is_empty())
 }
 
-/// The session cookie's value, read by idem's own `CookieKey`, so the shop and its guards
+/// The session cookie's value, read by idem's own `ClientCookie`, so the shop and its guards
 /// can never disagree on which cookie is the session (`ClientRequest` is built from a
 /// request only, hence the one borrowed here).
 fn session_id(headers: &HeaderMap) -> Option<String> {
     let mut request = axum::http::Request::new(());
     *request.headers_mut() = headers.clone();
-    CookieKey::new(SESSION_COOKIE)
-        .extract(&ClientRequest::from_request(&request))
+    ClientCookie::new(SESSION_COOKIE)
+        .identify(&ClientRequest::from_request(&request))
         .ok()
         .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned())
 }
 
-/// The shop's client-key extractor for its [`idem_axum::Idem`]: one runtime has one
+/// The shop's client identity for its [`idem_axum::Idem`]: one runtime has one
 /// extractor, and the shop has two kinds of client.
-pub(crate) fn client_key() -> impl KeyExtractor {
-    ClientKeyFn::new(|request: &ClientRequest<'_>| {
+pub(crate) fn client_identity() -> impl IdentifyClient {
+    IdentifyFn::new(|request: &ClientRequest<'_>| {
         Client::of(request.headers())
             .map(|client| client.id())
-            .ok_or(ClientKeyError::Missing(
+            .ok_or(IdentifyError::Missing(
                 "send an X-User-Id header (API) or the shop_session cookie (browser)".into(),
             ))
     })

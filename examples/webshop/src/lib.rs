@@ -9,7 +9,7 @@
 //! | `POST /api/orders` | a client's retry after a timeout | `Idempotency-Key` replay ([`idem_axum::IdempotencyLayer`]) |
 //! | `POST /api/payments/callback` | the provider's front- and back-channel notification | idempotency keyed by the body's `source` + `seq`, shared by every caller; unique index |
 //! | `PUT /api/accounts/{id}/withdrawals/{ticket_id}` | a retried withdrawal | the ticket is the idempotency key; one outcome row per ticket |
-//! | `POST /api/vouchers/{id}/seckill` | a flash-sale buyer's repeated clicks, many buyers at once | a [`idem_axum::Lock`] per user + a conditional `UPDATE` on stock; unique index |
+//! | `POST /api/vouchers/{id}/seckill` | a flash-sale buyer's repeated clicks, many buyers at once | a [`idem_axum::lock::Lock`] per user + a conditional `UPDATE` on stock; unique index |
 //!
 //! The HTTP contract (other tools drive the shop through these paths and shapes):
 //!
@@ -32,7 +32,7 @@
 //! a `4xx` that changes nothing. Seed data: three products, account 1 with balance 1000,
 //! voucher 1 with stock 100.
 //!
-//! **Who the client is.** One [`idem_axum::Idem`] has one client-key extractor, so the
+//! **Who the client is.** One [`idem_axum::Idem`] has one client identity, so the
 //! shop's says: the `X-User-Id` header when a request has one (the JSON API), else the
 //! anonymous `shop_session` cookie that every page hands out (the browser). A request
 //! with neither gets 400 from the guards that need a client. The cookie is set on the very

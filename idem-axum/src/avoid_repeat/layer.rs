@@ -10,11 +10,11 @@ use axum::response::Response;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::guard::{guard, key_for};
-use super::handler::{AvoidRepeatContext, fingerprint_payload};
-use super::{Release, RepeatKey, Settings};
+use super::window::{fingerprint_payload, in_window, key_for};
+use super::{Release, RepeatBy, Settings};
 use crate::client::ClientRequest;
-pub use crate::response_future::ResponseFuture;
+use crate::future::{ResponseFuture, take_ready};
+use crate::guard::GuardContext;
 
 /// Guards the routes of a router with the anti-repeat window; see the
 /// [module docs](mod@crate::avoid_repeat).
@@ -50,7 +50,7 @@ impl AvoidRepeatLayer {
             settings: Arc::new(Settings {
                 timeout,
                 release: Release::default(),
-                key: RepeatKey::default(),
+                by: RepeatBy::default(),
                 message: None,
             }),
         }
@@ -68,15 +68,15 @@ impl AvoidRepeatLayer {
         self
     }
 
-    /// What makes two requests the same (default [`RepeatKey::Client`]).
+    /// What makes two requests the same (default [`RepeatBy::Client`]).
     ///
     /// ```
     /// # use std::time::Duration;
     /// let layer = idem_axum::AvoidRepeatLayer::new(Duration::from_secs(30))
-    ///     .with_key(idem_axum::RepeatKey::ClientAndBody);
+    ///     .with_repeat_by(idem_axum::RepeatBy::ClientAndBody);
     /// ```
-    pub fn with_key(mut self, key: RepeatKey) -> Self {
-        Arc::make_mut(&mut self.settings).key = key;
+    pub fn with_repeat_by(mut self, by: RepeatBy) -> Self {
+        Arc::make_mut(&mut self.settings).by = by;
         self
     }
 
@@ -96,10 +96,7 @@ impl<S> Layer<S> for AvoidRepeatLayer {
     type Service = AvoidRepeat<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        AvoidRepeat {
-            inner,
-            settings: Arc::clone(&self.settings),
-        }
+        AvoidRepeat::new(inner, self.clone())
     }
 }
 
@@ -111,20 +108,21 @@ pub struct AvoidRepeat<S> {
 }
 
 impl<S> AvoidRepeat<S> {
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
+    /// Guards `inner` with `layer`'s settings.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idem_axum::{AvoidRepeatLayer, avoid_repeat::AvoidRepeat};
+    /// let service = AvoidRepeat::new(axum::Router::<()>::new(), AvoidRepeatLayer::new(Duration::from_secs(30)));
+    /// ```
+    pub fn new(inner: S, layer: AvoidRepeatLayer) -> Self {
+        Self {
+            inner,
+            settings: layer.settings,
+        }
     }
 
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S> Service<Request> for AvoidRepeat<S>
@@ -135,41 +133,55 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Error>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        // The clone has not been polled ready; the one that was goes into the future.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let inner = take_ready(&mut self.inner);
         let settings = Arc::clone(&self.settings);
-        ResponseFuture::new(async move {
-            let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
-            let html = context.html();
-            let (idem, client) = match context.resolve() {
-                Ok(resolved) => resolved,
-                Err(response) => return Ok(*response),
-            };
-            let path = request
-                .extensions()
-                .get::<MatchedPath>()
-                .map_or(request.uri().path(), MatchedPath::as_str);
-            let handler_id = format!("{} {path}", request.method());
-            let (request, payload) = match settings.key {
-                RepeatKey::Client => (request, None),
-                RepeatKey::ClientAndBody => match fingerprint_payload(request).await {
-                    Ok((request, fingerprint)) => (request, Some(fingerprint)),
-                    Err(response) => return Ok(response),
-                },
-            };
-            let key = key_for(&idem, &handler_id, &client, payload.as_ref());
-            guard(&idem, &settings, &handler_id, key, html, move || {
-                inner.call(request)
-            })
-            .await
-        })
+        ResponseFuture::guarded(avoid_repeat(settings, inner, request))
     }
+}
+
+/// Answers one request to a guarded route.
+async fn avoid_repeat<S>(
+    settings: Arc<Settings>,
+    mut inner: S,
+    request: Request,
+) -> Result<Response, S::Error>
+where
+    S: Service<Request, Response = Response> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
+        Ok(opened) => opened,
+        Err(refusal) => return Ok(refusal),
+    };
+    let handler_id = handler_id(&request);
+    let (request, payload) = match settings.by {
+        RepeatBy::Client => (request, None),
+        RepeatBy::ClientAndBody => match fingerprint_payload(request).await {
+            Ok((request, fingerprint)) => (request, Some(fingerprint)),
+            Err(rejection) => return Ok(guard.refuse(rejection)),
+        },
+    };
+    let key = key_for(&guard, &handler_id, &client, payload.as_ref());
+    in_window(&guard, &settings, &handler_id, key, move || {
+        inner.call(request)
+    })
+    .await
+}
+
+/// The handler identity of a route: its method and matched path (`POST /orders/{id}`),
+/// or, outside a router's routes, the path requested.
+fn handler_id(request: &Request) -> String {
+    let path = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or(request.uri().path(), MatchedPath::as_str);
+    format!("{} {path}", request.method())
 }

@@ -6,7 +6,7 @@
 //! `Retry-After` (the seconds left), and the handler body does not run for it.
 //!
 //! - The key is the runtime's namespace + the handler's identity + the client
-//!   ([`client`](crate::client)), hashed; with [`RepeatKey::ClientAndBody`] also a
+//!   ([`client`](crate::client)), hashed; with [`RepeatBy::ClientAndBody`] also a
 //!   fingerprint of the query and body, so a *different* payload from the same client is
 //!   not a repeat. The identity is `module_path::fn_name` for the attribute and
 //!   `METHOD /matched/{path}` for the layer.
@@ -48,14 +48,14 @@
 //!     .layer(idem.layer());
 //! ```
 
-mod guard;
-pub(crate) mod handler;
+pub(crate) mod attribute;
 mod layer;
+mod window;
 
 use std::borrow::Cow;
 use std::time::Duration;
 
-pub use self::layer::{AvoidRepeat, AvoidRepeatLayer, ResponseFuture};
+pub use self::layer::{AvoidRepeat, AvoidRepeatLayer};
 
 /// When the key of an accepted request is given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -70,7 +70,7 @@ pub enum Release {
 
 /// What makes two requests "the same" for the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RepeatKey {
+pub enum RepeatBy {
     /// The same client to the same handler.
     #[default]
     Client,
@@ -84,7 +84,7 @@ pub enum RepeatKey {
 pub(crate) struct Settings {
     pub(crate) timeout: Duration,
     pub(crate) release: Release,
-    pub(crate) key: RepeatKey,
+    pub(crate) by: RepeatBy,
     pub(crate) message: Option<Cow<'static, str>>,
 }
 

@@ -2,7 +2,7 @@ use std::borrow::Cow;
 
 use http::header::COOKIE;
 
-use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 
 /// The client is the value of a cookie, such as an anonymous session id.
 ///
@@ -10,22 +10,22 @@ use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
 /// before the guarded form is posted (when the form page is rendered).
 ///
 /// ```
-/// let key = idem_axum::client::CookieKey::new("session");
+/// let key = idem_axum::client::ClientCookie::new("session");
 /// ```
 #[derive(Debug, Clone)]
-pub struct CookieKey {
+pub struct ClientCookie {
     name: Cow<'static, str>,
 }
 
-impl CookieKey {
+impl ClientCookie {
     /// Reads the cookie `name`.
     pub fn new(name: impl Into<Cow<'static, str>>) -> Self {
         Self { name: name.into() }
     }
 }
 
-impl KeyExtractor for CookieKey {
-    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+impl IdentifyClient for ClientCookie {
+    fn identify(&self, request: &ClientRequest<'_>) -> Result<ClientId, IdentifyError> {
         request
             .headers()
             .get_all(COOKIE)
@@ -38,7 +38,7 @@ impl KeyExtractor for CookieKey {
             .filter(|value| !value.is_empty())
             .map(|value| ClientId::new(value.to_owned()))
             .ok_or_else(|| {
-                ClientKeyError::Missing(
+                IdentifyError::Missing(
                     format!(
                         "the `{}` cookie identifies the client and is required",
                         self.name
@@ -59,9 +59,9 @@ mod tests {
         request
             .headers_mut()
             .append(COOKIE, "theme=dark; session=\"abc\"".parse().unwrap());
-        let id = CookieKey::new("session").extract(&ClientRequest::from_request(&request));
+        let id = ClientCookie::new("session").identify(&ClientRequest::from_request(&request));
         assert_eq!(id.unwrap().as_bytes(), b"abc");
-        let missing = CookieKey::new("sess").extract(&ClientRequest::from_request(&request));
-        assert!(matches!(missing, Err(ClientKeyError::Missing(_))));
+        let missing = ClientCookie::new("sess").identify(&ClientRequest::from_request(&request));
+        assert!(matches!(missing, Err(IdentifyError::Missing(_))));
     }
 }

@@ -1,7 +1,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 
 /// The client is a request extension of type `T` — typically the authenticated user that
 /// your authentication layer inserts — written with its `Display`.
@@ -16,46 +16,46 @@ use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
 ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { self.0.fmt(f) }
 /// }
 ///
-/// let key = idem_axum::client::ExtensionKey::<UserId>::new();
+/// let key = idem_axum::client::ClientExtension::<UserId>::new();
 /// ```
-pub struct ExtensionKey<T>(PhantomData<fn() -> T>);
+pub struct ClientExtension<T>(PhantomData<fn() -> T>);
 
-impl<T> ExtensionKey<T> {
+impl<T> ClientExtension<T> {
     /// Reads the extension of type `T`.
     pub fn new() -> Self {
         Self(PhantomData)
     }
 }
 
-impl<T> Default for ExtensionKey<T> {
+impl<T> Default for ClientExtension<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T> Clone for ExtensionKey<T> {
+impl<T> Clone for ClientExtension<T> {
     fn clone(&self) -> Self {
         Self::new()
     }
 }
 
-impl<T> fmt::Debug for ExtensionKey<T> {
+impl<T> fmt::Debug for ClientExtension<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ExtensionKey<{}>", std::any::type_name::<T>())
+        write!(f, "ClientExtension<{}>", std::any::type_name::<T>())
     }
 }
 
-impl<T> KeyExtractor for ExtensionKey<T>
+impl<T> IdentifyClient for ClientExtension<T>
 where
     T: fmt::Display + Send + Sync + 'static,
 {
-    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+    fn identify(&self, request: &ClientRequest<'_>) -> Result<ClientId, IdentifyError> {
         request
             .extensions()
             .get::<T>()
             .map(|value| ClientId::new(value.to_string()))
             .ok_or_else(|| {
-                ClientKeyError::Missing(
+                IdentifyError::Missing(
                     format!(
                         "the request carries no `{}` identifying the client: it must be authenticated",
                         std::any::type_name::<T>()

@@ -1,6 +1,6 @@
 use http::HeaderName;
 
-use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 
 /// The client is the value of a request header, such as `X-User-Id` set by a gateway that
 /// authenticated the user, or an API key.
@@ -8,26 +8,26 @@ use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
 /// A request without the header, or with it empty, is refused with 400.
 ///
 /// ```
-/// use idem_axum::client::HeaderKey;
-/// let key = HeaderKey::new(http::HeaderName::from_static("x-user-id"));
+/// use idem_axum::client::ClientHeader;
+/// let key = ClientHeader::new(http::HeaderName::from_static("x-user-id"));
 /// ```
 #[derive(Debug, Clone)]
-pub struct HeaderKey {
+pub struct ClientHeader {
     name: HeaderName,
 }
 
-impl HeaderKey {
+impl ClientHeader {
     /// Reads the header `name`.
     pub fn new(name: HeaderName) -> Self {
         Self { name }
     }
 }
 
-impl KeyExtractor for HeaderKey {
-    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+impl IdentifyClient for ClientHeader {
+    fn identify(&self, request: &ClientRequest<'_>) -> Result<ClientId, IdentifyError> {
         match request.headers().get(&self.name) {
             Some(value) if !value.is_empty() => Ok(ClientId::new(value.as_bytes().to_vec())),
-            _ => Err(ClientKeyError::Missing(
+            _ => Err(IdentifyError::Missing(
                 format!(
                     "the `{}` header identifies the client and is required",
                     self.name

@@ -1,23 +1,23 @@
-//! Who is the client: the [`KeyExtractor`]s that turn a request into a [`ClientId`].
+//! Who is the client: the [`IdentifyClient`]s that turn a request into a [`ClientId`].
 //!
 //! Every guard is per client: one user's double click must not block another user. The
 //! runtime asks its extractor (set with
-//! [`IdemBuilder::with_client_key`](crate::IdemBuilder::with_client_key), default
+//! [`IdemBuilder::with_client_identity`](crate::IdemBuilder::with_client_identity), default
 //! [`PeerIp`]) for the client of each request:
 //!
 //! | extractor | client is | behind a reverse proxy |
 //! |---|---|---|
 //! | [`PeerIp`] | the TCP peer's IP (needs `ConnectInfo`) | every client is the proxy: use [`TrustedProxyIp`] |
 //! | [`TrustedProxyIp`] | the rightmost address not of a trusted proxy in the one header your proxy writes (default `X-Forwarded-For`; or `Forwarded`, or a one-address header such as `X-Real-IP`) | honoured only from the configured proxy networks; every other forwarding header is ignored |
-//! | [`HeaderKey`] | a header's value (`X-User-Id`, an API key) | fine |
-//! | [`CookieKey`] | a cookie's value (an anonymous session id) | fine |
-//! | [`ExtensionKey`] | a request extension set by your authentication layer | fine |
-//! | [`ClientKeyFn`] | whatever your closure says | yours to decide |
+//! | [`ClientHeader`] | a header's value (`X-User-Id`, an API key) | fine |
+//! | [`ClientCookie`] | a cookie's value (an anonymous session id) | fine |
+//! | [`ClientExtension`] | a request extension set by your authentication layer | fine |
+//! | [`IdentifyFn`] | whatever your closure says | yours to decide |
 //!
 //! A request whose client cannot be told is refused — never put in a bucket shared by
 //! everyone, where one user's request would block all others. A client that leaves out a
-//! header or cookie gets 400 ([`ClientKeyError::Missing`]); a server not set up for its
-//! extractor (no `ConnectInfo`) answers 500 ([`ClientKeyError::Unavailable`]).
+//! header or cookie gets 400 ([`IdentifyError::Missing`]); a server not set up for its
+//! extractor (no `ConnectInfo`) answers 500 ([`IdentifyError::Unavailable`]).
 //!
 //! Behind a proxy, name the one forwarding header it writes
 //! ([`TrustedProxyIp::with_header`]). Proxies pass the headers they do not write through
@@ -40,9 +40,9 @@ use std::fmt;
 use bytes::Bytes;
 use http::{Extensions, HeaderMap, Method, Uri, request::Parts};
 
-pub use self::cookie::CookieKey;
-pub use self::extension::ExtensionKey;
-pub use self::header::HeaderKey;
+pub use self::cookie::ClientCookie;
+pub use self::extension::ClientExtension;
+pub use self::header::ClientHeader;
 pub use self::peer_ip::PeerIp;
 pub use self::trusted_proxy::{ForwardingHeader, TrustedProxyIp};
 
@@ -76,7 +76,7 @@ impl fmt::Debug for ClientId {
 /// Why a request's client could not be told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ClientKeyError {
+pub enum IdentifyError {
     /// The request lacks what identifies its client (a header, a cookie): answered 400.
     Missing(Cow<'static, str>),
     /// The server is not set up to identify clients this way (no `ConnectInfo`): answered
@@ -84,7 +84,7 @@ pub enum ClientKeyError {
     Unavailable(Cow<'static, str>),
 }
 
-impl fmt::Display for ClientKeyError {
+impl fmt::Display for IdentifyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Missing(why) | Self::Unavailable(why) => f.write_str(why),
@@ -92,7 +92,7 @@ impl fmt::Display for ClientKeyError {
     }
 }
 
-impl std::error::Error for ClientKeyError {}
+impl std::error::Error for IdentifyError {}
 
 /// The parts of a request an extractor may look at; built from a [`Request`](http::Request)
 /// in a layer or from [`Parts`] in an extractor.
@@ -161,14 +161,14 @@ impl<'a> ClientRequest<'a> {
 /// Tells which client sent a request.
 ///
 /// ```
-/// use idem_axum::client::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+/// use idem_axum::client::{ClientId, IdentifyError, ClientRequest, IdentifyClient};
 ///
 /// /// The tenant and the user, from two headers.
 /// #[derive(Debug)]
 /// struct TenantUser;
 ///
-/// impl KeyExtractor for TenantUser {
-///     fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+/// impl IdentifyClient for TenantUser {
+///     fn identify(&self, request: &ClientRequest<'_>) -> Result<ClientId, IdentifyError> {
 ///         let header = |name| request.headers().get(name).map(|v| v.as_bytes().to_vec());
 ///         match (header("x-tenant"), header("x-user")) {
 ///             (Some(mut tenant), Some(user)) => {
@@ -176,39 +176,39 @@ impl<'a> ClientRequest<'a> {
 ///                 tenant.extend(user);
 ///                 Ok(ClientId::new(tenant))
 ///             }
-///             _ => Err(ClientKeyError::Missing("send X-Tenant and X-User".into())),
+///             _ => Err(IdentifyError::Missing("send X-Tenant and X-User".into())),
 ///         }
 ///     }
 /// }
 /// ```
-pub trait KeyExtractor: fmt::Debug + Send + Sync + 'static {
+pub trait IdentifyClient: fmt::Debug + Send + Sync + 'static {
     /// The client of `request`.
     ///
     /// # Errors
     ///
-    /// [`ClientKeyError`] when the client cannot be told; the request is then refused.
-    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError>;
+    /// [`IdentifyError`] when the client cannot be told; the request is then refused.
+    fn identify(&self, request: &ClientRequest<'_>) -> Result<ClientId, IdentifyError>;
 }
 
-/// A [`KeyExtractor`] from a closure.
+/// A [`IdentifyClient`] from a closure.
 ///
 /// ```
-/// use idem_axum::client::{ClientId, ClientKeyError, ClientKeyFn};
+/// use idem_axum::client::{ClientId, IdentifyError, IdentifyFn};
 ///
-/// let by_api_key = ClientKeyFn::new(|request| {
+/// let by_api_key = IdentifyFn::new(|request| {
 ///     request
 ///         .headers()
 ///         .get("x-api-key")
 ///         .map(|key| ClientId::new(key.as_bytes().to_vec()))
-///         .ok_or(ClientKeyError::Missing("send X-Api-Key".into()))
+///         .ok_or(IdentifyError::Missing("send X-Api-Key".into()))
 /// });
 /// ```
 #[derive(Clone)]
-pub struct ClientKeyFn<F>(F);
+pub struct IdentifyFn<F>(F);
 
-impl<F> ClientKeyFn<F>
+impl<F> IdentifyFn<F>
 where
-    F: Fn(&ClientRequest<'_>) -> Result<ClientId, ClientKeyError> + Send + Sync + 'static,
+    F: Fn(&ClientRequest<'_>) -> Result<ClientId, IdentifyError> + Send + Sync + 'static,
 {
     /// Wraps `f`.
     pub fn new(f: F) -> Self {
@@ -216,17 +216,17 @@ where
     }
 }
 
-impl<F> fmt::Debug for ClientKeyFn<F> {
+impl<F> fmt::Debug for IdentifyFn<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ClientKeyFn")
+        f.write_str("IdentifyFn")
     }
 }
 
-impl<F> KeyExtractor for ClientKeyFn<F>
+impl<F> IdentifyClient for IdentifyFn<F>
 where
-    F: Fn(&ClientRequest<'_>) -> Result<ClientId, ClientKeyError> + Send + Sync + 'static,
+    F: Fn(&ClientRequest<'_>) -> Result<ClientId, IdentifyError> + Send + Sync + 'static,
 {
-    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+    fn identify(&self, request: &ClientRequest<'_>) -> Result<ClientId, IdentifyError> {
         (self.0)(request)
     }
 }

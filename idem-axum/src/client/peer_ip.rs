@@ -2,7 +2,7 @@ use std::net::SocketAddr;
 
 use axum::extract::ConnectInfo;
 
-use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 
 /// The client is the IP address of the TCP peer.
 ///
@@ -14,23 +14,23 @@ use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
 /// be one: use [`TrustedProxyIp`](super::TrustedProxyIp) there.
 ///
 /// ```
-/// let idem = idem_axum::Idem::builder().with_client_key(idem_axum::client::PeerIp).build();
+/// let idem = idem_axum::Idem::builder().with_client_identity(idem_axum::client::PeerIp).build();
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerIp;
 
-impl KeyExtractor for PeerIp {
-    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+impl IdentifyClient for PeerIp {
+    fn identify(&self, request: &ClientRequest<'_>) -> Result<ClientId, IdentifyError> {
         peer_addr(request).map(|addr| ClientId::new(addr.ip().to_string()))
     }
 }
 
-pub(super) fn peer_addr(request: &ClientRequest<'_>) -> Result<SocketAddr, ClientKeyError> {
+pub(super) fn peer_addr(request: &ClientRequest<'_>) -> Result<SocketAddr, IdentifyError> {
     request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(addr)| *addr)
-        .ok_or(ClientKeyError::Unavailable(
+        .ok_or(IdentifyError::Unavailable(
             "the peer address is unknown: serve the app with \
              `into_make_service_with_connect_info::<SocketAddr>()`"
                 .into(),

@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 
 use super::peer_ip::peer_addr;
-use super::{ClientId, ClientKeyError, ClientRequest, KeyExtractor};
+use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 
 /// The client is the address your proxy says it saw, read from the one forwarding header
 /// your proxy writes ([`ForwardingHeader`], default `X-Forwarded-For`).
@@ -153,15 +153,15 @@ impl TrustedProxyIp {
     }
 }
 
-impl KeyExtractor for TrustedProxyIp {
-    fn extract(&self, request: &ClientRequest<'_>) -> Result<ClientId, ClientKeyError> {
+impl IdentifyClient for TrustedProxyIp {
+    fn identify(&self, request: &ClientRequest<'_>) -> Result<ClientId, IdentifyError> {
         let peer = peer_addr(request)?.ip();
         if !self.trusted(peer) {
             return Ok(ClientId::new(peer.to_canonical().to_string()));
         }
         match self.forwarded_client(request.headers()) {
             Some(ip) => Ok(ClientId::new(ip.to_canonical().to_string())),
-            None => Err(ClientKeyError::Missing(Cow::Owned(format!(
+            None => Err(IdentifyError::Missing(Cow::Owned(format!(
                 "the request came through a trusted proxy without the client's address in \
                  `{}`",
                 self.header.name()
@@ -233,7 +233,7 @@ mod tests {
         key: &TrustedProxyIp,
         peer: &str,
         headers: &[(&str, &str)],
-    ) -> Result<String, ClientKeyError> {
+    ) -> Result<String, IdentifyError> {
         let mut request = Request::new(());
         request
             .extensions_mut()
@@ -244,7 +244,7 @@ mod tests {
                 value.parse().unwrap(),
             );
         }
-        key.extract(&ClientRequest::from_request(&request))
+        key.identify(&ClientRequest::from_request(&request))
             .map(|id| String::from_utf8(id.as_bytes().to_vec()).unwrap())
     }
 
@@ -253,12 +253,12 @@ mod tests {
     }
 
     /// The client as the default key, reading `X-Forwarded-For`, tells it.
-    fn client(peer: &str, headers: &[(&str, &str)]) -> Result<String, ClientKeyError> {
+    fn client(peer: &str, headers: &[(&str, &str)]) -> Result<String, IdentifyError> {
         client_of(&proxies(), peer, headers)
     }
 
     /// The client as a key reading `Forwarded` tells it.
-    fn client_by_forwarded(peer: &str, headers: &[(&str, &str)]) -> Result<String, ClientKeyError> {
+    fn client_by_forwarded(peer: &str, headers: &[(&str, &str)]) -> Result<String, IdentifyError> {
         client_of(
             &proxies().with_header(ForwardingHeader::Forwarded),
             peer,
@@ -267,13 +267,13 @@ mod tests {
     }
 
     /// The client as a key reading `X-Real-IP` tells it.
-    fn client_by_real_ip(peer: &str, headers: &[(&str, &str)]) -> Result<String, ClientKeyError> {
+    fn client_by_real_ip(peer: &str, headers: &[(&str, &str)]) -> Result<String, IdentifyError> {
         let real_ip = ForwardingHeader::SingleAddress(HeaderName::from_static("x-real-ip"));
         client_of(&proxies().with_header(real_ip), peer, headers)
     }
 
-    fn refused(answer: Result<String, ClientKeyError>) -> bool {
-        matches!(answer, Err(ClientKeyError::Missing(_)))
+    fn refused(answer: Result<String, IdentifyError>) -> bool {
+        matches!(answer, Err(IdentifyError::Missing(_)))
     }
 
     #[test]
@@ -318,7 +318,7 @@ mod tests {
             HeaderValue::from_bytes(b"\xff\xfe, 198.51.100.4").unwrap(),
         );
         let id = proxies()
-            .extract(&ClientRequest::from_request(&request))
+            .identify(&ClientRequest::from_request(&request))
             .unwrap();
         assert_eq!(id.as_bytes(), b"198.51.100.4");
     }
@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn the_refusal_names_the_header_read() {
-        let Err(ClientKeyError::Missing(why)) = client_by_forwarded("10.0.0.1", &[]) else {
+        let Err(IdentifyError::Missing(why)) = client_by_forwarded("10.0.0.1", &[]) else {
             panic!("refused");
         };
         assert!(why.contains("`forwarded`"), "{why}");

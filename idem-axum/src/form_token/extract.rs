@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::request::Parts;
@@ -12,8 +12,8 @@ use idem_core::{Key, Store};
 
 use super::FormTokenConfig;
 use crate::client::{ClientId, ClientRequest};
-use crate::rejection::{Rejection, RejectionKind, escape_html, prefers_html};
-use crate::runtime::Idem;
+use crate::guard::GuardContext;
+use crate::rejection::{Rejection, RejectionKind, escape_html};
 
 /// Random bytes in a token: 128 bits, as many as a version 4 UUID has and then some.
 const TOKEN_BYTES: usize = 16;
@@ -32,7 +32,7 @@ const TOKEN_LEN: usize = (TOKEN_BYTES * 4).div_ceil(3);
 /// - On a route under [`VerifyFormTokenLayer`](super::VerifyFormTokenLayer) with
 ///   [rotation](super::VerifyFormTokenLayer::with_rotation) on, it is the rotated token the
 ///   layer issued (and put in the response header), not yet another one.
-/// - Without [`Idem::layer`] on the router it answers 500 naming the missing layer; for a
+/// - Without [`Idem::layer`](crate::Idem::layer) on the router it answers 500 naming the missing layer; for a
 ///   client the runtime cannot tell, the runtime's rejection; when the store fails, the
 ///   runtime's [`StoreFailure`](crate::StoreFailure) policy (fail closed: 503; fail open:
 ///   the page gets a token the store does not know, refused when posted once the store is
@@ -93,17 +93,11 @@ impl<S: Send + Sync> FromRequestParts<S> for FormToken {
         if let Some(token) = parts.extensions.get::<Self>() {
             return Ok(token.clone());
         }
-        let html = prefers_html(&parts.headers);
-        let idem = Idem::from_extensions(&parts.extensions)
-            .map_err(|rejection| rejection.with_html(html).into_response())?;
-        let issued = match idem.client_id(&ClientRequest::from_parts(parts)) {
-            Ok(client) => {
-                let config = FormTokenConfig::from_extensions(&parts.extensions);
-                issue(&idem, &client, &config).await
-            }
-            Err(rejection) => Err(rejection),
-        };
-        let token = issued.map_err(|rejection| idem.respond(rejection.with_html(html)))?;
+        let (guard, client) = GuardContext::open(&ClientRequest::from_parts(parts))?;
+        let config = FormTokenConfig::from_extensions(&parts.extensions);
+        let token = issue(&guard, &client, &config)
+            .await
+            .map_err(|rejection| guard.refuse(rejection))?;
         parts.extensions.insert(token.clone());
         Ok(token)
     }
@@ -111,7 +105,7 @@ impl<S: Send + Sync> FromRequestParts<S> for FormToken {
 
 /// Draws a token for `client` and stores it for the configured TTL.
 pub(super) async fn issue(
-    idem: &Idem,
+    guard: &GuardContext,
     client: &ClientId,
     config: &FormTokenConfig,
 ) -> Result<FormToken, Rejection> {
@@ -124,13 +118,13 @@ pub(super) async fn issue(
         ));
     }
     let value = URL_SAFE_NO_PAD.encode(bytes);
-    let (scope, key) = (scope_key(idem, client), token_key(idem, client, &value));
-    let stored = idem
+    let (scope, key) = (scope_key(guard, client), token_key(guard, client, &value));
+    let stored = guard
         .store()
         .put_token(&scope, &key, config.ttl(), config.tokens_per_client());
     match stored.await {
         Ok(()) => tracing::debug!(idem.outcome = "issued", "idem: form token issued"),
-        Err(error) => idem.store_failed(&error, "form token not stored")?,
+        Err(error) => guard.store_failed(&error, "form token not stored")?,
     }
     Ok(FormToken {
         value: value.into(),
@@ -139,14 +133,14 @@ pub(super) async fn issue(
 }
 
 /// The store key of `client`'s set of tokens.
-pub(super) fn scope_key(idem: &Idem, client: &ClientId) -> Key {
-    idem.key(&[b"form_tokens", client.as_bytes()])
+pub(super) fn scope_key(guard: &GuardContext, client: &ClientId) -> Key {
+    guard.key(&[b"form_tokens", client.as_bytes()])
 }
 
 /// The store key of `token` for `client`: hashed with the client, so a token is found only
 /// when its own client posts it, and so the store never sees the token itself.
-pub(super) fn token_key(idem: &Idem, client: &ClientId, token: &str) -> Key {
-    idem.key(&[b"form_token", client.as_bytes(), token.as_bytes()])
+pub(super) fn token_key(guard: &GuardContext, client: &ClientId, token: &str) -> Key {
+    guard.key(&[b"form_token", client.as_bytes(), token.as_bytes()])
 }
 
 /// Whether `token` could be one [`issue`] drew. Anything else is unknown without asking
@@ -161,6 +155,7 @@ pub(super) fn well_formed(token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Idem;
 
     fn token(field_name: &'static str) -> FormToken {
         FormToken {
@@ -189,11 +184,11 @@ mod tests {
 
     #[tokio::test]
     async fn issued_tokens_are_long_random_and_well_formed() {
-        let idem = Idem::builder().build();
+        let guard = GuardContext::new(Idem::builder().build(), false);
         let client = ClientId::new("alice");
         let config = FormTokenConfig::new();
-        let a = issue(&idem, &client, &config).await.unwrap();
-        let b = issue(&idem, &client, &config).await.unwrap();
+        let a = issue(&guard, &client, &config).await.unwrap();
+        let b = issue(&guard, &client, &config).await.unwrap();
         assert_ne!(a.value(), b.value());
         assert_eq!(a.value().len(), TOKEN_LEN);
         assert_eq!(TOKEN_LEN, 22);
@@ -202,10 +197,10 @@ mod tests {
         assert!(!well_formed(&"+".repeat(TOKEN_LEN)));
         let spend = |client: &ClientId, token: &FormToken| {
             let (scope, key) = (
-                scope_key(&idem, client),
-                token_key(&idem, client, token.value()),
+                scope_key(&guard, client),
+                token_key(&guard, client, token.value()),
             );
-            let store = idem.store().clone();
+            let store = guard.store().clone();
             async move { store.consume_token(&scope, &key).await.unwrap() }
         };
         assert!(spend(&client, &a).await);

@@ -6,22 +6,21 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, StatusCode};
+use axum::response::Response;
+use http::HeaderValue;
 use idem_core::Store;
-use tokio::runtime::Handle;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
 use super::field::Form;
 use super::{FormToken, FormTokenConfig};
-use crate::body::{read_up_to, read_whole};
-use crate::client::ClientRequest;
+use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
-use crate::rejection::{Rejection, RejectionKind, prefers_html};
-pub use crate::response_future::ResponseFuture;
-use crate::runtime::Idem;
+use crate::future::{ResponseFuture, take_ready};
+use crate::guard::GuardContext;
+use crate::rejection::{Rejection, RejectionKind};
+use crate::request_body::{read_up_to, read_whole};
 
 /// Verifies the one-time form token of every request to the routes it guards; see the
 /// [module docs](crate::form_token).
@@ -119,10 +118,7 @@ impl<S> Layer<S> for VerifyFormTokenLayer {
     type Service = VerifyFormToken<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        VerifyFormToken {
-            inner,
-            settings: Arc::clone(&self.settings),
-        }
+        VerifyFormToken::new(inner, self.clone())
     }
 }
 
@@ -134,20 +130,20 @@ pub struct VerifyFormToken<S> {
 }
 
 impl<S> VerifyFormToken<S> {
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
+    /// Guards `inner` with `layer`'s settings.
+    ///
+    /// ```
+    /// use idem_axum::{VerifyFormTokenLayer, form_token::VerifyFormToken};
+    /// let service = VerifyFormToken::new(axum::Router::<()>::new(), VerifyFormTokenLayer::new());
+    /// ```
+    pub fn new(inner: S, layer: VerifyFormTokenLayer) -> Self {
+        Self {
+            inner,
+            settings: layer.settings,
+        }
     }
 
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S> Service<Request> for VerifyFormToken<S>
@@ -158,59 +154,65 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Error>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        // The clone has not been polled ready; the one that was goes into the future.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let inner = take_ready(&mut self.inner);
         let settings = Arc::clone(&self.settings);
-        ResponseFuture::new(async move {
-            let html = prefers_html(request.headers());
-            let idem = match Idem::from_extensions(request.extensions()) {
-                Ok(idem) => idem,
-                Err(rejection) => return Ok(rejection.with_html(html).into_response()),
-            };
-            let config = FormTokenConfig::from_extensions(request.extensions());
-            let (request, rotated) = match verify(&idem, &config, &settings, request).await {
-                Ok(verified) => verified,
-                Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
-            };
-            // The token is spent: the handler runs to its end even if the client
-            // goes away meanwhile (a browser abandoning the first POST of a double
-            // click), or the submission would be lost while its token says it was made.
-            let handler = inner.call(request);
-            let mut response = match Handle::try_current() {
-                Ok(runtime) => run_to_completion(&runtime, handler)
-                    .await
-                    .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response()))?,
-                Err(_no_runtime) => handler.await?,
-            };
-            // A token is base64url, always a valid header value.
-            let rotated = rotated.and_then(|token| HeaderValue::from_str(token.value()).ok());
-            if let Some(value) = rotated {
-                response
-                    .headers_mut()
-                    .insert(config.header_name().clone(), value);
-            }
-            Ok(response)
-        })
+        ResponseFuture::guarded(verify_form_token(settings, inner, request))
     }
+}
+
+/// Answers one request to a guarded route.
+async fn verify_form_token<S>(
+    settings: Arc<Settings>,
+    mut inner: S,
+    request: Request,
+) -> Result<Response, S::Error>
+where
+    S: Service<Request, Response = Response> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
+        Ok(opened) => opened,
+        Err(refusal) => return Ok(refusal),
+    };
+    let config = FormTokenConfig::from_extensions(request.extensions());
+    let (request, rotated) = match verify(&guard, &client, &config, &settings, request).await {
+        Ok(verified) => verified,
+        Err(rejection) => return Ok(guard.refuse(rejection)),
+    };
+    // The token is spent: the handler runs to its end even if the client goes away
+    // meanwhile (a browser abandoning the first POST of a double click), or the
+    // submission would be lost while its token says it was made.
+    let mut response = match run_to_completion(inner.call(request)).await {
+        Ok(answered) => answered?,
+        Err(rejection) => return Ok(guard.refuse(rejection)),
+    };
+    // A token is base64url, always a valid header value.
+    let rotated = rotated.and_then(|token| HeaderValue::from_str(token.value()).ok());
+    if let Some(value) = rotated {
+        response
+            .headers_mut()
+            .insert(config.header_name().clone(), value);
+    }
+    Ok(response)
 }
 
 /// Spends the request's token; gives back the request, with its body as it came, and the
 /// rotated token if one was issued.
 async fn verify(
-    idem: &Idem,
+    guard: &GuardContext,
+    client: &ClientId,
     config: &FormTokenConfig,
     settings: &Settings,
     request: Request,
 ) -> Result<(Request, Option<FormToken>), Rejection> {
-    let client = idem.client_id(&ClientRequest::from_request(&request))?;
     let (mut request, token) = find_token(config, settings, request).await?;
     let Some(token) = token else {
         tracing::debug!(idem.outcome = "missing", "idem: no form token");
@@ -224,14 +226,14 @@ async fn verify(
         ));
     };
     let spent = if well_formed(&token) {
-        match idem
+        match guard
             .store()
-            .consume_token(&scope_key(idem, &client), &token_key(idem, &client, &token))
+            .consume_token(&scope_key(guard, client), &token_key(guard, client, &token))
             .await
         {
             Ok(spent) => spent,
             Err(error) => {
-                idem.store_failed(&error, "form token not verified")?;
+                guard.store_failed(&error, "form token not verified")?;
                 // Failing open: let the request through unverified, and spend nothing.
                 return Ok((request, None));
             }
@@ -252,7 +254,7 @@ async fn verify(
     if !settings.rotation {
         return Ok((request, None));
     }
-    match issue(idem, &client, config).await {
+    match issue(guard, client, config).await {
         Ok(rotated) => {
             request.extensions_mut().insert(rotated.clone());
             Ok((request, Some(rotated)))
@@ -281,11 +283,10 @@ async fn find_token(
     let Some(form) = Form::of(request.headers())? else {
         return Ok((request, None));
     };
-    let (parts, reading) = match settings.body_limit {
-        Some(limit) => read_up_to(request, limit),
-        None => read_whole(request),
+    let (parts, body) = match settings.body_limit {
+        Some(limit) => read_up_to(request, limit).await?,
+        None => read_whole(request).await?,
     };
-    let body = reading.await?;
     let token = form.field(body.clone(), config.field_name()).await?;
     Ok((Request::from_parts(parts, Body::from(body)), token))
 }

@@ -69,7 +69,7 @@
 //! use axum::response::Html;
 //! use axum::routing::{get, post};
 //! use axum::{Extension, Form, Router};
-//! use idem_axum::client::CookieKey;
+//! use idem_axum::client::ClientCookie;
 //! use idem_axum::{FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer};
 //!
 //! async fn order_form(token: FormToken) -> Html<String> {
@@ -91,7 +91,7 @@
 //! }
 //!
 //! let idem = Idem::builder()
-//!     .with_client_key(CookieKey::new("session"))
+//!     .with_client_identity(ClientCookie::new("session"))
 //!     .build();
 //! let app: Router = Router::new()
 //!     .route("/orders/new", get(order_form))
@@ -110,4 +110,4 @@ mod layer;
 
 pub use self::config::FormTokenConfig;
 pub use self::extract::FormToken;
-pub use self::layer::{ResponseFuture, VerifyFormToken, VerifyFormTokenLayer};
+pub use self::layer::{VerifyFormToken, VerifyFormTokenLayer};

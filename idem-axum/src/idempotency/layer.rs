@@ -1,9 +1,6 @@
-//! [`IdempotencyLayer`], the service it makes, and that service's response future.
+//! [`IdempotencyLayer`] and the service it makes.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -13,11 +10,12 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Method, StatusCode};
-use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{KeyScope, KeySource, Required, Settings, attempt};
+use super::answer::answer;
+use super::{KeySource, RecordScope, Required, Settings};
+use crate::future::{ResponseFuture, take_ready};
 
 /// Makes the requests of the routes below it idempotent with the `Idempotency-Key`
 /// header; see the [module docs](crate::idempotency).
@@ -57,7 +55,7 @@ impl IdempotencyLayer {
                 methods: vec![Method::POST, Method::PATCH],
                 required: Required::Never,
                 key: KeySource::Header,
-                scope: KeyScope::Client,
+                scope: RecordScope::Client,
                 fingerprint_headers: Vec::new(),
                 lease: Duration::from_secs(10),
                 retention: Duration::from_secs(24 * 60 * 60),
@@ -130,13 +128,13 @@ impl IdempotencyLayer {
     /// struct Callback { source: String, seq: u64 }
     ///
     /// let layer = idem_axum::IdempotencyLayer::new()
-    ///     .with_key_fn(|_head, body| {
+    ///     .with_idempotency_key_fn(|_head, body| {
     ///         let callback: Callback = serde_json::from_slice(body).ok()?;
     ///         Some(format!("{}:{}", callback.source, callback.seq))
     ///     })
     ///     .with_required(true);
     /// ```
-    pub fn with_key_fn<F>(mut self, key: F) -> Self
+    pub fn with_idempotency_key_fn<F>(mut self, key: F) -> Self
     where
         F: Fn(&Parts, &Bytes) -> Option<String> + Send + Sync + 'static,
     {
@@ -144,13 +142,13 @@ impl IdempotencyLayer {
         self
     }
 
-    /// Whose keys are separate (default [`KeyScope::Client`]).
+    /// Whose keys are separate (default [`RecordScope::Client`]).
     ///
     /// ```
-    /// use idem_axum::idempotency::KeyScope;
-    /// let layer = idem_axum::IdempotencyLayer::new().with_key_scope(KeyScope::Shared);
+    /// use idem_axum::idempotency::RecordScope;
+    /// let layer = idem_axum::IdempotencyLayer::new().with_record_scope(RecordScope::Shared);
     /// ```
-    pub fn with_key_scope(mut self, scope: KeyScope) -> Self {
+    pub fn with_record_scope(mut self, scope: RecordScope) -> Self {
         self.settings().scope = scope;
         self
     }
@@ -222,7 +220,7 @@ impl IdempotencyLayer {
     }
 
     /// The detail of the 400 a request without a required key gets (default: what the
-    /// `Idempotency-Key` header must hold, or for a [key function](Self::with_key_fn) a
+    /// `Idempotency-Key` header must hold, or for a [key function](Self::with_idempotency_key_fn) a
     /// generic sentence — say there which fields identify a request).
     ///
     /// ```
@@ -238,10 +236,7 @@ impl<S> Layer<S> for IdempotencyLayer {
     type Service = Idempotency<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Idempotency {
-            inner,
-            settings: Arc::clone(&self.settings),
-        }
+        Idempotency::new(inner, self.clone())
     }
 }
 
@@ -266,20 +261,7 @@ impl<S> Idempotency<S> {
         }
     }
 
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S> Service<Request> for Idempotency<S>
@@ -298,59 +280,10 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         if !self.settings.methods.contains(request.method()) {
-            return ResponseFuture {
-                inner: Inner::Unguarded {
-                    future: self.inner.call(request),
-                },
-            };
+            return ResponseFuture::unguarded(self.inner.call(request));
         }
-        // The clone has not been polled ready; the one that was goes into the future.
-        let fresh = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, fresh);
+        let inner = take_ready(&mut self.inner);
         let settings = Arc::clone(&self.settings);
-        ResponseFuture {
-            inner: Inner::Guarded {
-                future: Box::pin(attempt::attempt(settings, inner, request)),
-            },
-        }
-    }
-}
-
-type Guarded<O> = Pin<Box<dyn Future<Output = O> + Send>>;
-
-pin_project! {
-    /// The response future of [`Idempotency`].
-    pub struct ResponseFuture<F: Future> {
-        #[pin]
-        inner: Inner<F>,
-    }
-}
-
-pin_project! {
-    #[project = InnerProj]
-    enum Inner<F: Future> {
-        // A method that is not guarded: the inner service's own future, unboxed.
-        Unguarded { #[pin] future: F },
-        Guarded { future: Guarded<F::Output> },
-    }
-}
-
-impl<F: Future> fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let guarded = matches!(self.inner, Inner::Guarded { .. });
-        f.debug_struct("ResponseFuture")
-            .field("guarded", &guarded)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<F: Future> Future for ResponseFuture<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().inner.project() {
-            InnerProj::Unguarded { future } => future.poll(cx),
-            InnerProj::Guarded { future } => future.as_mut().poll(cx),
-        }
+        ResponseFuture::guarded(answer(settings, inner, request))
     }
 }

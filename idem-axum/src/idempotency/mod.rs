@@ -22,12 +22,12 @@
 //!
 //! ```
 //! use axum::{Router, routing::post};
-//! use idem_axum::{Idem, IdempotencyLayer, client::HeaderKey};
+//! use idem_axum::{Idem, IdempotencyLayer, client::ClientHeader};
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let idem = Idem::builder()
-//!     .with_client_key(HeaderKey::new(http::HeaderName::from_static("x-api-key")))
+//!     .with_client_identity(ClientHeader::new(http::HeaderName::from_static("x-api-key")))
 //!     .build();
 //! let app = Router::new()
 //!     .route("/payments", post(|| async { (http::StatusCode::CREATED, "payment 1") }))
@@ -53,12 +53,12 @@
 //!
 //! - The `Idempotency-Key` header, as a structured-field string (`"…"`, the draft's form)
 //!   or bare (Stripe's); 1–255 printable ASCII characters. Anything else is a 400.
-//! - Or a [function of the request](IdempotencyLayer::with_key_fn), for callers that
+//! - Or a [function of the request](IdempotencyLayer::with_idempotency_key_fn), for callers that
 //!   cannot send a header: a payment provider's callback whose `source` and `seq` fields
 //!   name one delivery, whichever channel it arrives on.
-//! - Keys are scoped by client ([`KeyScope::Client`], the runtime's
-//!   [client key](crate::client)): two clients may use the same key without meeting.
-//!   [`KeyScope::Shared`] makes one key space for everyone, for keys that are unique by
+//! - Keys are scoped by client ([`RecordScope::Client`], the runtime's
+//!   [client identity](crate::client)): two clients may use the same key without meeting.
+//!   [`RecordScope::Shared`] makes one key space for everyone, for keys that are unique by
 //!   construction (the provider's sequence number) on a route only that caller reaches.
 //! - Keys are scoped by route as well, under either scope: a record belongs to one method
 //!   and one route, the [`MatchedPath`](axum::extract::MatchedPath) — in full under
@@ -78,12 +78,12 @@
 //! produced, and what the first client got. Trailers reach the first client but are not
 //! stored.
 //!
-//! - **Cookies under a shared key**: a [`KeyScope::Shared`] record is replayed to whoever
+//! - **Cookies under a shared key**: a [`RecordScope::Shared`] record is replayed to whoever
 //!   presents its key, so its stored copy has no `Set-Cookie`: the first client gets its
 //!   cookies (a session, say), a replay does not. `Set-Cookie` is the field by which a
 //!   response hands one client state of its own; nothing else is left out (the obsolete
 //!   `Set-Cookie2` is honoured by no client), and a body written for one caller is that
-//!   route's to avoid. Under [`KeyScope::Client`] a replay goes to the same client and
+//!   route's to avoid. Under [`RecordScope::Client`] a replay goes to the same client and
 //!   keeps its cookies.
 //! - **Statuses**: every response but a 5xx is stored (configurable with
 //!   [`with_stored_statuses`](IdempotencyLayer::with_stored_statuses)). A response that is
@@ -131,7 +131,7 @@
 //! # Robustness
 //!
 //! - **Atomic start**: the in-progress record is created with the fingerprint in one
-//!   store operation ([`Store::begin_record`](crate::Store::begin_record)); of any number
+//!   store operation ([`Store::begin_record`](crate::store::Store::begin_record)); of any number
 //!   of concurrent requests with one key exactly one runs the handler.
 //! - **Disconnects**: the handler runs in a task of its own. A client that goes away does
 //!   not cancel it: it finishes, and its response is stored for the retry.
@@ -184,13 +184,13 @@
 //! Outcomes are logged as `tracing` events with an `idem.outcome` field: `accepted`,
 //! `replayed`, `conflict`, `mismatch`, `invalid_key`, `missing_key`, `store_error`.
 
-mod attempt;
+mod answer;
 mod capture;
-mod encoding;
-mod execution;
-mod key;
+mod content_coding;
+mod first_run;
+mod key_header;
 mod layer;
-mod stored;
+mod stored_response;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -201,13 +201,13 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Method, StatusCode};
 
-pub use self::layer::{Idempotency, IdempotencyLayer, ResponseFuture};
+pub use self::layer::{Idempotency, IdempotencyLayer};
 
 /// Whose idempotency keys are kept apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub enum KeyScope {
-    /// Each client (as the runtime's [client key](crate::client) tells them apart) has
+pub enum RecordScope {
+    /// Each client (as the runtime's [client identity](crate::client) tells them apart) has
     /// keys of its own, so one client can neither collide with nor probe another's.
     #[default]
     Client,
@@ -242,7 +242,7 @@ struct Settings {
     methods: Vec<Method>,
     required: Required,
     key: KeySource,
-    scope: KeyScope,
+    scope: RecordScope,
     fingerprint_headers: Vec<HeaderName>,
     lease: Duration,
     retention: Duration,

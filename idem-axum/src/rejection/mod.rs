@@ -14,6 +14,8 @@
 //! | [`PayloadTooLarge`](RejectionKind::PayloadTooLarge) | 413 | a body that must be read whole is over the limit |
 //! | [`InvalidBody`](RejectionKind::InvalidBody) | 400 | a body that must be read whole could not be read |
 //! | [`MissingLayer`](RejectionKind::MissingLayer) | 500 | a guard runs without [`Idem::layer`](crate::Idem::layer) on the router |
+//! | [`RuntimeUnavailable`](RejectionKind::RuntimeUnavailable) | 500 | [`IdempotencyLayer`](crate::IdempotencyLayer) runs outside a Tokio runtime, which it needs to renew a running request's record |
+//! | [`ShuttingDown`](RejectionKind::ShuttingDown) | 503 + `Retry-After` | the runtime cancelled an accepted request's handler while shutting down |
 //! | [`MissingFormToken`](RejectionKind::MissingFormToken) | 400 | a guarded form is posted without its one-time token |
 //! | [`InvalidFormToken`](RejectionKind::InvalidFormToken) | 409 | a form token that is unknown, expired, already spent or another client's (one answer for all) |
 //! | [`UnsupportedMediaType`](RejectionKind::UnsupportedMediaType) | 415 | a body a guard must read is of a type it cannot (a form token in a JSON body) |
@@ -54,6 +56,10 @@ pub enum RejectionKind {
     InvalidBody,
     /// The [`Idem`](crate::Idem) layer is not installed: 500.
     MissingLayer,
+    /// A guard that needs a Tokio runtime runs outside one: 500.
+    RuntimeUnavailable,
+    /// The runtime cancelled an accepted request's handler while shutting down: 503.
+    ShuttingDown,
     /// A guarded form is posted without its one-time token: 400.
     MissingFormToken,
     /// A form token that is unknown, expired, already spent or issued to another client:
@@ -86,9 +92,10 @@ impl RejectionKind {
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::MissingClientIdentity | Self::InvalidBody => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::ClientIdentityUnavailable | Self::MissingLayer => {
+            Self::ClientIdentityUnavailable | Self::MissingLayer | Self::RuntimeUnavailable => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::MissingFormToken => StatusCode::BAD_REQUEST,
             Self::InvalidFormToken => StatusCode::CONFLICT,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -110,6 +117,8 @@ impl RejectionKind {
             Self::PayloadTooLarge => "Payload too large",
             Self::InvalidBody => "Invalid request body",
             Self::MissingLayer => "idem layer missing",
+            Self::RuntimeUnavailable => "Async runtime unavailable",
+            Self::ShuttingDown => "Server shutting down",
             Self::MissingFormToken => "Form token missing",
             Self::InvalidFormToken => "Form already submitted or expired",
             Self::UnsupportedMediaType => "Unsupported media type",
@@ -133,6 +142,8 @@ impl RejectionKind {
             Self::PayloadTooLarge => "payload-too-large",
             Self::InvalidBody => "invalid-body",
             Self::MissingLayer => "missing-layer",
+            Self::RuntimeUnavailable => "runtime-unavailable",
+            Self::ShuttingDown => "shutting-down",
             Self::MissingFormToken => "missing-form-token",
             Self::InvalidFormToken => "invalid-form-token",
             Self::UnsupportedMediaType => "unsupported-media-type",

@@ -7,7 +7,7 @@ use syn::{LitStr, Token};
 mod kw {
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(release);
-    syn::custom_keyword!(key);
+    syn::custom_keyword!(by);
     syn::custom_keyword!(message);
 }
 
@@ -18,7 +18,7 @@ pub(super) enum Release {
 }
 
 #[derive(Clone, Copy)]
-pub(super) enum RepeatKey {
+pub(super) enum RepeatBy {
     Client,
     ClientAndBody,
 }
@@ -26,7 +26,7 @@ pub(super) enum RepeatKey {
 pub(super) struct Args {
     pub(super) timeout_ms: u64,
     pub(super) release: Release,
-    pub(super) key: RepeatKey,
+    pub(super) by: RepeatBy,
     pub(super) message: Option<LitStr>,
 }
 
@@ -34,7 +34,7 @@ impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut timeout = None;
         let mut release = None;
-        let mut key = None;
+        let mut by = None;
         let mut message = None;
         while !input.is_empty() {
             let lookahead = input.lookahead1();
@@ -56,12 +56,12 @@ impl Parse for Args {
                     }
                 };
                 set_once(&mut release, name.span, "release", parsed)?;
-            } else if lookahead.peek(kw::key) {
-                let name = input.parse::<kw::key>()?;
-                let value = value_of(input, "key", "\"client\"")?;
+            } else if lookahead.peek(kw::by) {
+                let name = input.parse::<kw::by>()?;
+                let value = value_of(input, "by", "\"client\"")?;
                 let parsed = match value.value().as_str() {
-                    "client" => RepeatKey::Client,
-                    "client+body" => RepeatKey::ClientAndBody,
+                    "client" => RepeatBy::Client,
+                    "client+body" => RepeatBy::ClientAndBody,
                     _ => {
                         return Err(syn::Error::new(
                             value.span(),
@@ -69,7 +69,7 @@ impl Parse for Args {
                         ));
                     }
                 };
-                set_once(&mut key, name.span, "key", parsed)?;
+                set_once(&mut by, name.span, "by", parsed)?;
             } else if lookahead.peek(kw::message) {
                 let name = input.parse::<kw::message>()?;
                 let value = value_of(input, "message", "\"请勿重复提交\"")?;
@@ -92,7 +92,7 @@ impl Parse for Args {
                 )
             })?,
             release: release.unwrap_or(Release::Expire),
-            key: key.unwrap_or(RepeatKey::Client),
+            by: by.unwrap_or(RepeatBy::Client),
             message,
         })
     }

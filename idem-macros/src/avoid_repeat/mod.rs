@@ -35,7 +35,7 @@ use quote::{format_ident, quote};
 use syn::spanned::Spanned;
 use syn::{FnArg, GenericParam, ItemFn, Type};
 
-use self::args::{Args, Release, RepeatKey};
+use self::args::{Args, Release, RepeatBy};
 
 /// axum extractors that read no body: as the last argument they get a wrapper for parts
 /// extractors, since the one for body extractors cannot take them.
@@ -125,19 +125,19 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
     // Which argument also reads the context (and the payload's fingerprint), keeping the
     // handler's arity; see `idem_axum::__private`.
     let last = arg_types.len().checked_sub(1);
-    let (context, payload) = match (args.key, last) {
-        (RepeatKey::Client, None) => {
+    let (context, payload) = match (args.by, last) {
+        (RepeatBy::Client, None) => {
             outer_params.push(quote!(__idem_context: #private::AvoidRepeatContext));
             (quote!(__idem_context), quote!(::core::option::Option::None))
         }
-        (RepeatKey::ClientAndBody, None) => {
+        (RepeatBy::ClientAndBody, None) => {
             outer_params.push(quote!(__idem_payload: #private::Payload));
             (
                 quote!(__idem_payload.context),
                 quote!(::core::option::Option::Some(__idem_payload.fingerprint)),
             )
         }
-        (RepeatKey::Client, Some(last)) => {
+        (RepeatBy::Client, Some(last)) => {
             // Not a `State`, so `#[axum::debug_handler]` can still infer the state type.
             let carrier = (0..last)
                 .find(|&i| !is_state(&arg_types[i]))
@@ -150,7 +150,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
             }
             (quote!(#name.context), quote!(::core::option::Option::None))
         }
-        (RepeatKey::ClientAndBody, Some(last)) => {
+        (RepeatBy::ClientAndBody, Some(last)) => {
             let name = &arg_names[last];
             if reads_no_body(&arg_types[last]) {
                 wrap(last, |ty| quote!(LastParts<#ty>));
@@ -169,9 +169,9 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         Release::Expire => quote!(Expire),
         Release::Finish => quote!(Finish),
     };
-    let key = match args.key {
-        RepeatKey::Client => quote!(Client),
-        RepeatKey::ClientAndBody => quote!(ClientAndBody),
+    let key = match args.by {
+        RepeatBy::Client => quote!(Client),
+        RepeatBy::ClientAndBody => quote!(ClientAndBody),
     };
     let message = match &args.message {
         Some(message) => quote!(::core::option::Option::Some(#message)),
@@ -190,7 +190,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 ::core::concat!(::core::module_path!(), "::", #name_str),
                 #timeout_ms,
                 ::idem_axum::__private::Release::#release,
-                ::idem_axum::__private::RepeatKey::#key,
+                ::idem_axum::__private::RepeatBy::#key,
                 #message,
             );
 

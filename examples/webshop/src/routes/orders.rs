@@ -166,7 +166,7 @@ pub(crate) async fn create(
     headers: HeaderMap,
     Json(order): Json<NewOrder>,
 ) -> Result<(StatusCode, Json<Order>), ApiError> {
-    // The runtime's client key already required one of the two.
+    // The runtime's client identity already required one of the two.
     let client = Client::of(&headers).ok_or(ApiError::new(
         StatusCode::BAD_REQUEST,
         "send an X-User-Id header",

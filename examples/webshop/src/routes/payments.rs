@@ -27,7 +27,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use idem_axum::IdempotencyLayer;
-use idem_axum::idempotency::KeyScope;
+use idem_axum::idempotency::RecordScope;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -192,12 +192,12 @@ pub(crate) async fn canonical_callback(
 /// first, so every body that reaches it has both.
 pub(crate) fn idempotency() -> IdempotencyLayer {
     IdempotencyLayer::new()
-        .with_key_fn(|_head, body| {
+        .with_idempotency_key_fn(|_head, body| {
             Callback::from_json(body)
                 .ok()
                 .map(|callback| callback.delivery_key())
         })
-        .with_key_scope(KeyScope::Shared)
+        .with_record_scope(RecordScope::Shared)
         .with_required(true)
         .with_missing_key_message("the callback must be a JSON object with `source` and `seq`")
 }

@@ -6,7 +6,10 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use idem_axum::{Key, Lease, Lock, LockError};
+use idem_axum::{
+    lock::{Lease, Lock, LockError},
+    store::Key,
+};
 use serde_json::{Value, json};
 
 use crate::app::Shop;

@@ -8,22 +8,22 @@ struct Transfer {
     amount: u64,
 }
 
-#[avoid_repeat(timeout = "30s", key = "client+body")]
+#[avoid_repeat(timeout = "30s", by = "client+body")]
 async fn json_last(Path(id): Path<u64>, Json(t): Json<Transfer>) -> String {
     format!("{id}: {}", t.amount)
 }
 
-#[avoid_repeat(timeout = "30s", key = "client+body")]
+#[avoid_repeat(timeout = "30s", by = "client+body")]
 async fn form_last(Form(t): Form<Transfer>) -> String {
     t.amount.to_string()
 }
 
-#[avoid_repeat(timeout = "30s", key = "client+body")]
+#[avoid_repeat(timeout = "30s", by = "client+body")]
 async fn parts_last(Path(id): Path<u64>) -> String {
     id.to_string()
 }
 
-#[avoid_repeat(timeout = "30s", key = "client+body")]
+#[avoid_repeat(timeout = "30s", by = "client+body")]
 async fn nothing() -> &'static str {
     "ok"
 }

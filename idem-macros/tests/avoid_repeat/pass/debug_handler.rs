@@ -12,7 +12,7 @@ async fn outer_debug(State(_shop): State<Shop>, Json(n): Json<u32>) -> String {
     n.to_string()
 }
 
-#[avoid_repeat(timeout = "30s", key = "client+body")]
+#[avoid_repeat(timeout = "30s", by = "client+body")]
 #[axum::debug_handler]
 async fn inner_debug(State(_shop): State<Shop>, Json(n): Json<u32>) -> String {
     n.to_string()

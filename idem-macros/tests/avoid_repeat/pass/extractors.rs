@@ -32,7 +32,7 @@ async fn with_path_query_json(
     format!("{id} {} {}", params.len(), order.product_id)
 }
 
-#[avoid_repeat(timeout = "1h", release = "finish", key = "client", message = "请勿重复提交")]
+#[avoid_repeat(timeout = "1h", release = "finish", by = "client", message = "请勿重复提交")]
 pub async fn all_arguments(mut body: String) -> String {
     body.push('!');
     body

@@ -14,7 +14,7 @@ where
     "ok"
 }
 
-#[avoid_repeat(timeout = "10s", key = "client+body")]
+#[avoid_repeat(timeout = "10s", by = "client+body")]
 async fn from_ref<S>(State(_counter): State<Counter>, _state: State<S>, body: String) -> String
 where
     S: Clone + Send + Sync + 'static,

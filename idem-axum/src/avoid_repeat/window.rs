@@ -1,19 +1,20 @@
-//! The one path every avoid-repeat guard takes, whether attribute or layer: take the key,
+//! The window every avoid-repeat guard keeps, whether attribute or layer: take the key,
 //! run the handler to its end, give the key back when the handler failed or the mode says
 //! so.
 
 use std::future::Future;
 
-use axum::response::{IntoResponse, Response};
-use http::StatusCode;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
 use idem_core::{Acquire, AnyStore, Fencing, Fingerprint, Key, Owner, Store};
-use tokio::runtime::Handle;
 
 use super::{Release, Settings};
 use crate::client::ClientId;
 use crate::detached::run_to_completion;
+use crate::guard::GuardContext;
 use crate::rejection::{Rejection, RejectionKind};
-use crate::runtime::Idem;
+use crate::request_body::read_whole;
 
 /// Runs the handler `start` starts under the key `key`, or answers for it. The handler is
 /// not started (a tower service not even called) unless the key was taken.
@@ -22,76 +23,60 @@ use crate::runtime::Idem;
 /// browser abandons the first POST of a double click): it may already have committed, so
 /// cutting it off and freeing the key would let the second POST run it again. Its outcome
 /// decides the key, not the client's patience.
-///
-/// An `async move` block rather than an `async fn`, so that the future holds its arguments
-/// once, not twice: it is part of every guarded request's future.
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn's future would hold its arguments twice"
-)]
-pub(crate) fn guard<'a, F, E>(
-    idem: &'a Idem,
-    settings: &'a Settings,
-    handler_id: &'a str,
+pub(crate) async fn in_window<F, E>(
+    guard: &GuardContext,
+    settings: &Settings,
+    handler_id: &str,
     key: Key,
-    html: bool,
-    start: impl FnOnce() -> F + 'a,
-) -> impl Future<Output = Result<Response, E>> + 'a
+    start: impl FnOnce() -> F,
+) -> Result<Response, E>
 where
     F: Future<Output = Result<Response, E>> + Send + 'static,
     E: Send + 'static,
 {
-    async move {
-        let owner = Owner::random();
-        let permit = match idem
-            .store()
-            .acquire(&key, &owner, settings.timeout, Fencing::Off)
-            .await
-        {
-            Ok(Acquire::Acquired { .. }) => {
-                tracing::debug!(idem.outcome = "accepted", idem.handler = handler_id);
-                Permit {
-                    store: idem.store().clone(),
-                    key,
-                    owner,
-                    armed: true,
-                }
+    let owner = Owner::random();
+    let acquired = guard
+        .store()
+        .acquire(&key, &owner, settings.timeout, Fencing::Off)
+        .await;
+    let permit = match acquired {
+        Ok(Acquire::Acquired { .. }) => {
+            tracing::debug!(idem.outcome = "accepted", idem.handler = handler_id);
+            Permit {
+                store: guard.store().clone(),
+                key,
+                owner,
+                armed: true,
             }
-            // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
-            Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
-                tracing::debug!(
-                    idem.outcome = "duplicate",
-                    idem.handler = handler_id,
-                    ?remaining
-                );
-                let rejection = Rejection::new(RejectionKind::Duplicate, settings.message())
-                    .with_retry_after(remaining)
-                    .with_html(html);
-                return Ok(idem.respond(rejection));
-            }
-            Err(error) => match idem.store_failed(&error, handler_id) {
-                Err(rejection) => return Ok(idem.respond(rejection.with_html(html))),
-                // Failing open: nothing is held, so nothing needs the handler to finish.
-                Ok(()) => return start().await,
-            },
-        };
-        let release = settings.release;
-        let handler = start();
-        let work = async move {
-            let result = handler.await;
-            let keep = release == Release::Expire && result.as_ref().is_ok_and(succeeded);
-            permit.settle(keep).await;
-            result
-        };
-        match Handle::try_current() {
-            // `None`: the runtime is shutting down and cancelled the handler.
-            Ok(runtime) => run_to_completion(&runtime, work)
-                .await
-                .unwrap_or_else(|| Ok(StatusCode::SERVICE_UNAVAILABLE.into_response())),
-            // Without a Tokio runtime nothing can run detached; the key still expires.
-            Err(_no_runtime) => work.await,
         }
-    }
+        // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
+        Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
+            tracing::debug!(
+                idem.outcome = "duplicate",
+                idem.handler = handler_id,
+                ?remaining
+            );
+            let duplicate = Rejection::new(RejectionKind::Duplicate, settings.message())
+                .with_retry_after(remaining);
+            return Ok(guard.refuse(duplicate));
+        }
+        Err(error) => match guard.on_store_error(&error, handler_id) {
+            Err(refusal) => return Ok(refusal),
+            // Failing open: nothing is held, so nothing needs the handler to finish.
+            Ok(()) => return start().await,
+        },
+    };
+    let release = settings.release;
+    let handler = start();
+    let work = async move {
+        let result = handler.await;
+        let keep = release == Release::Expire && result.as_ref().is_ok_and(succeeded);
+        permit.settle(keep).await;
+        result
+    };
+    run_to_completion(work)
+        .await
+        .unwrap_or_else(|rejection| Ok(guard.refuse(rejection)))
 }
 
 /// Whether an answer keeps the window: only a success (1xx–3xx) does.
@@ -105,18 +90,28 @@ fn succeeded(response: &Response) -> bool {
 
 /// The store key of `handler_id` for `client` (and the payload, when fingerprinted).
 pub(crate) fn key_for(
-    idem: &Idem,
+    guard: &GuardContext,
     handler_id: &str,
     client: &ClientId,
     payload: Option<&Fingerprint>,
 ) -> Key {
     let payload: &[u8] = payload.map_or(&[], |fingerprint| fingerprint.as_bytes());
-    idem.key(&[
+    guard.key(&[
         b"avoid_repeat",
         handler_id.as_bytes(),
         client.as_bytes(),
         payload,
     ])
+}
+
+/// Reads the body whole and fingerprints it with the query; gives back the request with
+/// the same body.
+pub(crate) async fn fingerprint_payload(
+    request: Request,
+) -> Result<(Request, Fingerprint), Rejection> {
+    let (parts, body) = read_whole(request).await?;
+    let fingerprint = Fingerprint::of([parts.uri.query().unwrap_or("").as_bytes(), &body]);
+    Ok((Request::from_parts(parts, Body::from(body)), fingerprint))
 }
 
 /// A held key. Dropped while armed — the handler panicked, or the runtime dropped it while

@@ -25,7 +25,7 @@ use http::header::{CONNECTION, HeaderName, SET_COOKIE};
 use http::{HeaderMap, HeaderValue, StatusCode, response};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::KeyScope;
+use super::RecordScope;
 
 /// The format byte every record starts with.
 const FORMAT: u8 = 1;
@@ -84,11 +84,11 @@ impl fmt::Display for Unreadable {
 
 /// The record of a response whose body is `body`, for a key of `scope`.
 ///
-/// A [`KeyScope::Shared`] record is replayed to whoever presents its key, so it keeps no
+/// A [`RecordScope::Shared`] record is replayed to whoever presents its key, so it keeps no
 /// `Set-Cookie`: a cookie (a session, say) was meant for the client that made the first
 /// request, and only that client gets it.
-pub(crate) fn encode_response(parts: &response::Parts, body: &[u8], scope: KeyScope) -> Bytes {
-    let shared = scope == KeyScope::Shared;
+pub(crate) fn encode_response(parts: &response::Parts, body: &[u8], scope: RecordScope) -> Bytes {
+    let shared = scope == RecordScope::Shared;
     let headers: Vec<_> = parts
         .headers
         .iter()
@@ -230,7 +230,7 @@ mod tests {
             ],
         );
         let body = [0_u8, 159, 146, 150, b'{', b'}'];
-        let stored = encode_response(&original, &body, KeyScope::Client);
+        let stored = encode_response(&original, &body, RecordScope::Client);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
@@ -260,7 +260,7 @@ mod tests {
                 ("set-cookie", "b=2"),
             ],
         );
-        let stored = encode_response(&original, b"ok", KeyScope::Shared);
+        let stored = encode_response(&original, b"ok", RecordScope::Shared);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn foreign_or_corrupt_records_are_unreadable_not_misread() {
-        let stored = encode_response(&parts(StatusCode::OK, &[]), b"body", KeyScope::Client);
+        let stored = encode_response(&parts(StatusCode::OK, &[]), b"body", RecordScope::Client);
         let mut other_format = stored.to_vec();
         other_format[0] = FORMAT + 1;
         assert!(decode(&Bytes::from(other_format)).is_err());

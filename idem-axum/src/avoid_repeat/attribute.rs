@@ -11,18 +11,16 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use idem_core::Fingerprint;
 
-use super::guard::{guard, key_for};
-use super::{Release, RepeatKey, Settings};
-use crate::body::read_whole;
+use super::window::{fingerprint_payload, in_window, key_for};
+use super::{Release, RepeatBy, Settings};
 use crate::client::{ClientId, ClientRequest};
-use crate::rejection::prefers_html;
-use crate::runtime::Idem;
+use crate::guard::GuardContext;
+use crate::rejection::Rejection;
 
 /// One annotated handler's settings, a `const` in the expansion.
 #[derive(Debug)]
@@ -37,7 +35,7 @@ impl Spec {
         handler: &'static str,
         timeout_ms: u64,
         release: Release,
-        key: RepeatKey,
+        by: RepeatBy,
         message: Option<&'static str>,
     ) -> Self {
         Self {
@@ -45,7 +43,7 @@ impl Spec {
             settings: Settings {
                 timeout: Duration::from_millis(timeout_ms),
                 release,
-                key,
+                by,
                 message: match message {
                     Some(message) => Some(std::borrow::Cow::Borrowed(message)),
                     None => None,
@@ -55,33 +53,32 @@ impl Spec {
     }
 }
 
-/// The runtime and the client of a request, or the answer when either is missing.
+/// The guard's opening for a request — the runtime and the client — or the answer when
+/// either is missing.
 #[derive(Debug)]
 pub struct AvoidRepeatContext {
     /// Boxed: the error is the rare path, and a `Response` is large.
-    resolved: Result<(Idem, ClientId), Box<Response>>,
-    html: bool,
+    opened: Result<(GuardContext, ClientId), Box<Response>>,
 }
 
 impl AvoidRepeatContext {
     pub(crate) fn new(request: ClientRequest<'_>) -> Self {
-        let html = prefers_html(request.headers());
-        let resolved = match Idem::from_extensions(request.extensions()) {
-            Err(rejection) => Err(Box::new(rejection.with_html(html).into_response())),
-            Ok(idem) => match idem.client_id(&request) {
-                Ok(client) => Ok((idem, client)),
-                Err(rejection) => Err(Box::new(idem.respond(rejection.with_html(html)))),
-            },
-        };
-        Self { resolved, html }
+        Self {
+            opened: GuardContext::open(&request).map_err(Box::new),
+        }
     }
 
-    pub(crate) fn html(&self) -> bool {
-        self.html
+    /// The response for `rejection`: through the runtime's responder, or, when the
+    /// request could not be opened, the answer for that.
+    pub(crate) fn refuse(self, rejection: Rejection) -> Response {
+        match self.opened {
+            Ok((guard, _)) => guard.refuse(rejection),
+            Err(response) => *response,
+        }
     }
 
-    pub(crate) fn resolve(self) -> Result<(Idem, ClientId), Box<Response>> {
-        self.resolved
+    pub(crate) fn open(self) -> Result<(GuardContext, ClientId), Box<Response>> {
+        self.opened
     }
 }
 
@@ -142,8 +139,10 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
         let (request, fingerprint) = if FINGERPRINT {
-            let (request, fingerprint) = fingerprint_payload(request).await?;
-            (request, Some(fingerprint))
+            match fingerprint_payload(request).await {
+                Ok((request, fingerprint)) => (request, Some(fingerprint)),
+                Err(rejection) => return Err(context.refuse(rejection)),
+            }
         } else {
             (request, None)
         };
@@ -179,7 +178,10 @@ where
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
-        let (request, fingerprint) = fingerprint_payload(request).await?;
+        let (request, fingerprint) = match fingerprint_payload(request).await {
+            Ok(fingerprinted) => fingerprinted,
+            Err(rejection) => return Err(context.refuse(rejection)),
+        };
         let (mut parts, _body) = request.into_parts();
         let inner = T::from_request_parts(&mut parts, state)
             .await
@@ -207,7 +209,10 @@ impl<S: Send + Sync> FromRequest<S> for Payload {
 
     async fn from_request(request: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
-        let (_, fingerprint) = fingerprint_payload(request).await?;
+        let fingerprint = match fingerprint_payload(request).await {
+            Ok((_, fingerprint)) => fingerprint,
+            Err(rejection) => return Err(context.refuse(rejection)),
+        };
         Ok(Self {
             context,
             fingerprint,
@@ -215,65 +220,25 @@ impl<S: Send + Sync> FromRequest<S> for Payload {
     }
 }
 
-/// Reads the body whole and fingerprints it with the query; gives back the request with
-/// the same body.
-pub(crate) async fn fingerprint_payload(
-    request: Request,
-) -> Result<(Request, Fingerprint), Response> {
-    let html = prefers_html(request.headers());
-    let idem = Idem::from_extensions(request.extensions()).ok();
-    let (parts, reading) = read_whole(request);
-    match reading.await {
-        Ok(body) => {
-            let fingerprint = Fingerprint::of([parts.uri.query().unwrap_or("").as_bytes(), &body]);
-            Ok((Request::from_parts(parts, Body::from(body)), fingerprint))
-        }
-        Err(rejection) => {
-            let rejection = rejection.with_html(html);
-            Err(match idem {
-                Some(idem) => idem.respond(rejection),
-                None => rejection.into_response(),
-            })
-        }
-    }
-}
-
 /// Runs an annotated handler's body under its guard.
-///
-/// An `async move` block rather than an `async fn`, so that the future (boxed by axum for
-/// every request) holds its arguments once, not twice.
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn's future would hold its arguments twice"
-)]
-pub fn run<F, R>(
+pub async fn run<F, R>(
     context: AvoidRepeatContext,
     spec: &'static Spec,
     payload: Option<Fingerprint>,
     handler: F,
-) -> impl Future<Output = Response>
+) -> Response
 where
     F: Future<Output = R> + Send + 'static,
     R: IntoResponse,
 {
-    async move {
-        let html = context.html();
-        let (idem, client) = match context.resolve() {
-            Ok(resolved) => resolved,
-            Err(response) => return *response,
-        };
-        let key = key_for(&idem, spec.handler, &client, payload.as_ref());
-        let guarded = guard(
-            &idem,
-            &spec.settings,
-            spec.handler,
-            key,
-            html,
-            || async move { Ok::<_, Infallible>(handler.await.into_response()) },
-        );
-        match guarded.await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        }
+    let (guard, client) = match context.open() {
+        Ok(opened) => opened,
+        Err(response) => return *response,
+    };
+    let key = key_for(&guard, spec.handler, &client, payload.as_ref());
+    let start = || async move { Ok::<_, Infallible>(handler.await.into_response()) };
+    match in_window(&guard, &spec.settings, spec.handler, key, start).await {
+        Ok(response) => response,
+        Err(never) => match never {},
     }
 }

@@ -1,0 +1,77 @@
+//! [`ResponseFuture`]: the response future of every guard service of this crate
+//! ([`AvoidRepeat`](crate::avoid_repeat::AvoidRepeat),
+//! [`VerifyFormToken`](crate::form_token::VerifyFormToken),
+//! [`Idempotency`](crate::idempotency::Idempotency)).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+
+type Boxed<O> = Pin<Box<dyn Future<Output = O> + Send>>;
+
+pin_project! {
+    /// The response future of a guard service: for a guarded request, the guard's steps
+    /// and the inner service's call, boxed as one future; for a request the guard lets
+    /// through untouched (a method it does not guard), the inner service's own future.
+    pub struct ResponseFuture<F: Future> {
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F: Future> {
+        Unguarded { #[pin] future: F },
+        Guarded { future: Boxed<F::Output> },
+    }
+}
+
+impl<F: Future> ResponseFuture<F> {
+    /// The answer of a guarded request.
+    pub(crate) fn guarded(future: impl Future<Output = F::Output> + Send + 'static) -> Self {
+        Self {
+            kind: Kind::Guarded {
+                future: Box::pin(future),
+            },
+        }
+    }
+
+    /// The inner service's own answer, unguarded.
+    pub(crate) fn unguarded(future: F) -> Self {
+        Self {
+            kind: Kind::Unguarded { future },
+        }
+    }
+}
+
+impl<F: Future> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let guarded = matches!(self.kind, Kind::Guarded { .. });
+        f.debug_struct("ResponseFuture")
+            .field("guarded", &guarded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: Future> Future for ResponseFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Unguarded { future } => future.poll(cx),
+            KindProj::Guarded { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
+/// The service `poll_ready` readied, to move into a guarded request's future, leaving a
+/// clone in its place for the next call: the future outlives `&mut self`, and it must
+/// call the service that was polled ready, not a fresh clone of it.
+pub(crate) fn take_ready<S: Clone>(service: &mut S) -> S {
+    let fresh = service.clone();
+    std::mem::replace(service, fresh)
+}

@@ -1,0 +1,293 @@
+//! One guarded request, from its key to its answer: refused, replayed, or run as the
+//! first attempt of its key.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{MatchedPath, OriginalUri, Request};
+use axum::response::Response;
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderName, StatusCode, Uri};
+use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+use tower_service::Service;
+
+use super::first_run::{Record, run_first};
+use super::stored_response::{self, Replay};
+use super::{KeySource, RecordScope, Settings, content_coding, key_header};
+use crate::client::ClientRequest;
+use crate::guard::GuardContext;
+use crate::rejection::{Rejection, RejectionKind};
+use crate::request_body::read_whole;
+
+/// How long a client that met a running attempt is told to wait: the attempt's lease
+/// says only when a *dead* attempt frees the key, not when a live one will finish.
+const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
+
+/// Answers one request of a guarded method.
+pub(super) async fn answer<S>(
+    settings: Arc<Settings>,
+    mut inner: S,
+    request: Request,
+) -> Result<Response, S::Error>
+where
+    S: Service<Request, Response = Response> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let guard = match GuardContext::of(&ClientRequest::from_request(&request)) {
+        Ok(guard) => guard,
+        Err(refusal) => return Ok(refusal),
+    };
+    if tokio::runtime::Handle::try_current().is_err() {
+        tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
+        return Ok(guard.refuse(Rejection::new(
+            RejectionKind::RuntimeUnavailable,
+            "the server runs IdempotencyLayer outside a Tokio runtime",
+        )));
+    }
+    let (parts, body, key) = match find_key(&settings, request).await {
+        Found::Key { parts, body, key } => (parts, body, key),
+        Found::Unkeyed(request) => return inner.call(request).await,
+        Found::Refused(rejection) => return Ok(guard.refuse(rejection)),
+    };
+    let record_key = match record_key(&guard, &settings, &parts, &key) {
+        Ok(record_key) => record_key,
+        Err(refusal) => return Ok(refusal),
+    };
+    let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
+    let owner = Owner::random();
+    let begun = guard
+        .store()
+        .begin_record(&record_key, &owner, &fingerprint, settings.lease)
+        .await;
+    match begun {
+        Ok(Begin::Started) => {
+            tracing::debug!(idem.outcome = "accepted");
+            let record = Record::new(guard.store().clone(), record_key, owner);
+            match run_first(settings, record, inner, rebuild(parts, body)).await {
+                Ok(answered) => answered,
+                Err(rejection) => Ok(guard.refuse(rejection)),
+            }
+        }
+        Ok(Begin::Completed { response }) => Ok(replay(&guard, &response, &parts)),
+        Ok(Begin::InProgress { remaining }) => {
+            tracing::debug!(idem.outcome = "conflict");
+            Ok(guard.refuse(in_progress(remaining)))
+        }
+        Ok(Begin::Mismatch) => {
+            tracing::debug!(idem.outcome = "mismatch");
+            Ok(guard.refuse(reused()))
+        }
+        Err(error) => match guard.on_store_error(&error, "begin an idempotency record") {
+            Err(refusal) => Ok(refusal),
+            Ok(()) => inner.call(rebuild(parts, body)).await,
+        },
+    }
+}
+
+/// What a request carries as its key.
+enum Found {
+    /// A key, with the request read whole.
+    Key {
+        parts: Parts,
+        body: Bytes,
+        key: String,
+    },
+    /// No key, and none required: the request passes unguarded.
+    Unkeyed(Request),
+    /// A key that is malformed, or missing where required, or a body that cannot be read.
+    Refused(Rejection),
+}
+
+/// The request's key: from the `Idempotency-Key` header (checked before the body is
+/// read), or from the key function, given the head and the whole body.
+async fn find_key(settings: &Settings, request: Request) -> Found {
+    let in_header = match settings.key {
+        KeySource::Header => match key_header::from_headers(request.headers()) {
+            Ok(Some(key)) => Some(key),
+            Ok(None) if settings.requires_key(request.method()) => {
+                return Found::Refused(missing_key(settings));
+            }
+            Ok(None) => return Found::Unkeyed(request),
+            Err(invalid) => {
+                tracing::debug!(idem.outcome = "invalid_key", %invalid);
+                return Found::Refused(Rejection::new(
+                    RejectionKind::InvalidIdempotencyKey,
+                    invalid.to_string(),
+                ));
+            }
+        },
+        KeySource::Function(_) => None,
+    };
+    let (parts, body) = match read_whole(request).await {
+        Ok(read) => read,
+        Err(rejection) => return Found::Refused(rejection),
+    };
+    let key = match (in_header, &settings.key) {
+        (Some(key), _) => key,
+        (None, KeySource::Function(key_of)) => match key_of(&parts, &body) {
+            Some(key) => key,
+            None if settings.requires_key(&parts.method) => {
+                return Found::Refused(missing_key(settings));
+            }
+            None => return Found::Unkeyed(rebuild(parts, body)),
+        },
+        (None, KeySource::Header) => return Found::Unkeyed(rebuild(parts, body)),
+    };
+    Found::Key { parts, body, key }
+}
+
+/// The store key of the record for `key`. A record belongs to one endpoint: the same key
+/// sent to another route (or with another method) is another operation, never a replay of
+/// this one's response. Under [`RecordScope::Client`] it belongs to one client too.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response, given back as it is on this rare path"
+)]
+fn record_key(
+    guard: &GuardContext,
+    settings: &Settings,
+    parts: &Parts,
+    key: &str,
+) -> Result<Key, Response> {
+    let (method, route) = (parts.method.as_str().as_bytes(), route(parts).as_bytes());
+    Ok(match settings.scope {
+        RecordScope::Client => {
+            let client = guard.identify(&ClientRequest::from_parts(parts))?;
+            guard.key(&[
+                b"idempotency",
+                client.as_bytes(),
+                method,
+                route,
+                key.as_bytes(),
+            ])
+        }
+        RecordScope::Shared => guard.key(&[b"idempotency:shared", method, route, key.as_bytes()]),
+    })
+}
+
+/// The response an earlier request with this key stored, or the refusal that says why it
+/// cannot be given.
+fn replay(guard: &GuardContext, stored: &Bytes, request: &Parts) -> Response {
+    let rejection = match stored_response::decode(stored) {
+        Ok(Replay::Response(response)) => {
+            match content_coding::unaccepted(response.headers(), &request.headers) {
+                None => {
+                    tracing::debug!(idem.outcome = "replayed");
+                    return response;
+                }
+                Some(coding) => not_acceptable(response.status(), &coding),
+            }
+        }
+        Ok(Replay::TooLarge { status }) => {
+            tracing::debug!(idem.outcome = "replayed", too_large = true);
+            Rejection::new(
+                RejectionKind::ResponseNotReplayable,
+                format!(
+                    "the request with this idempotency key was already processed (status {}), \
+                     but its response was too large to keep and cannot be replayed; look up \
+                     its result instead of retrying",
+                    status.as_u16()
+                ),
+            )
+        }
+        Err(unreadable) => {
+            tracing::error!(%unreadable, "idem: a stored response cannot be replayed");
+            Rejection::new(
+                RejectionKind::UnreadableIdempotencyRecord,
+                "the stored response of this idempotency key cannot be read by this server; \
+                 the request was processed and is not run again",
+            )
+        }
+    };
+    guard.refuse(rejection)
+}
+
+/// The answer to a retry while the first request with its key still runs.
+fn in_progress(remaining: Duration) -> Rejection {
+    Rejection::new(
+        RejectionKind::IdempotentRequestInProgress,
+        "a request with this idempotency key is still being processed; retry once it has \
+         completed",
+    )
+    .with_retry_after(remaining.min(RETRY_IN_PROGRESS))
+}
+
+/// The answer to a key sent again with another request.
+fn reused() -> Rejection {
+    Rejection::new(
+        RejectionKind::IdempotencyKeyReused,
+        "this idempotency key was already used for a different request (its path, query, body \
+         or compared headers differ); use a new key for a new request",
+    )
+}
+
+/// The answer to a retry that does not accept the content coding its stored response
+/// has (a compression layer inside this one encoded it for the first client): the bytes
+/// would be unreadable to it, and the handler does not run twice for one key.
+fn not_acceptable(status: StatusCode, coding: &str) -> Rejection {
+    tracing::debug!(idem.outcome = "replayed", unaccepted_encoding = coding);
+    Rejection::new(
+        RejectionKind::ResponseNotReplayable,
+        format!(
+            "the request with this idempotency key was already processed (status {}), but its \
+             stored response is encoded as `{coding}`, which this request does not accept; \
+             retry with `Accept-Encoding: {coding}`",
+            status.as_u16()
+        ),
+    )
+}
+
+fn missing_key(settings: &Settings) -> Rejection {
+    tracing::debug!(idem.outcome = "missing_key");
+    Rejection::new(
+        RejectionKind::MissingIdempotencyKey,
+        settings.missing_key_message(),
+    )
+}
+
+fn rebuild(parts: Parts, body: Bytes) -> Request {
+    Request::from_parts(parts, Body::from(body))
+}
+
+/// The URI the client sent: a router that `nest`s strips its prefix from the request's
+/// own URI before the route's layers see it.
+fn original_uri(parts: &Parts) -> &Uri {
+    parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(&parts.uri, |original| &original.0)
+}
+
+/// The route a request was sent to: the path pattern it matched, in full under `nest`; a
+/// layer around a whole router runs before any route matched, and then it is the path.
+fn route(parts: &Parts) -> &str {
+    match parts.extensions.get::<MatchedPath>() {
+        Some(matched) => matched.as_str(),
+        None => original_uri(parts).path(),
+    }
+}
+
+/// What makes two requests with one key the same request: method, path and query as the
+/// client sent them, body, and the chosen headers (each with its number of values, so
+/// values cannot shift between headers).
+fn fingerprint(parts: &Parts, body: &[u8], headers: &[HeaderName]) -> Fingerprint {
+    let uri = original_uri(parts);
+    let fields = [
+        parts.method.as_str().as_bytes(),
+        uri.path().as_bytes(),
+        uri.query().unwrap_or("").as_bytes(),
+        body,
+    ]
+    .map(Cow::Borrowed);
+    let chosen = headers.iter().flat_map(|name| {
+        let values = parts.headers.get_all(name);
+        let count = values.iter().count() as u64;
+        std::iter::once(Cow::Owned(count.to_be_bytes().to_vec()))
+            .chain(values.iter().map(|value| Cow::Borrowed(value.as_bytes())))
+    });
+    Fingerprint::of(fields.into_iter().chain(chosen))
+}

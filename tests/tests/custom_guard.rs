@@ -1,0 +1,260 @@
+//! A guard written outside idem with its public guard-building API
+//! (`idem_axum::guard::GuardContext`), on `MemoryStore` and on a real Redis: it lets each
+//! client run one export at a time. It shares the runtime's client identity, refuses
+//! through the runtime's responder and follows its store-failure policy, as idem's own
+//! guards do.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use idem_axum::client::{ClientHeader, ClientRequest};
+use idem_axum::guard::GuardContext;
+use idem_axum::store::{Acquire, Fencing, Owner, Store};
+use idem_axum::{Idem, RedisStore, Rejection, RejectionKind, StoreFailure};
+use idem_tests::{Backend, all_at_once, unused_port};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+idem_tests::on_every_store!(
+    two_hundred_concurrent_exports_of_one_client_run_once,
+    a_finished_export_frees_the_client,
+);
+
+const USER: HeaderName = HeaderName::from_static("x-user");
+/// The header the application's responder marks its answers with.
+const RENDERED_BY_APP: HeaderName = HeaderName::from_static("x-rendered-by-app");
+
+/// The guard: one export per client at a time.
+async fn one_at_a_time(request: Request, next: Next) -> Response {
+    let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
+        Ok(opened) => opened,
+        Err(refusal) => return refusal,
+    };
+    let key = guard.key(&[b"one-export-at-a-time", client.as_bytes()]);
+    let owner = Owner::random();
+    let lease = Duration::from_secs(60);
+    match guard
+        .store()
+        .acquire(&key, &owner, lease, Fencing::Off)
+        .await
+    {
+        Ok(Acquire::Acquired { .. }) => {}
+        Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
+            let busy = Rejection::new(RejectionKind::Duplicate, "your export is still running")
+                .with_retry_after(remaining);
+            return guard.refuse(busy);
+        }
+        Err(error) => {
+            return match guard.on_store_error(&error, "one export at a time") {
+                Err(refusal) => refusal,
+                Ok(()) => next.run(request).await,
+            };
+        }
+    }
+    let response = next.run(request).await;
+    guard
+        .store()
+        .release(&key, &owner)
+        .await
+        .expect("the store answers");
+    response
+}
+
+/// How often the export ran, and a gate that keeps exports running until the test opens
+/// it.
+#[derive(Clone)]
+struct Exports {
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+impl Exports {
+    fn new() -> Self {
+        Self {
+            runs: Arc::new(AtomicUsize::new(0)),
+            gate: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
+async fn export(State(exports): State<Exports>) -> StatusCode {
+    exports.runs.fetch_add(1, Ordering::SeqCst);
+    exports
+        .gate
+        .acquire()
+        .await
+        .expect("the gate stays open")
+        .forget();
+    StatusCode::OK
+}
+
+fn app(idem: &Idem, exports: &Exports) -> Router {
+    Router::new()
+        .route("/exports", post(export))
+        .route_layer(middleware::from_fn(one_at_a_time))
+        .with_state(exports.clone())
+        .layer(idem.layer())
+}
+
+/// A runtime whose responder marks every refusal it renders.
+fn idem_on<S: Store>(store: S, store_failure: StoreFailure) -> Idem {
+    Idem::builder()
+        .with_store(store)
+        .with_client_identity(ClientHeader::new(USER))
+        .with_store_failure(store_failure)
+        .with_responder(|rejection| {
+            let mut response = (rejection.status(), rejection.detail().to_owned()).into_response();
+            response
+                .headers_mut()
+                .insert(RENDERED_BY_APP, "yes".parse().expect("a header value"));
+            response
+        })
+        .build()
+}
+
+fn export_by(user: Option<&str>) -> Request {
+    let request = Request::post("/exports");
+    let request = match user {
+        Some(user) => request.header(USER, user),
+        None => request,
+    };
+    request.body(Body::empty()).expect("a request")
+}
+
+async fn send(app: &Router, request: Request) -> Response {
+    app.clone().oneshot(request).await.expect("infallible")
+}
+
+async fn two_hundred_concurrent_exports_of_one_client_run_once<B: Backend>() {
+    let backend = B::start().await;
+    let exports = Exports::new();
+    let app = app(
+        &idem_on(backend.store(), StoreFailure::FailClosed),
+        &exports,
+    );
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, export_by(Some("alice"))).await }
+    });
+    idem_tests::eventually(Duration::from_secs(5), "the first export runs", || {
+        let runs = exports.runs();
+        async move { runs == 1 }
+    })
+    .await;
+
+    let answers = all_at_once(200, |_| {
+        let app = app.clone();
+        async move { send(&app, export_by(Some("alice"))).await }
+    })
+    .await;
+    for answer in &answers {
+        assert_eq!(answer.status(), StatusCode::CONFLICT);
+        assert_eq!(
+            answer.headers()[RENDERED_BY_APP],
+            "yes",
+            "the app's responder"
+        );
+    }
+    assert_eq!(exports.runs(), 1, "refused before the handler ran");
+
+    // Another client is not held up by alice's export.
+    let bob = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, export_by(Some("bob"))).await }
+    });
+    idem_tests::eventually(Duration::from_secs(5), "bob's export runs", || {
+        let runs = exports.runs();
+        async move { runs == 2 }
+    })
+    .await;
+    exports.gate.add_permits(2);
+    assert_eq!(first.await.expect("no panic").status(), StatusCode::OK);
+    assert_eq!(bob.await.expect("no panic").status(), StatusCode::OK);
+}
+
+async fn a_finished_export_frees_the_client<B: Backend>() {
+    let backend = B::start().await;
+    let exports = Exports::new();
+    let app = app(
+        &idem_on(backend.store(), StoreFailure::FailClosed),
+        &exports,
+    );
+    exports.gate.add_permits(3);
+    for round in 1..=3 {
+        let answer = send(&app, export_by(Some("alice"))).await;
+        assert_eq!(answer.status(), StatusCode::OK, "export {round}");
+        assert_eq!(exports.runs(), round);
+    }
+}
+
+#[tokio::test]
+async fn a_client_it_cannot_tell_is_refused_by_the_runtime() {
+    let exports = Exports::new();
+    let app = app(
+        &idem_on(idem_axum::MemoryStore::new(), StoreFailure::FailClosed),
+        &exports,
+    );
+    let answer = send(&app, export_by(None)).await;
+    assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(answer.headers()[RENDERED_BY_APP], "yes");
+    assert_eq!(exports.runs(), 0);
+}
+
+#[tokio::test]
+async fn without_the_runtime_it_names_the_missing_layer() {
+    let exports = Exports::new();
+    let app = Router::new()
+        .route("/exports", post(export))
+        .route_layer(middleware::from_fn(one_at_a_time))
+        .with_state(exports.clone());
+    let answer = send(&app, export_by(Some("alice"))).await;
+    assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = axum::body::to_bytes(answer.into_body(), 64 * 1024)
+        .await
+        .expect("a body");
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("idem.layer()"), "{body}");
+    assert_eq!(exports.runs(), 0);
+}
+
+/// A Redis nobody listens on, answering within 100 ms.
+fn unreachable_store() -> RedisStore {
+    RedisStore::builder()
+        .with_timeout(Duration::from_millis(100))
+        .build_with_url(&format!("redis://127.0.0.1:{}", unused_port()))
+        .expect("a valid URL")
+}
+
+#[tokio::test]
+async fn a_store_outage_follows_the_runtimes_policy() {
+    let exports = Exports::new();
+    exports.gate.add_permits(1);
+    let closed = app(
+        &idem_on(unreachable_store(), StoreFailure::FailClosed),
+        &exports,
+    );
+    let answer = send(&closed, export_by(Some("alice"))).await;
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.headers()[RENDERED_BY_APP], "yes");
+    assert_eq!(exports.runs(), 0, "failing closed, nothing runs");
+
+    let open = app(
+        &idem_on(unreachable_store(), StoreFailure::FailOpen),
+        &exports,
+    );
+    let answer = send(&open, export_by(Some("alice"))).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(exports.runs(), 1, "failing open, the export runs unguarded");
+}
