@@ -3,11 +3,16 @@
 //! A guard that has spent something for a request — a window taken, a form token
 //! consumed, an idempotency record begun — must not let the handler be cancelled half-way
 //! when the client disconnects (a browser abandons the first POST of a double click): the
-//! work may already have committed while its key, token or record says otherwise. So the
-//! work runs in a task of its own, and the request only waits for it: dropping the wait
-//! leaves the task running.
+//! work may already have committed while its key, token or record says otherwise.
+//!
+//! The work is polled once where it is, in the request's own task: a request cannot be
+//! dropped while it is being polled, and most handlers answer on that first poll (no
+//! task, no hand-over, no extra wake-up; BENCHMARKS.md, "HTTP end to end", has what that
+//! saves per request). Work still pending after it moves into a task of its own, and the
+//! request waits for that task: dropping the wait leaves the task running.
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::task::Poll;
 
 use tokio::runtime::Handle;
 use tracing::Instrument;
@@ -15,8 +20,8 @@ use tracing::Instrument;
 use crate::guard::shutting_down;
 use crate::rejection::Rejection;
 
-/// Runs `work` to its end in a task of its own and waits for it. A panic in it resumes
-/// here.
+/// Runs `work` to its end — in place if it ends on its first poll, else in a task of its
+/// own — and waits for it. A panic in it resumes here.
 ///
 /// Outside a Tokio runtime nothing can run detached, and `work` runs in place.
 ///
@@ -31,7 +36,11 @@ where
     let Ok(runtime) = Handle::try_current() else {
         return Ok(work.await);
     };
-    match runtime.spawn(work.in_current_span()).await {
+    let mut work = Box::pin(work.in_current_span());
+    if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
+        return Ok(output);
+    }
+    match runtime.spawn(work).await {
         Ok(output) => Ok(output),
         Err(error) => match error.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),
@@ -50,6 +59,13 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn work_that_ends_at_once_runs_in_place() {
+        let outer = tokio::task::try_id();
+        let ran_in = run_to_completion(async { tokio::task::try_id() }).await;
+        assert_eq!(ran_in.ok(), Some(outer), "no task of its own was needed");
+    }
+
+    #[tokio::test]
     async fn work_goes_on_after_its_waiter_is_dropped() {
         let (started_tx, started) = oneshot::channel::<()>();
         let (release, released) = oneshot::channel::<()>();
@@ -63,8 +79,8 @@ mod tests {
             let _ = done_tx.send(());
         };
         let waiter = tokio::spawn(run_to_completion(work));
-        // The work is running and waits for `released`; drop the waiter as a client going
-        // away would.
+        // Past its first poll the work is pending on `released`, and was handed to a task
+        // of its own in that same poll; drop the waiter as a client going away would.
         started.await.expect("the work started");
         waiter.abort();
         assert!(waiter.await.unwrap_err().is_cancelled());

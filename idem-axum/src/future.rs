@@ -8,7 +8,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use axum::extract::Request;
+use axum::response::Response;
 use pin_project_lite::pin_project;
+use tower_service::Service;
 
 type Boxed<O> = Pin<Box<dyn Future<Output = O> + Send>>;
 
@@ -66,6 +69,24 @@ impl<F: Future> Future for ResponseFuture<F> {
             KindProj::Guarded { future } => future.as_mut().poll(cx),
         }
     }
+}
+
+/// The service a guard wraps, as its answering functions need it: one they can call
+/// and whose future and error they can move into a task (axum's routes and handlers all
+/// are).
+pub(crate) trait Inner:
+    Service<Request, Response = Response, Future: Send + 'static, Error: Send + 'static>
+    + Send
+    + 'static
+{
+}
+
+impl<S> Inner for S
+where
+    S: Service<Request, Response = Response> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
 }
 
 /// The service `poll_ready` readied, to move into a guarded request's future, leaving a

@@ -20,3 +20,53 @@ macro_rules! define_inner_service_accessors {
         }
     };
 }
+
+/// `impl Service<Request>` for a guard service `$service<S>`, whose fields are
+/// `inner: S` and `settings: Arc<_>`: a request the guard takes (every request, or those
+/// for which the closure-like `|settings, request| …` holds) is answered by
+/// `$answer(settings, inner, request)` in a guarded [`ResponseFuture`]; any other goes to
+/// the inner service as it is.
+///
+/// [`ResponseFuture`]: crate::future::ResponseFuture
+macro_rules! impl_guard_service {
+    ($service:ident, $answer:path) => {
+        impl_guard_service!($service, $answer, |_settings, _request| true);
+    };
+    ($service:ident, $answer:path, |$settings:ident, $request:ident| $takes:expr) => {
+        impl<S> ::tower_service::Service<::axum::extract::Request> for $service<S>
+        where
+            S: ::tower_service::Service<
+                    ::axum::extract::Request,
+                    Response = ::axum::response::Response,
+                > + Clone
+                + Send
+                + 'static,
+            S::Future: Send + 'static,
+            S::Error: Send + 'static,
+        {
+            type Response = ::axum::response::Response;
+            type Error = S::Error;
+            type Future = $crate::future::ResponseFuture<S::Future>;
+
+            fn poll_ready(
+                &mut self,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<Result<(), Self::Error>> {
+                self.inner.poll_ready(cx)
+            }
+
+            fn call(&mut self, request: ::axum::extract::Request) -> Self::Future {
+                let takes = {
+                    let ($settings, $request) = (&*self.settings, &request);
+                    $takes
+                };
+                if !takes {
+                    return $crate::future::ResponseFuture::unguarded(self.inner.call(request));
+                }
+                let inner = $crate::future::take_ready(&mut self.inner);
+                let settings = ::std::sync::Arc::clone(&self.settings);
+                $crate::future::ResponseFuture::guarded($answer(settings, inner, request))
+            }
+        }
+    };
+}

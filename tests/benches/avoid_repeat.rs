@@ -17,8 +17,8 @@ use axum::http::{HeaderName, Request};
 use axum::routing::post;
 use criterion::{Criterion, criterion_group, criterion_main};
 use idem_axum::client::ClientHeader;
-use idem_axum::{AvoidRepeatLayer, Idem, MemoryStore, avoid_repeat, store::Store};
-use idem_tests::RedisServer;
+use idem_axum::{AvoidRepeatLayer, Idem, avoid_repeat, store::Store};
+use idem_tests::{BenchStores, http_criterion, one_worker_runtime};
 use tower::ServiceExt;
 
 const CLIENT: HeaderName = HeaderName::from_static("x-client");
@@ -78,27 +78,17 @@ fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::
 }
 
 fn benches(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = one_worker_runtime();
     // Every guarded request leaves a key for the 2 s window: at a million requests a
     // second that is two million live keys, over the default capacity of one million.
-    let memory = MemoryStore::builder().with_capacity(20_000_000).build();
-    run(c, "memory", app(memory), &runtime);
-
-    let server = RedisServer::start();
-    let redis = runtime.block_on(async { server.store() });
-    run(c, "redis", app(redis), &runtime);
+    let stores = BenchStores::start(20_000_000, &runtime);
+    run(c, "memory", app(stores.memory.clone()), &runtime);
+    run(c, "redis", app(stores.redis.clone()), &runtime);
 }
 
 criterion_group! {
     name = avoid_repeat;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
-        .sample_size(40);
+    config = http_criterion();
     targets = benches
 }
 criterion_main!(avoid_repeat);

@@ -12,16 +12,14 @@
 //! Every iteration is one page and one post with the token that page gave, and is checked
 //! to be accepted. `cargo bench -p idem-tests --bench form_token`
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::{HeaderName, Request, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use criterion::{Criterion, criterion_group, criterion_main};
 use idem_axum::client::ClientHeader;
-use idem_axum::{FormToken, Idem, MemoryStore, VerifyFormTokenLayer, store::Store};
-use idem_tests::RedisServer;
+use idem_axum::{FormToken, Idem, VerifyFormTokenLayer, store::Store};
+use idem_tests::{BenchStores, http_criterion, one_worker_runtime};
 use tower::ServiceExt;
 
 const CLIENT: HeaderName = HeaderName::from_static("x-client");
@@ -97,24 +95,15 @@ fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::
 }
 
 fn benches(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    run(c, "memory", app(MemoryStore::new()), &runtime);
-
-    let server = RedisServer::start();
-    let redis = runtime.block_on(async { server.store() });
-    run(c, "redis", app(redis), &runtime);
+    let runtime = one_worker_runtime();
+    let stores = BenchStores::start(1_000_000, &runtime);
+    run(c, "memory", app(stores.memory.clone()), &runtime);
+    run(c, "redis", app(stores.redis.clone()), &runtime);
 }
 
 criterion_group! {
     name = form_token;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
-        .sample_size(40);
+    config = http_criterion();
     targets = benches
 }
 criterion_main!(form_token);

@@ -17,7 +17,6 @@
 //! `cargo bench -p idem-tests --bench idempotency`
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderName, Request, StatusCode};
@@ -25,8 +24,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use criterion::{Criterion, criterion_group, criterion_main};
 use idem_axum::client::ClientHeader;
-use idem_axum::{Idem, IdempotencyLayer, MemoryStore, store::Store};
-use idem_tests::RedisServer;
+use idem_axum::{Idem, IdempotencyLayer, store::Store};
+use idem_tests::{BenchStores, http_criterion, one_worker_runtime};
 use tower::ServiceExt;
 
 const CLIENT: HeaderName = HeaderName::from_static("x-client");
@@ -106,26 +105,16 @@ fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::
 }
 
 fn benches(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = one_worker_runtime();
     // Every first request leaves a record for 24 h: room for all of them.
-    let memory = MemoryStore::builder().with_capacity(50_000_000).build();
-    run(c, "memory", app(memory), &runtime);
-
-    let server = RedisServer::start();
-    let redis = runtime.block_on(async { server.store() });
-    run(c, "redis", app(redis), &runtime);
+    let stores = BenchStores::start(50_000_000, &runtime);
+    run(c, "memory", app(stores.memory.clone()), &runtime);
+    run(c, "redis", app(stores.redis.clone()), &runtime);
 }
 
 criterion_group! {
     name = idempotency;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
-        .sample_size(40);
+    config = http_criterion();
     targets = benches
 }
 criterion_main!(idempotency);

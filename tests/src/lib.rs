@@ -9,13 +9,17 @@
 //! store.
 
 mod backend;
+mod bench;
 mod forwarder;
+mod http;
 mod redis_server;
 
 pub use backend::{
     AnyMemoryBackend, ClusterBackend, MemoryBackend, RedisBackend, RedisScriptAcquireBackend,
 };
+pub use bench::{BenchStores, http_criterion, one_worker_runtime};
 pub use forwarder::Forwarder;
+pub use http::{Shop, body_text, problem_code, send};
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
 

@@ -2,8 +2,6 @@
 //! Redis. Every concurrency claim counts how often the handler body ran, not only the
 //! status codes.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -14,9 +12,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
 use idem_axum::{AvoidRepeatLayer, Idem, Release, RepeatBy, avoid_repeat, store::Store};
-use idem_tests::{Backend, all_at_once, eventually};
-use tokio::sync::Semaphore;
-use tower::ServiceExt;
+use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, send};
 use tower_http::catch_panic::CatchPanicLayer;
 
 idem_tests::on_every_store!(
@@ -33,59 +29,6 @@ idem_tests::on_every_store!(
     bad_input_takes_no_key,
     a_refusal_of_bad_input_frees_the_key,
 );
-
-/// The application's state: how often handler bodies ran (and how many of the gated ones
-/// got to their end), and a gate that keeps handlers in flight until the test opens it.
-#[derive(Clone)]
-struct Shop {
-    runs: Arc<AtomicUsize>,
-    finished: Arc<AtomicUsize>,
-    gate: Arc<Semaphore>,
-}
-
-impl Shop {
-    fn new() -> Self {
-        Self {
-            runs: Arc::new(AtomicUsize::new(0)),
-            finished: Arc::new(AtomicUsize::new(0)),
-            gate: Arc::new(Semaphore::new(0)),
-        }
-    }
-
-    fn ran(&self) {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn runs(&self) -> usize {
-        self.runs.load(Ordering::SeqCst)
-    }
-
-    fn finished(&self) -> usize {
-        self.finished.load(Ordering::SeqCst)
-    }
-
-    /// A handler that commits, then waits for the gate before it answers, as one that
-    /// wrote its order and still renders a page.
-    async fn commit_then_wait(&self) -> StatusCode {
-        self.ran();
-        self.pass_gate().await;
-        self.finished.fetch_add(1, Ordering::SeqCst);
-        StatusCode::CREATED
-    }
-
-    /// Lets one in-flight handler finish.
-    fn open_gate(&self) {
-        self.gate.add_permits(1);
-    }
-
-    async fn pass_gate(&self) {
-        self.gate
-            .acquire()
-            .await
-            .expect("the gate stays open")
-            .forget();
-    }
-}
 
 #[derive(serde::Deserialize)]
 struct Transfer {
@@ -247,13 +190,6 @@ fn request(path: &str, client: &str) -> axum::http::request::Builder {
     Request::post(path).header(&CLIENT, client)
 }
 
-async fn send(app: &Router, request: Request<Body>) -> Response {
-    app.clone()
-        .oneshot(request)
-        .await
-        .expect("routers are infallible")
-}
-
 async fn post_as(app: &Router, path: &str, client: &str) -> Response {
     send(app, request(path, client).body(Body::empty()).unwrap()).await
 }
@@ -264,13 +200,6 @@ async fn post_json(app: &Router, path: &str, client: &str, json: &str) -> Respon
         .body(Body::from(json.to_owned()))
         .unwrap();
     send(app, request).await
-}
-
-async fn body_text(response: Response) -> String {
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    String::from_utf8(bytes.to_vec()).unwrap()
 }
 
 fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
@@ -784,7 +713,7 @@ async fn redis_commands_per_accepted_request() {
         "expire: one SET each"
     );
 
-    shop.gate.add_permits(100);
+    shop.open_gate_for(100);
     let before = server.command_calls();
     for i in 0..100 {
         let response = post_as(&app, "/slow", &format!("client-{i}")).await;

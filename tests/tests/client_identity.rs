@@ -6,19 +6,15 @@
 //! and HAProxy do.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{Request, StatusCode};
-use axum::response::Response;
 use axum::routing::post;
 use idem_axum::client::{ForwardingHeader, TrustedProxyIp};
 use idem_axum::{Idem, IdempotencyLayer, avoid_repeat, store::Store};
-use idem_tests::Backend;
-use tower::ServiceExt;
+use idem_tests::{Backend, Shop, body_text, send};
 
 idem_tests::on_every_store!(
     a_new_forged_forwarded_on_each_request_is_still_one_client,
@@ -34,29 +30,15 @@ const CLIENT: &str = "198.51.100.4";
 /// Another user, whose address the client names in a forged header.
 const VICTIM: &str = "203.0.113.7";
 
-/// How often each handler body ran.
-#[derive(Clone, Default)]
-struct Counter(Arc<AtomicUsize>);
-
-impl Counter {
-    fn next(&self) -> usize {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
-    }
-
-    fn runs(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
 #[avoid_repeat(timeout = "30s")]
-async fn place_order(State(counter): State<Counter>) -> StatusCode {
-    counter.next();
+async fn place_order(State(counter): State<Shop>) -> StatusCode {
+    counter.ran();
     StatusCode::CREATED
 }
 
 /// Answers with the order's number, so a replay shows whose order it was.
-async fn pay(State(counter): State<Counter>) -> (StatusCode, String) {
-    (StatusCode::CREATED, format!("order {}", counter.next()))
+async fn pay(State(counter): State<Shop>) -> (StatusCode, String) {
+    (StatusCode::CREATED, format!("order {}", counter.ran()))
 }
 
 /// The proxies' network.
@@ -66,11 +48,11 @@ fn proxies() -> TrustedProxyIp {
 
 /// The app behind the proxy: clients told apart by `TrustedProxyIp` with the default
 /// header, `X-Forwarded-For`.
-fn app<S: Store>(store: S, counter: &Counter) -> Router {
+fn app<S: Store>(store: S, counter: &Shop) -> Router {
     app_with(store, counter, proxies())
 }
 
-fn app_with<S: Store>(store: S, counter: &Counter, client_identity: TrustedProxyIp) -> Router {
+fn app_with<S: Store>(store: S, counter: &Shop, client_identity: TrustedProxyIp) -> Router {
     let idem = Idem::builder()
         .with_store(store)
         .with_client_identity(client_identity)
@@ -107,23 +89,9 @@ fn from_proxy(path: &str, headers: &[(&str, &str)], written: (&str, &str)) -> Re
     request
 }
 
-async fn send(app: &Router, request: Request<Body>) -> Response {
-    app.clone()
-        .oneshot(request)
-        .await
-        .expect("routers are infallible")
-}
-
-async fn body_text(response: Response) -> String {
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .expect("a whole body");
-    String::from_utf8_lossy(&body).into_owned()
-}
-
 async fn a_new_forged_forwarded_on_each_request_is_still_one_client<B: Backend>() {
     let backend = B::start().await;
-    let counter = Counter::default();
+    let counter = Shop::new();
     let app = app(backend.store(), &counter);
     let mut statuses = Vec::new();
     for i in 0..5 {
@@ -141,7 +109,7 @@ async fn a_new_forged_forwarded_on_each_request_is_still_one_client<B: Backend>(
 
 async fn a_forged_forwarded_naming_another_user_does_not_lock_them_out<B: Backend>() {
     let backend = B::start().await;
-    let counter = Counter::default();
+    let counter = Shop::new();
     let app = app(backend.store(), &counter);
     let forged = format!("for={VICTIM}");
     let attack = through_proxy("/orders", CLIENT, &[("forwarded", &forged)]);
@@ -157,7 +125,7 @@ async fn a_forged_forwarded_naming_another_user_does_not_lock_them_out<B: Backen
 
 async fn a_forged_forwarded_cannot_replay_another_users_response<B: Backend>() {
     let backend = B::start().await;
-    let counter = Counter::default();
+    let counter = Shop::new();
     let app = app(backend.store(), &counter);
     let key = ("idempotency-key", "order-1");
     let first = send(&app, through_proxy("/payments", VICTIM, &[key])).await;
@@ -178,7 +146,7 @@ async fn a_forged_forwarded_cannot_replay_another_users_response<B: Backend>() {
 
 async fn a_forged_x_forwarded_for_is_ignored_when_the_proxy_writes_forwarded<B: Backend>() {
     let backend = B::start().await;
-    let counter = Counter::default();
+    let counter = Shop::new();
     let by_forwarded = proxies().with_header(ForwardingHeader::Forwarded);
     let app = app_with(backend.store(), &counter, by_forwarded);
     let written = ("forwarded", "for=198.51.100.4;proto=https");

@@ -4,8 +4,6 @@
 //! through the runtime's responder and follows its store-failure policy, as idem's own
 //! guards do.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -19,9 +17,7 @@ use idem_axum::client::{ClientHeader, ClientRequest};
 use idem_axum::guard::GuardContext;
 use idem_axum::store::{Acquire, Fencing, Owner, Store};
 use idem_axum::{Idem, RedisStore, Rejection, RejectionKind, StoreFailure};
-use idem_tests::{Backend, all_at_once, unused_port};
-use tokio::sync::Semaphore;
-use tower::ServiceExt;
+use idem_tests::{Backend, Shop, all_at_once, body_text, send, unused_port};
 
 idem_tests::on_every_store!(
     two_hundred_concurrent_exports_of_one_client_run_once,
@@ -68,39 +64,13 @@ async fn one_at_a_time(request: Request, next: Next) -> Response {
     response
 }
 
-/// How often the export ran, and a gate that keeps exports running until the test opens
-/// it.
-#[derive(Clone)]
-struct Exports {
-    runs: Arc<AtomicUsize>,
-    gate: Arc<Semaphore>,
-}
-
-impl Exports {
-    fn new() -> Self {
-        Self {
-            runs: Arc::new(AtomicUsize::new(0)),
-            gate: Arc::new(Semaphore::new(0)),
-        }
-    }
-
-    fn runs(&self) -> usize {
-        self.runs.load(Ordering::SeqCst)
-    }
-}
-
-async fn export(State(exports): State<Exports>) -> StatusCode {
-    exports.runs.fetch_add(1, Ordering::SeqCst);
-    exports
-        .gate
-        .acquire()
-        .await
-        .expect("the gate stays open")
-        .forget();
+async fn export(State(exports): State<Shop>) -> StatusCode {
+    exports.ran();
+    exports.pass_gate().await;
     StatusCode::OK
 }
 
-fn app(idem: &Idem, exports: &Exports) -> Router {
+fn app(idem: &Idem, exports: &Shop) -> Router {
     Router::new()
         .route("/exports", post(export))
         .route_layer(middleware::from_fn(one_at_a_time))
@@ -133,13 +103,9 @@ fn export_by(user: Option<&str>) -> Request {
     request.body(Body::empty()).expect("a request")
 }
 
-async fn send(app: &Router, request: Request) -> Response {
-    app.clone().oneshot(request).await.expect("infallible")
-}
-
 async fn two_hundred_concurrent_exports_of_one_client_run_once<B: Backend>() {
     let backend = B::start().await;
-    let exports = Exports::new();
+    let exports = Shop::new();
     let app = app(
         &idem_on(backend.store(), StoreFailure::FailClosed),
         &exports,
@@ -179,19 +145,19 @@ async fn two_hundred_concurrent_exports_of_one_client_run_once<B: Backend>() {
         async move { runs == 2 }
     })
     .await;
-    exports.gate.add_permits(2);
+    exports.open_gate_for(2);
     assert_eq!(first.await.expect("no panic").status(), StatusCode::OK);
     assert_eq!(bob.await.expect("no panic").status(), StatusCode::OK);
 }
 
 async fn a_finished_export_frees_the_client<B: Backend>() {
     let backend = B::start().await;
-    let exports = Exports::new();
+    let exports = Shop::new();
     let app = app(
         &idem_on(backend.store(), StoreFailure::FailClosed),
         &exports,
     );
-    exports.gate.add_permits(3);
+    exports.open_gate_for(3);
     for round in 1..=3 {
         let answer = send(&app, export_by(Some("alice"))).await;
         assert_eq!(answer.status(), StatusCode::OK, "export {round}");
@@ -201,7 +167,7 @@ async fn a_finished_export_frees_the_client<B: Backend>() {
 
 #[tokio::test]
 async fn a_client_it_cannot_tell_is_refused_by_the_runtime() {
-    let exports = Exports::new();
+    let exports = Shop::new();
     let app = app(
         &idem_on(idem_axum::MemoryStore::new(), StoreFailure::FailClosed),
         &exports,
@@ -214,17 +180,14 @@ async fn a_client_it_cannot_tell_is_refused_by_the_runtime() {
 
 #[tokio::test]
 async fn without_the_runtime_it_names_the_missing_layer() {
-    let exports = Exports::new();
+    let exports = Shop::new();
     let app = Router::new()
         .route("/exports", post(export))
         .route_layer(middleware::from_fn(one_at_a_time))
         .with_state(exports.clone());
     let answer = send(&app, export_by(Some("alice"))).await;
     assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    let body = axum::body::to_bytes(answer.into_body(), 64 * 1024)
-        .await
-        .expect("a body");
-    let body = String::from_utf8_lossy(&body);
+    let body = body_text(answer).await;
     assert!(body.contains("idem.layer()"), "{body}");
     assert_eq!(exports.runs(), 0);
 }
@@ -239,8 +202,8 @@ fn unreachable_store() -> RedisStore {
 
 #[tokio::test]
 async fn a_store_outage_follows_the_runtimes_policy() {
-    let exports = Exports::new();
-    exports.gate.add_permits(1);
+    let exports = Shop::new();
+    exports.open_gate_for(1);
     let closed = app(
         &idem_on(unreachable_store(), StoreFailure::FailClosed),
         &exports,

@@ -2,8 +2,6 @@
 //! `MemoryStore` and on a real Redis. Every "the handler ran once" claim counts handler
 //! runs, not only status codes; every "no token spent" claim spends the token afterwards.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -17,8 +15,7 @@ use idem_axum::{
     AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer, avoid_repeat,
     store::Store,
 };
-use idem_tests::{Backend, all_at_once, eventually};
-use tower::ServiceExt;
+use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, problem_code, send};
 
 idem_tests::on_every_store!(
     two_hundred_posts_with_one_token_run_the_handler_once,
@@ -34,22 +31,6 @@ idem_tests::on_every_store!(
     beside_avoid_repeat_in_either_order,
     over_tcp_a_get_issues_and_one_post_spends,
 );
-
-/// How often each handler body ran.
-#[derive(Clone, Default)]
-struct Shop {
-    runs: Arc<AtomicUsize>,
-}
-
-impl Shop {
-    fn ran(&self) {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn runs(&self) -> usize {
-        self.runs.load(Ordering::SeqCst)
-    }
-}
 
 #[derive(serde::Deserialize)]
 struct Order {
@@ -175,13 +156,6 @@ fn app_with<S: Store>(store: S, shop: &Shop, config: FormTokenConfig) -> Router 
         .layer(idem(store).layer())
 }
 
-async fn send(app: &Router, request: Request<Body>) -> Response {
-    app.clone()
-        .oneshot(request)
-        .await
-        .expect("routers are infallible")
-}
-
 fn as_client(request: axum::http::request::Builder, client: &str) -> axum::http::request::Builder {
     request.header(header::COOKIE, format!("theme=dark; session={client}"))
 }
@@ -257,20 +231,6 @@ fn multipart_order(token: &str) -> String {
          a picture of a cup\r\n\
          --{BOUNDARY}--\r\n"
     )
-}
-
-async fn body_text(response: Response) -> String {
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
-
-/// The problem's `type` code of a rejection.
-async fn problem_code(response: Response) -> String {
-    let problem: serde_json::Value = serde_json::from_str(&body_text(response).await).unwrap();
-    let kind = problem["type"].as_str().unwrap_or_default();
-    kind.rsplit(':').next().unwrap_or_default().to_owned()
 }
 
 /// Posts the order form with `token` to `path` and expects it accepted: proof that

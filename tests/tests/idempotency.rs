@@ -1,8 +1,6 @@
 //! `IdempotencyLayer` over HTTP, on `MemoryStore` and on a real Redis. Every claim that a
 //! handler ran once counts how often its body ran, not only the status codes.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
@@ -14,9 +12,7 @@ use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
 use idem_axum::idempotency::{Idempotency, RecordScope};
 use idem_axum::{Idem, IdempotencyLayer, StoreFailure, store::Store};
-use idem_tests::{Backend, RedisServer, all_at_once, eventually};
-use tokio::sync::Semaphore;
-use tower::ServiceExt;
+use idem_tests::{Backend, RedisServer, Shop, all_at_once, eventually, send};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 
@@ -43,52 +39,6 @@ idem_tests::on_every_store!(
     compression_outside_the_layer_compresses_each_replay_for_its_own_request,
     a_response_compressed_inside_the_layer_is_replayed_only_to_requests_that_accept_it,
 );
-
-/// The application's state: how often handler bodies ran, and a gate that keeps a handler
-/// in flight until the test opens it.
-#[derive(Clone)]
-struct Shop {
-    runs: Arc<AtomicUsize>,
-    gate: Arc<Semaphore>,
-}
-
-impl Shop {
-    fn new() -> Self {
-        Self {
-            runs: Arc::new(AtomicUsize::new(0)),
-            gate: Arc::new(Semaphore::new(0)),
-        }
-    }
-
-    /// Counts a run; the run's number, from 1.
-    fn ran(&self) -> usize {
-        self.runs.fetch_add(1, Ordering::SeqCst) + 1
-    }
-
-    fn runs(&self) -> usize {
-        self.runs.load(Ordering::SeqCst)
-    }
-
-    fn open_gate(&self) {
-        self.gate.add_permits(1);
-    }
-
-    async fn pass_gate(&self) {
-        self.gate
-            .acquire()
-            .await
-            .expect("the gate stays open")
-            .forget();
-    }
-
-    async fn until_runs(&self, runs: usize) {
-        eventually(Duration::from_secs(5), "the handler runs", || {
-            let shop = self.clone();
-            async move { shop.runs() >= runs }
-        })
-        .await;
-    }
-}
 
 /// A payment: 201, JSON naming the run, and two cookies.
 async fn pay(State(shop): State<Shop>) -> Response {
@@ -240,13 +190,6 @@ fn request(path: &str, client: &str, key: Option<&str>, body: &str) -> Request<B
         request = request.header(&KEY, key);
     }
     request.body(Body::from(body.to_owned())).unwrap()
-}
-
-async fn send(app: &Router, request: Request<Body>) -> Response {
-    app.clone()
-        .oneshot(request)
-        .await
-        .expect("routers are infallible")
 }
 
 /// `POST path` from alice with `key` and a fixed body.

@@ -2,18 +2,16 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
 use tower_layer::Layer;
-use tower_service::Service;
 
 use super::window::{fingerprint_payload, in_window, key_for};
 use super::{Release, RepeatBy, Settings};
 use crate::client::ClientRequest;
-use crate::future::{ResponseFuture, take_ready};
+use crate::future::Inner;
 use crate::guard::GuardContext;
 
 /// Guards the routes of a router with the anti-repeat window; see the
@@ -125,38 +123,14 @@ impl<S> AvoidRepeat<S> {
     define_inner_service_accessors!();
 }
 
-impl<S> Service<Request> for AvoidRepeat<S>
-where
-    S: Service<Request, Response = Response> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let inner = take_ready(&mut self.inner);
-        let settings = Arc::clone(&self.settings);
-        ResponseFuture::guarded(avoid_repeat(settings, inner, request))
-    }
-}
+impl_guard_service!(AvoidRepeat, avoid_repeat);
 
 /// Answers one request to a guarded route.
-async fn avoid_repeat<S>(
+async fn avoid_repeat<S: Inner>(
     settings: Arc<Settings>,
     mut inner: S,
     request: Request,
-) -> Result<Response, S::Error>
-where
-    S: Service<Request, Response = Response> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
+) -> Result<Response, S::Error> {
     let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
         Ok(opened) => opened,
         Err(refusal) => return Ok(refusal),

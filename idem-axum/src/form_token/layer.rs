@@ -2,7 +2,6 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -10,14 +9,13 @@ use axum::response::Response;
 use http::HeaderValue;
 use idem_core::Store;
 use tower_layer::Layer;
-use tower_service::Service;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
 use super::field::Form;
 use super::{FormToken, FormTokenConfig};
 use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
-use crate::future::{ResponseFuture, take_ready};
+use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::{read_up_to, read_whole};
@@ -146,38 +144,14 @@ impl<S> VerifyFormToken<S> {
     define_inner_service_accessors!();
 }
 
-impl<S> Service<Request> for VerifyFormToken<S>
-where
-    S: Service<Request, Response = Response> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let inner = take_ready(&mut self.inner);
-        let settings = Arc::clone(&self.settings);
-        ResponseFuture::guarded(verify_form_token(settings, inner, request))
-    }
-}
+impl_guard_service!(VerifyFormToken, verify_form_token);
 
 /// Answers one request to a guarded route.
-async fn verify_form_token<S>(
+async fn verify_form_token<S: Inner>(
     settings: Arc<Settings>,
     mut inner: S,
     request: Request,
-) -> Result<Response, S::Error>
-where
-    S: Service<Request, Response = Response> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
+) -> Result<Response, S::Error> {
     let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
         Ok(opened) => opened,
         Err(refusal) => return Ok(refusal),

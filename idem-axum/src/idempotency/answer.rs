@@ -12,12 +12,12 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, StatusCode, Uri};
 use idem_core::{Begin, Fingerprint, Key, Owner, Store};
-use tower_service::Service;
 
 use super::first_run::{Record, run_first};
 use super::stored_response::{self, Replay};
 use super::{KeySource, RecordScope, Settings, content_coding, key_header};
 use crate::client::ClientRequest;
+use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::read_whole;
@@ -27,16 +27,11 @@ use crate::request_body::read_whole;
 const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
 
 /// Answers one request of a guarded method.
-pub(super) async fn answer<S>(
+pub(super) async fn answer<S: Inner>(
     settings: Arc<Settings>,
     mut inner: S,
     request: Request,
-) -> Result<Response, S::Error>
-where
-    S: Service<Request, Response = Response> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
+) -> Result<Response, S::Error> {
     let guard = match GuardContext::of(&ClientRequest::from_request(&request)) {
         Ok(guard) => guard,
         Err(refusal) => return Ok(refusal),

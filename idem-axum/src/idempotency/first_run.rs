@@ -17,12 +17,12 @@ use http::header::CONTENT_ENCODING;
 use http::response::Parts;
 use idem_core::{AnyStore, Key, Owner, Store, StoreError};
 use tokio::runtime::Handle;
-use tower_service::Service;
 
 use super::Settings;
 use super::capture::{Captured, capture};
 use super::stored_response;
 use crate::detached::run_to_completion;
+use crate::future::Inner;
 use crate::rejection::Rejection;
 
 /// An in-progress record this attempt began.
@@ -139,17 +139,12 @@ impl Drop for Pending {
 ///
 /// The refusal for an attempt the runtime cancelled while shutting down (its record then
 /// ends with its lease).
-pub(super) async fn run_first<S>(
+pub(super) async fn run_first<S: Inner>(
     settings: Arc<Settings>,
     record: Record,
     mut inner: S,
     request: Request,
-) -> Result<Result<Response, S::Error>, Rejection>
-where
-    S: Service<Request, Response = Response> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
+) -> Result<Result<Response, S::Error>, Rejection> {
     let max_stored = settings.max_stored_response;
     let work = async move {
         let (parts, body) = inner.call(request).await?.into_parts();

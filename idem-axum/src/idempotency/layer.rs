@@ -2,20 +2,15 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Method, StatusCode};
 use tower_layer::Layer;
-use tower_service::Service;
 
 use super::answer::answer;
 use super::{KeySource, RecordScope, Required, Settings};
-use crate::future::{ResponseFuture, take_ready};
 
 /// Makes the requests of the routes below it idempotent with the `Idempotency-Key`
 /// header; see the [module docs](crate::idempotency).
@@ -264,26 +259,6 @@ impl<S> Idempotency<S> {
     define_inner_service_accessors!();
 }
 
-impl<S> Service<Request> for Idempotency<S>
-where
-    S: Service<Request, Response = Response> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        if !self.settings.methods.contains(request.method()) {
-            return ResponseFuture::unguarded(self.inner.call(request));
-        }
-        let inner = take_ready(&mut self.inner);
-        let settings = Arc::clone(&self.settings);
-        ResponseFuture::guarded(answer(settings, inner, request))
-    }
-}
+impl_guard_service!(Idempotency, answer, |settings, request| settings
+    .methods
+    .contains(request.method()));

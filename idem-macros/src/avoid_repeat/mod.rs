@@ -30,10 +30,10 @@
 
 mod args;
 
-use proc_macro2::TokenStream;
-use quote::{format_ident, quote};
+use proc_macro2::{Ident, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, GenericParam, ItemFn, Type};
+use syn::{FnArg, GenericParam, ItemFn, Signature, Type};
 
 use self::args::{Args, Release, RepeatBy};
 
@@ -64,34 +64,175 @@ const PARTS_EXTRACTORS: &[&str] = &[
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let args: Args = syn::parse2(args)?;
     let item: ItemFn = syn::parse2(item)?;
+    check_async(&item.sig)?;
+    let arg_types = check_inputs(&item.sig)?;
+    let mut outer = Outer::new(arg_types);
+    let carried = outer.carry_context(args.by);
+    Ok(assemble(item, &args, outer, carried))
+}
+
+fn check_async(sig: &Signature) -> syn::Result<()> {
+    match sig.asyncness {
+        Some(_) => Ok(()),
+        None => Err(syn::Error::new_spanned(
+            sig.fn_token,
+            "`#[avoid_repeat]` must be used on an `async fn` handler",
+        )),
+    }
+}
+
+/// The types of the handler's arguments, all of them extractors.
+fn check_inputs(sig: &Signature) -> syn::Result<Vec<Type>> {
+    sig.inputs
+        .iter()
+        .map(|input| match input {
+            FnArg::Receiver(receiver) => Err(syn::Error::new_spanned(
+                receiver,
+                "`#[avoid_repeat]` handlers are free functions: they cannot take `self`",
+            )),
+            FnArg::Typed(typed) => Ok((*typed.ty).clone()),
+        })
+        .collect()
+}
+
+/// The outer function's parameters, and the arguments it calls the original body with.
+struct Outer {
+    types: Vec<Type>,
+    names: Vec<Ident>,
+    params: Vec<TokenStream>,
+    call_args: Vec<TokenStream>,
+}
+
+/// How the outer function reaches the guard's context and the payload's fingerprint.
+struct Carried {
+    context: TokenStream,
+    payload: TokenStream,
+}
+
+impl Outer {
+    fn new(types: Vec<Type>) -> Self {
+        let names: Vec<Ident> = (0..types.len())
+            .map(|i| format_ident!("__idem_arg{i}"))
+            .collect();
+        let params = names
+            .iter()
+            .zip(&types)
+            .map(|(name, ty)| quote!(#name: #ty))
+            .collect();
+        let call_args = names.iter().map(|name| quote!(#name)).collect();
+        Self {
+            types,
+            names,
+            params,
+            call_args,
+        }
+    }
+
+    /// Wraps argument `index` in `wrapper`, which also reads the context; the original
+    /// body gets what the handler's own extractor produced.
+    fn wrap(&mut self, index: usize, wrapper: fn(&Type) -> TokenStream) -> &Ident {
+        let (name, ty) = (&self.names[index], &self.types[index]);
+        let (span, wrapped) = (ty.span(), wrapper(ty));
+        self.params[index] = quote_spanned!(span=> #name: ::idem_axum::__private::#wrapped);
+        self.call_args[index] = quote!(#name.inner);
+        name
+    }
+
+    /// Picks the argument that also reads the context (and the payload's fingerprint),
+    /// keeping the handler's arity; see `idem_axum::__private`. A handler without
+    /// arguments gains one.
+    fn carry_context(&mut self, by: RepeatBy) -> Carried {
+        let private = quote!(::idem_axum::__private);
+        let none = quote!(::core::option::Option::None);
+        let Some(last) = self.types.len().checked_sub(1) else {
+            return match by {
+                RepeatBy::Client => {
+                    self.params
+                        .push(quote!(__idem_context: #private::AvoidRepeatContext));
+                    Carried {
+                        context: quote!(__idem_context),
+                        payload: none,
+                    }
+                }
+                RepeatBy::ClientAndBody => {
+                    self.params.push(quote!(__idem_payload: #private::Payload));
+                    Carried {
+                        context: quote!(__idem_payload.context),
+                        payload: quote!(::core::option::Option::Some(__idem_payload.fingerprint)),
+                    }
+                }
+            };
+        };
+        match by {
+            RepeatBy::Client => {
+                // Not a `State`, so `#[axum::debug_handler]` can still infer the state type.
+                let carrier = (0..last)
+                    .find(|&i| !is_state(&self.types[i]))
+                    .unwrap_or(last);
+                let name = if carrier < last || reads_no_body(&self.types[last]) {
+                    self.wrap(carrier, |ty| quote!(WithContext<#ty>))
+                } else {
+                    self.wrap(carrier, |ty| quote!(Last<#ty, false>))
+                };
+                Carried {
+                    context: quote!(#name.context),
+                    payload: none,
+                }
+            }
+            RepeatBy::ClientAndBody if reads_no_body(&self.types[last]) => {
+                let name = self.wrap(last, |ty| quote!(LastParts<#ty>));
+                Carried {
+                    context: quote!(#name.context),
+                    payload: quote!(::core::option::Option::Some(#name.fingerprint)),
+                }
+            }
+            RepeatBy::ClientAndBody => {
+                let name = self.wrap(last, |ty| quote!(Last<#ty, true>));
+                Carried {
+                    context: quote!(#name.context),
+                    payload: quote!(#name.fingerprint),
+                }
+            }
+        }
+    }
+}
+
+/// The handler's settings, as the `static` the outer function hands the guard.
+fn spec(args: &Args, name: &Ident) -> TokenStream {
+    let name = name.to_string();
+    let release = match args.release {
+        Release::Expire => quote!(Expire),
+        Release::Finish => quote!(Finish),
+    };
+    let by = match args.by {
+        RepeatBy::Client => quote!(Client),
+        RepeatBy::ClientAndBody => quote!(ClientAndBody),
+    };
+    let message = match &args.message {
+        Some(message) => quote!(::core::option::Option::Some(#message)),
+        None => quote!(::core::option::Option::None),
+    };
+    let timeout_ms = args.timeout_ms;
+    quote! {
+        static __IDEM_SPEC: ::idem_axum::__private::Spec = ::idem_axum::__private::Spec::new(
+            ::core::concat!(::core::module_path!(), "::", #name),
+            #timeout_ms,
+            ::idem_axum::__private::Release::#release,
+            ::idem_axum::__private::RepeatBy::#by,
+            #message,
+        );
+    }
+}
+
+/// The outer function: the original body as an inner function, run under the guard.
+fn assemble(item: ItemFn, args: &Args, outer: Outer, carried: Carried) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
         sig,
         block,
     } = item;
-
-    if sig.asyncness.is_none() {
-        return Err(syn::Error::new_spanned(
-            sig.fn_token,
-            "`#[avoid_repeat]` must be used on an `async fn` handler",
-        ));
-    }
-    let mut arg_types = Vec::new();
-    for input in &sig.inputs {
-        match input {
-            FnArg::Receiver(receiver) => {
-                return Err(syn::Error::new_spanned(
-                    receiver,
-                    "`#[avoid_repeat]` handlers are free functions: they cannot take `self`",
-                ));
-            }
-            FnArg::Typed(typed) => arg_types.push((*typed.ty).clone()),
-        }
-    }
-
     let name = &sig.ident;
-    let name_str = name.to_string();
     let (impl_generics, _, where_clause) = sig.generics.split_for_impl();
     let type_args: Vec<_> = sig
         .generics
@@ -104,95 +245,18 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
         })
         .collect();
     let turbofish = (!type_args.is_empty()).then(|| quote!(::<#(#type_args),*>));
-
-    let arg_names: Vec<_> = (0..arg_types.len())
-        .map(|i| format_ident!("__idem_arg{i}"))
-        .collect();
-    let mut outer_params: Vec<TokenStream> = arg_names
-        .iter()
-        .zip(&arg_types)
-        .map(|(name, ty)| quote!(#name: #ty))
-        .collect();
-    let mut call_args: Vec<TokenStream> = arg_names.iter().map(|name| quote!(#name)).collect();
-    let private = quote!(::idem_axum::__private);
-    let mut wrap = |index: usize, wrapper: fn(&Type) -> TokenStream| {
-        let (name, ty) = (&arg_names[index], &arg_types[index]);
-        let (span, wrapped) = (ty.span(), wrapper(ty));
-        outer_params[index] = quote::quote_spanned!(span=> #name: ::idem_axum::__private::#wrapped);
-        call_args[index] = quote!(#name.inner);
-    };
-
-    // Which argument also reads the context (and the payload's fingerprint), keeping the
-    // handler's arity; see `idem_axum::__private`.
-    let last = arg_types.len().checked_sub(1);
-    let (context, payload) = match (args.by, last) {
-        (RepeatBy::Client, None) => {
-            outer_params.push(quote!(__idem_context: #private::AvoidRepeatContext));
-            (quote!(__idem_context), quote!(::core::option::Option::None))
-        }
-        (RepeatBy::ClientAndBody, None) => {
-            outer_params.push(quote!(__idem_payload: #private::Payload));
-            (
-                quote!(__idem_payload.context),
-                quote!(::core::option::Option::Some(__idem_payload.fingerprint)),
-            )
-        }
-        (RepeatBy::Client, Some(last)) => {
-            // Not a `State`, so `#[axum::debug_handler]` can still infer the state type.
-            let carrier = (0..last)
-                .find(|&i| !is_state(&arg_types[i]))
-                .unwrap_or(last);
-            let name = &arg_names[carrier];
-            if carrier < last || reads_no_body(&arg_types[last]) {
-                wrap(carrier, |ty| quote!(WithContext<#ty>));
-            } else {
-                wrap(carrier, |ty| quote!(Last<#ty, false>));
-            }
-            (quote!(#name.context), quote!(::core::option::Option::None))
-        }
-        (RepeatBy::ClientAndBody, Some(last)) => {
-            let name = &arg_names[last];
-            if reads_no_body(&arg_types[last]) {
-                wrap(last, |ty| quote!(LastParts<#ty>));
-                (
-                    quote!(#name.context),
-                    quote!(::core::option::Option::Some(#name.fingerprint)),
-                )
-            } else {
-                wrap(last, |ty| quote!(Last<#ty, true>));
-                (quote!(#name.context), quote!(#name.fingerprint))
-            }
-        }
-    };
-
-    let release = match args.release {
-        Release::Expire => quote!(Expire),
-        Release::Finish => quote!(Finish),
-    };
-    let key = match args.by {
-        RepeatBy::Client => quote!(Client),
-        RepeatBy::ClientAndBody => quote!(ClientAndBody),
-    };
-    let message = match &args.message {
-        Some(message) => quote!(::core::option::Option::Some(#message)),
-        None => quote!(::core::option::Option::None),
-    };
-    let timeout_ms = args.timeout_ms;
-    let inputs = &sig.inputs;
-    let output = &sig.output;
-
-    Ok(quote! {
+    let spec = spec(args, name);
+    let (inputs, output) = (&sig.inputs, &sig.output);
+    let Outer {
+        params, call_args, ..
+    } = outer;
+    let Carried { context, payload } = carried;
+    quote! {
         #(#attrs)*
-        #vis async fn #name #impl_generics (#(#outer_params),*) -> ::idem_axum::__private::Response #where_clause {
+        #vis async fn #name #impl_generics (#(#params),*) -> ::idem_axum::__private::Response #where_clause {
             async fn __idem_handler #impl_generics (#inputs) #output #where_clause #block
 
-            static __IDEM_SPEC: ::idem_axum::__private::Spec = ::idem_axum::__private::Spec::new(
-                ::core::concat!(::core::module_path!(), "::", #name_str),
-                #timeout_ms,
-                ::idem_axum::__private::Release::#release,
-                ::idem_axum::__private::RepeatBy::#key,
-                #message,
-            );
+            #spec
 
             ::idem_axum::__private::run(
                 #context,
@@ -202,7 +266,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
             )
             .await
         }
-    })
+    }
 }
 
 /// The name of `ty`'s last path segment: `Json` for `axum::Json<Order>`.

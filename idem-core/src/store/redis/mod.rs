@@ -288,6 +288,111 @@ impl RedisStore {
             .await?;
         Ok(answer == 1)
     }
+
+    /// [`Store::acquire`] with a fencing token: one script takes the key and draws the
+    /// token from the key's counter.
+    async fn acquire_fenced(
+        &self,
+        lock: &str,
+        fence: &str,
+        owner: &Owner,
+        ttl: Duration,
+    ) -> Result<Acquire, StoreError> {
+        let (owner, millis) = (owner.as_str(), ttl_millis(ttl));
+        let answer: Vec<Value> = self
+            .run(|mut conn| async move {
+                ACQUIRE_FENCED
+                    .key(lock)
+                    .key(fence)
+                    .arg(owner)
+                    .arg(millis)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let field = |i: usize| {
+            answer
+                .get(i)
+                .ok_or_else(|| unexpected("acquire", &answer))
+                .and_then(|value| int("acquire", value))
+        };
+        let token = || field(1).map(|n| Some(FencingToken::new(n.unsigned_abs())));
+        let remaining = || field(2).map(|ms| remaining_from_pttl(ms).unwrap_or_default());
+        match field(0)? {
+            1 => Ok(Acquire::Acquired { fence: token()? }),
+            2 => Ok(Acquire::Reentered {
+                remaining: remaining()?,
+                fence: token()?,
+            }),
+            0 => Ok(Acquire::Held {
+                remaining: remaining()?,
+            }),
+            _ => Err(unexpected("acquire", &answer)),
+        }
+    }
+
+    /// [`Store::acquire`] without fencing: one command on the accept path, whose `GET`
+    /// tells who holds the key when `NX` refuses. Only a refusal costs a second command,
+    /// to learn the time left.
+    async fn acquire_plain(
+        &self,
+        lock: &str,
+        owner: &Owner,
+        ttl: Duration,
+    ) -> Result<Acquire, StoreError> {
+        loop {
+            let Some(holder) = self.set_nx_get(lock, owner, ttl).await? else {
+                return Ok(Acquire::Acquired { fence: None });
+            };
+            // The key may expire between the two commands; then try to take it again.
+            let Some(remaining) = self.pttl(lock).await? else {
+                continue;
+            };
+            return Ok(if holder == owner.as_str().as_bytes() {
+                Acquire::Reentered {
+                    remaining,
+                    fence: None,
+                }
+            } else {
+                Acquire::Held { remaining }
+            });
+        }
+    }
+
+    /// Sets `lock` to `owner` for `ttl` unless it exists; the holder it found, if any.
+    /// Servers before 7.0 refuse `NX` with `GET`; a script does the same there.
+    async fn set_nx_get(
+        &self,
+        lock: &str,
+        owner: &Owner,
+        ttl: Duration,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (owner, millis) = (owner.as_str(), ttl_millis(ttl));
+        self.run(|mut conn| async move {
+            match conn.acquire_command() {
+                AcquireCommand::SetNxGet => {
+                    redis::cmd("SET")
+                        .arg(lock)
+                        .arg(owner)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(millis)
+                        .arg("GET")
+                        .query_async(&mut conn)
+                        .await
+                }
+                AcquireCommand::Script => {
+                    ACQUIRE
+                        .key(lock)
+                        .arg(owner)
+                        .arg(millis)
+                        .invoke_async(&mut conn)
+                        .await
+                }
+            }
+        })
+        .await
+    }
 }
 
 /// Whether the server refused a write because it is a replica. Redis before 7.0 reports a
@@ -335,87 +440,12 @@ impl Store for RedisStore {
         fencing: Fencing,
     ) -> Result<Acquire, StoreError> {
         let lock = self.key(key, Kind::Lock);
-        let (lock, owner, millis) = (lock.as_str(), owner.as_str(), ttl_millis(ttl));
         match fencing {
             Fencing::On => {
-                let fence = self.key(key, Kind::Fence);
-                let fence = fence.as_str();
-                let answer: Vec<Value> = self
-                    .run(|mut conn| async move {
-                        ACQUIRE_FENCED
-                            .key(lock)
-                            .key(fence)
-                            .arg(owner)
-                            .arg(millis)
-                            .invoke_async(&mut conn)
-                            .await
-                    })
-                    .await?;
-                let field = |i: usize| {
-                    answer
-                        .get(i)
-                        .ok_or_else(|| unexpected("acquire", &answer))
-                        .and_then(|value| int("acquire", value))
-                };
-                let token = || field(1).map(|n| Some(FencingToken::new(n.unsigned_abs())));
-                let remaining = || field(2).map(|ms| remaining_from_pttl(ms).unwrap_or_default());
-                match field(0)? {
-                    1 => Ok(Acquire::Acquired { fence: token()? }),
-                    2 => Ok(Acquire::Reentered {
-                        remaining: remaining()?,
-                        fence: token()?,
-                    }),
-                    0 => Ok(Acquire::Held {
-                        remaining: remaining()?,
-                    }),
-                    _ => Err(unexpected("acquire", &answer)),
-                }
+                self.acquire_fenced(&lock, &self.key(key, Kind::Fence), owner, ttl)
+                    .await
             }
-            // One command on the accept path: `GET` tells who holds the key when `NX`
-            // refuses. Only a refusal costs a second command, to learn the time left.
-            // Servers before 7.0 refuse `NX` with `GET`; a script does the same there.
-            Fencing::Off => loop {
-                let holder: Option<Vec<u8>> = self
-                    .run(|mut conn| async move {
-                        match conn.acquire_command() {
-                            AcquireCommand::SetNxGet => {
-                                redis::cmd("SET")
-                                    .arg(lock)
-                                    .arg(owner)
-                                    .arg("NX")
-                                    .arg("PX")
-                                    .arg(millis)
-                                    .arg("GET")
-                                    .query_async(&mut conn)
-                                    .await
-                            }
-                            AcquireCommand::Script => {
-                                ACQUIRE
-                                    .key(lock)
-                                    .arg(owner)
-                                    .arg(millis)
-                                    .invoke_async(&mut conn)
-                                    .await
-                            }
-                        }
-                    })
-                    .await?;
-                let Some(holder) = holder else {
-                    return Ok(Acquire::Acquired { fence: None });
-                };
-                // The key may expire between the two commands; then try to take it again.
-                let Some(remaining) = self.pttl(lock).await? else {
-                    continue;
-                };
-                return Ok(if holder == owner.as_bytes() {
-                    Acquire::Reentered {
-                        remaining,
-                        fence: None,
-                    }
-                } else {
-                    Acquire::Held { remaining }
-                });
-            },
+            Fencing::Off => self.acquire_plain(&lock, owner, ttl).await,
         }
     }
 

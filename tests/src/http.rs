@@ -1,0 +1,139 @@
+//! What the HTTP suites share: a request sent through a router and its answer read, and
+//! the [`Shop`] whose handlers count what they did.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::response::Response;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use crate::eventually;
+
+/// Sends `request` through `app`.
+///
+/// # Panics
+///
+/// Never: a router's error type is `Infallible`.
+pub async fn send(app: &Router, request: Request<Body>) -> Response {
+    app.clone()
+        .oneshot(request)
+        .await
+        .expect("routers are infallible")
+}
+
+/// The body of `response`, as text.
+///
+/// # Panics
+///
+/// When the body breaks off or is not UTF-8.
+pub async fn body_text(response: Response) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("a whole body");
+    String::from_utf8(bytes.to_vec()).expect("a UTF-8 body")
+}
+
+/// The end of a rejection's problem `type`: `duplicate-request` for
+/// `urn:idem:problem:duplicate-request`.
+///
+/// # Panics
+///
+/// When the body is not JSON.
+pub async fn problem_code(response: Response) -> String {
+    let text = body_text(response).await;
+    let problem: serde_json::Value = serde_json::from_str(&text).expect("a problem document");
+    let kind = problem["type"].as_str().unwrap_or_default();
+    kind.rsplit(':').next().unwrap_or_default().to_owned()
+}
+
+/// The state of a suite's handlers: how often their bodies ran (and how many of those
+/// held at the gate got to their end), and a gate that keeps handlers in flight until the
+/// test opens it. A side effect counted, not a status code, is what tells "ran once".
+#[derive(Debug, Clone)]
+pub struct Shop {
+    runs: Arc<AtomicUsize>,
+    finished: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+impl Default for Shop {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Shop {
+    /// A shop where nothing ran yet and the gate is shut.
+    pub fn new() -> Self {
+        Self {
+            runs: Arc::new(AtomicUsize::new(0)),
+            finished: Arc::new(AtomicUsize::new(0)),
+            gate: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    /// Counts a run; the run's number, from 1.
+    pub fn ran(&self) -> usize {
+        self.runs.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// How many runs started.
+    pub fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    /// How many runs held at the gate got to their end.
+    pub fn finished(&self) -> usize {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// Lets one handler waiting at the gate (or the next to arrive) through.
+    pub fn open_gate(&self) {
+        self.open_gate_for(1);
+    }
+
+    /// Lets `handlers` through the gate.
+    pub fn open_gate_for(&self, handlers: usize) {
+        self.gate.add_permits(handlers);
+    }
+
+    /// Waits at the gate.
+    ///
+    /// # Panics
+    ///
+    /// Never: the gate is not closed.
+    pub async fn pass_gate(&self) {
+        self.gate
+            .acquire()
+            .await
+            .expect("the gate stays open")
+            .forget();
+    }
+
+    /// Waits until `runs` runs have started.
+    ///
+    /// # Panics
+    ///
+    /// When they have not within 5 s.
+    pub async fn until_runs(&self, runs: usize) {
+        eventually(Duration::from_secs(5), "the handler runs", || {
+            let shop = self.clone();
+            async move { shop.runs() >= runs }
+        })
+        .await;
+    }
+
+    /// A handler body that commits, then waits for the gate before it answers 201, as
+    /// one that wrote its order and still renders a page.
+    pub async fn commit_then_wait(&self) -> StatusCode {
+        self.ran();
+        self.pass_gate().await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        StatusCode::CREATED
+    }
+}
