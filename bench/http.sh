@@ -80,7 +80,8 @@ free_port() {
 redis_port=$(free_port)
 "${on_load_core[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' \
     --appendonly no --logfile "$results/redis-server.raw" &
-pids+=($!)
+redis_pid=$!
+pids+=("$redis_pid")
 server_port=$(free_port)
 while [[ $server_port == "$redis_port" ]]; do server_port=$(free_port); done
 "${on_server_core[@]}" "$root/target/release/idem-bench" --port "$server_port" \
@@ -95,6 +96,12 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 curl -sf "$base/flood" >/dev/null || { echo "the bench server did not start" >&2; exit 1; }
+# Another process may have taken the port between the check and the bind: measure only
+# against the redis-server started here.
+if [[ $(redis info server | tr -d '\r' | awk -F: '$1 == "process_id" {print $2}') != "$redis_pid" ]]; then
+    echo "redis-server did not start on port $redis_port (see $results/redis-server.raw)" >&2
+    exit 1
+fi
 
 # --- measurements ----------------------------------------------------------------------
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$server_pid/status"; }
@@ -178,12 +185,12 @@ cases=(
 )
 
 run_wrk() { # mode, url, connections, duration, output
-    IDEM_CASE=$1 "${on_load_core[@]}" wrk -t1 -c"$3" -d"$4" --latency \
+    IDEM_CASE=$1 timeout 120 "${on_load_core[@]}" wrk -t1 -c"$3" -d"$4" --latency \
         -s "$root/bench/wrk/case.lua" "$base$2" >"$5"
 }
 
 redis_benchmark() { # output
-    "${on_server_core[@]}" redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$connections" \
+    timeout 120 "${on_server_core[@]}" redis-benchmark -h 127.0.0.1 -p "$redis_port" -c "$connections" \
         -n "$benchmark_requests" -t set --csv >"$1"
     awk -F'","' 'NR == 2 {print $2, $5, $7}' "$1"
 }

@@ -25,27 +25,35 @@ use crate::rejection::Rejection;
 ///
 /// Outside a Tokio runtime nothing can run detached, and `work` runs in place.
 ///
+/// `work` is boxed here, before the returned future is first polled, so that the future
+/// of the request waiting for it holds a pointer to it rather than the work itself: that
+/// future is boxed per request too, and small is what keeps its allocation cheap.
+///
 /// # Errors
 ///
 /// The refusal for a request whose work the runtime cancelled while shutting down.
-pub(crate) async fn run_to_completion<F>(work: F) -> Result<F::Output, Rejection>
+pub(crate) fn run_to_completion<F>(
+    work: F,
+) -> impl Future<Output = Result<F::Output, Rejection>> + Send + 'static
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let Ok(runtime) = Handle::try_current() else {
-        return Ok(work.await);
-    };
     let mut work = Box::pin(work.in_current_span());
-    if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
-        return Ok(output);
-    }
-    match runtime.spawn(work).await {
-        Ok(output) => Ok(output),
-        Err(error) => match error.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(_cancelled) => Err(shutting_down()),
-        },
+    async move {
+        let Ok(runtime) = Handle::try_current() else {
+            return Ok(work.await);
+        };
+        if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
+            return Ok(output);
+        }
+        match runtime.spawn(work).await {
+            Ok(output) => Ok(output),
+            Err(error) => match error.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_cancelled) => Err(shutting_down()),
+            },
+        }
     }
 }
 

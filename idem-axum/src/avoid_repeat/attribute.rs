@@ -77,6 +77,16 @@ impl AvoidRepeatContext {
         }
     }
 
+    /// The context of `request`, and the fingerprint of its query and body, which is read
+    /// whole and handed back unchanged.
+    async fn with_payload(request: Request) -> Result<(Self, Request, Fingerprint), Response> {
+        let context = Self::new(ClientRequest::from_request(&request));
+        match fingerprint_payload(request).await {
+            Ok((request, fingerprint)) => Ok((context, request, fingerprint)),
+            Err(rejection) => Err(context.refuse(rejection)),
+        }
+    }
+
     pub(crate) fn open(self) -> Result<(GuardContext, ClientId), Box<Response>> {
         self.opened
     }
@@ -137,14 +147,12 @@ where
     type Rejection = Response;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
-        let (request, fingerprint) = if FINGERPRINT {
-            match fingerprint_payload(request).await {
-                Ok((request, fingerprint)) => (request, Some(fingerprint)),
-                Err(rejection) => return Err(context.refuse(rejection)),
-            }
+        let (context, request, fingerprint) = if FINGERPRINT {
+            let (context, request, fingerprint) = AvoidRepeatContext::with_payload(request).await?;
+            (context, request, Some(fingerprint))
         } else {
-            (request, None)
+            let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
+            (context, request, None)
         };
         let inner = T::from_request(request, state)
             .await
@@ -177,11 +185,7 @@ where
     type Rejection = Response;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
-        let (request, fingerprint) = match fingerprint_payload(request).await {
-            Ok(fingerprinted) => fingerprinted,
-            Err(rejection) => return Err(context.refuse(rejection)),
-        };
+        let (context, request, fingerprint) = AvoidRepeatContext::with_payload(request).await?;
         let (mut parts, _body) = request.into_parts();
         let inner = T::from_request_parts(&mut parts, state)
             .await
@@ -208,11 +212,7 @@ impl<S: Send + Sync> FromRequest<S> for Payload {
     type Rejection = Response;
 
     async fn from_request(request: Request, _state: &S) -> Result<Self, Self::Rejection> {
-        let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
-        let fingerprint = match fingerprint_payload(request).await {
-            Ok((_, fingerprint)) => fingerprint,
-            Err(rejection) => return Err(context.refuse(rejection)),
-        };
+        let (context, _, fingerprint) = AvoidRepeatContext::with_payload(request).await?;
         Ok(Self {
             context,
             fingerprint,

@@ -109,7 +109,8 @@ pub(crate) fn key_for(
 pub(crate) async fn fingerprint_payload(
     request: Request,
 ) -> Result<(Request, Fingerprint), Rejection> {
-    let (parts, body) = read_whole(request).await?;
+    let (parts, reading) = read_whole(request);
+    let body = reading.await?;
     let fingerprint = Fingerprint::of([parts.uri.query().unwrap_or("").as_bytes(), &body]);
     Ok((Request::from_parts(parts, Body::from(body)), fingerprint))
 }

@@ -257,10 +257,11 @@ async fn find_token(
     let Some(form) = Form::of(request.headers())? else {
         return Ok((request, None));
     };
-    let (parts, body) = match settings.body_limit {
-        Some(limit) => read_up_to(request, limit).await?,
-        None => read_whole(request).await?,
+    let (parts, reading) = match settings.body_limit {
+        Some(limit) => read_up_to(request, limit),
+        None => read_whole(request),
     };
+    let body = reading.await?;
     let token = form.field(body.clone(), config.field_name()).await?;
     Ok((Request::from_parts(parts, Body::from(body)), token))
 }

@@ -2,6 +2,8 @@
 //! first attempt of its key.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,112 +29,126 @@ use crate::request_body::read_whole;
 const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
 
 /// Answers one request of a guarded method.
-pub(super) async fn answer<S: Inner>(
+///
+/// An `async move` block rather than an `async fn`, and its steps plain functions where
+/// they need not wait: an `async fn` keeps its arguments twice in its future (as
+/// arguments and as the locals they move into), each nested one again, and this future is
+/// boxed for every guarded request (BENCHMARKS.md, "HTTP end to end", has what the size
+/// costs).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold its arguments twice"
+)]
+pub(super) fn answer<S: Inner>(
     settings: Arc<Settings>,
-    mut inner: S,
+    inner: S,
     request: Request,
-) -> Result<Response, S::Error> {
-    let guard = match GuardContext::of(&ClientRequest::from_request(&request)) {
-        Ok(guard) => guard,
-        Err(refusal) => return Ok(refusal),
-    };
-    if tokio::runtime::Handle::try_current().is_err() {
-        tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
-        return Ok(guard.refuse(Rejection::new(
-            RejectionKind::RuntimeUnavailable,
-            "the server runs IdempotencyLayer outside a Tokio runtime",
-        )));
-    }
-    let (parts, body, key) = match find_key(&settings, request).await {
-        Found::Key { parts, body, key } => (parts, body, key),
-        Found::Unkeyed(request) => return inner.call(request).await,
-        Found::Refused(rejection) => return Ok(guard.refuse(rejection)),
-    };
-    let record_key = match record_key(&guard, &settings, &parts, &key) {
-        Ok(record_key) => record_key,
-        Err(refusal) => return Ok(refusal),
-    };
-    let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
-    let owner = Owner::random();
-    let begun = guard
-        .store()
-        .begin_record(&record_key, &owner, &fingerprint, settings.lease)
-        .await;
-    match begun {
-        Ok(Begin::Started) => {
-            tracing::debug!(idem.outcome = "accepted");
-            let record = Record::new(guard.store().clone(), record_key, owner);
-            match run_first(settings, record, inner, rebuild(parts, body)).await {
-                Ok(answered) => answered,
-                Err(rejection) => Ok(guard.refuse(rejection)),
-            }
+) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+    async move {
+        let guard = match GuardContext::of(&ClientRequest::from_request(&request)) {
+            Ok(guard) => guard,
+            Err(refusal) => return Ok(refusal),
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
+            return Ok(guard.refuse(Rejection::new(
+                RejectionKind::RuntimeUnavailable,
+                "the server runs IdempotencyLayer outside a Tokio runtime",
+            )));
         }
-        Ok(Begin::Completed { response }) => Ok(replay(&guard, &response, &parts)),
-        Ok(Begin::InProgress { remaining }) => {
-            tracing::debug!(idem.outcome = "conflict");
-            Ok(guard.refuse(in_progress(remaining)))
-        }
-        Ok(Begin::Mismatch) => {
-            tracing::debug!(idem.outcome = "mismatch");
-            Ok(guard.refuse(reused()))
-        }
-        Err(error) => match guard.on_store_error(&error, "begin an idempotency record") {
-            Err(refusal) => Ok(refusal),
-            Ok(()) => inner.call(rebuild(parts, body)).await,
-        },
-    }
-}
-
-/// What a request carries as its key.
-enum Found {
-    /// A key, with the request read whole.
-    Key {
-        parts: Parts,
-        body: Bytes,
-        key: String,
-    },
-    /// No key, and none required: the request passes unguarded.
-    Unkeyed(Request),
-    /// A key that is malformed, or missing where required, or a body that cannot be read.
-    Refused(Rejection),
-}
-
-/// The request's key: from the `Idempotency-Key` header (checked before the body is
-/// read), or from the key function, given the head and the whole body.
-async fn find_key(settings: &Settings, request: Request) -> Found {
-    let in_header = match settings.key {
-        KeySource::Header => match key_header::from_headers(request.headers()) {
-            Ok(Some(key)) => Some(key),
-            Ok(None) if settings.requires_key(request.method()) => {
-                return Found::Refused(missing_key(settings));
-            }
-            Ok(None) => return Found::Unkeyed(request),
-            Err(invalid) => {
-                tracing::debug!(idem.outcome = "invalid_key", %invalid);
-                return Found::Refused(Rejection::new(
-                    RejectionKind::InvalidIdempotencyKey,
-                    invalid.to_string(),
-                ));
-            }
-        },
-        KeySource::Function(_) => None,
-    };
-    let (parts, body) = match read_whole(request).await {
-        Ok(read) => read,
-        Err(rejection) => return Found::Refused(rejection),
-    };
-    let key = match (in_header, &settings.key) {
-        (Some(key), _) => key,
-        (None, KeySource::Function(key_of)) => match key_of(&parts, &body) {
+        let in_header = match key_in_header(&settings, &request) {
+            Ok(Some(in_header)) => in_header,
+            Ok(None) => return pass(inner, request).await,
+            Err(rejection) => return Ok(guard.refuse(rejection)),
+        };
+        let (parts, reading) = read_whole(request);
+        let body = match reading.await {
+            Ok(body) => body,
+            Err(rejection) => return Ok(guard.refuse(rejection)),
+        };
+        let key = match in_header.or_else(|| key_in_body(&settings, &parts, &body)) {
             Some(key) => key,
             None if settings.requires_key(&parts.method) => {
-                return Found::Refused(missing_key(settings));
+                return Ok(guard.refuse(missing_key(&settings)));
             }
-            None => return Found::Unkeyed(rebuild(parts, body)),
-        },
-        (None, KeySource::Header) => return Found::Unkeyed(rebuild(parts, body)),
+            None => return pass(inner, rebuild(parts, body)).await,
+        };
+        let record_key = match record_key(&guard, &settings, &parts, &key) {
+            Ok(record_key) => record_key,
+            Err(refusal) => return Ok(refusal),
+        };
+        let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
+        let owner = Owner::random();
+        let begun = guard
+            .store()
+            .begin_record(&record_key, &owner, &fingerprint, settings.lease)
+            .await;
+        match begun {
+            Ok(Begin::Started) => {
+                tracing::debug!(idem.outcome = "accepted");
+                let record = Record::new(guard.store().clone(), record_key, owner);
+                match run_first(settings, record, inner, rebuild(parts, body)).await {
+                    Ok(answered) => answered,
+                    Err(rejection) => Ok(guard.refuse(rejection)),
+                }
+            }
+            Ok(Begin::Completed { response }) => Ok(replay(&guard, &response, &parts)),
+            Ok(Begin::InProgress { remaining }) => {
+                tracing::debug!(idem.outcome = "conflict");
+                Ok(guard.refuse(in_progress(remaining)))
+            }
+            Ok(Begin::Mismatch) => {
+                tracing::debug!(idem.outcome = "mismatch");
+                Ok(guard.refuse(reused()))
+            }
+            Err(error) => match guard.on_store_error(&error, "begin an idempotency record") {
+                Err(refusal) => Ok(refusal),
+                Ok(()) => pass(inner, rebuild(parts, body)).await,
+            },
+        }
+    }
+}
+
+/// Hands the request to the inner service unguarded. Boxed: it is the rare way out, and
+/// its future inline would make every guarded request's future larger.
+fn pass<S: Inner>(mut inner: S, request: Request) -> Pin<Box<S::Future>> {
+    Box::pin(inner.call(request))
+}
+
+/// What the `Idempotency-Key` header says, checked before the body is read: `Some` of the
+/// key it carries (`None` inside when the key is to come from the body), or `None` when
+/// the request carries no key and needs none, and passes unguarded.
+///
+/// # Errors
+///
+/// The refusal for a malformed key, or a missing one where it is required.
+fn key_in_header(
+    settings: &Settings,
+    request: &Request,
+) -> Result<Option<Option<String>>, Rejection> {
+    let KeySource::Header = settings.key else {
+        return Ok(Some(None));
     };
-    Found::Key { parts, body, key }
+    match key_header::from_headers(request.headers()) {
+        Ok(Some(key)) => Ok(Some(Some(key))),
+        Ok(None) if settings.requires_key(request.method()) => Err(missing_key(settings)),
+        Ok(None) => Ok(None),
+        Err(invalid) => {
+            tracing::debug!(idem.outcome = "invalid_key", %invalid);
+            Err(Rejection::new(
+                RejectionKind::InvalidIdempotencyKey,
+                invalid.to_string(),
+            ))
+        }
+    }
+}
+
+/// The key the layer's key function finds in the head and the whole body, if it has one.
+fn key_in_body(settings: &Settings, parts: &Parts, body: &Bytes) -> Option<String> {
+    match &settings.key {
+        KeySource::Function(key_of) => key_of(parts, body),
+        KeySource::Header => None,
+    }
 }
 
 /// The store key of the record for `key`. A record belongs to one endpoint: the same key

@@ -4,18 +4,20 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
-use futures_util::future::{self, Either};
+use futures_util::FutureExt;
 use http::StatusCode;
 use http::header::CONTENT_ENCODING;
 use http::response::Parts;
 use idem_core::{AnyStore, Key, Owner, Store, StoreError};
+use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
 
 use super::Settings;
@@ -89,19 +91,40 @@ impl Record {
         }
     }
 
-    /// `work`, with the record's lease renewed every third of it for as long as `work`
-    /// runs. The renewal's timer starts only if `work` does not end on its first poll.
-    async fn renewed_while<T>(&self, work: impl Future<Output = T>, lease: Duration) -> T {
-        let (work, renewal) = (pin!(work), pin!(self.clone().keep_alive(lease)));
-        match future::select(work, renewal).await {
-            Either::Left((output, _)) => output,
-            Either::Right((never, _)) => match never {},
-        }
-    }
-
     async fn abandon(&self) {
         if let Err(error) = self.store.abandon_record(&self.key, &self.owner).await {
             tracing::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
+        }
+    }
+}
+
+pin_project! {
+    /// `work`, with its record's lease renewed every third of it while `work` waits. The
+    /// renewal (a timer) is made, on the heap, only once `work` has to wait.
+    struct Renewing<W> {
+        #[pin]
+        work: W,
+        record: Record,
+        lease: Duration,
+        renewal: Option<Pin<Box<dyn Future<Output = Infallible> + Send>>>,
+    }
+}
+
+impl<W: Future> Future for Renewing<W> {
+    type Output = W::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<W::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.work.poll(cx) {
+            return Poll::Ready(output);
+        }
+        let (record, lease) = (this.record, *this.lease);
+        let renewal = this
+            .renewal
+            .get_or_insert_with(|| Box::pin(record.clone().keep_alive(lease)));
+        match renewal.as_mut().poll(cx) {
+            Poll::Ready(never) => match never {},
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -132,88 +155,103 @@ impl Drop for Pending {
 /// Runs the request as the first attempt of `record`'s key and answers with its response.
 ///
 /// The attempt is a task of its own: dropping this future (the client went away) leaves it
-/// running to the end, its record's lease renewed every third of it while it runs. A panic
-/// in the handler removes the record, then resumes here.
+/// running to the end. A panic in the handler removes the record, then resumes here.
 ///
-/// # Errors
+/// The attempt is boxed before this returns, so the future returned holds only a pointer
+/// to it; it is a [`Renewing`] future composed with [`settle`] rather than one `async`
+/// block, which would keep the work and the record twice (as captured and as moved into
+/// its locals). Both sizes are measured in BENCHMARKS.md, "HTTP end to end".
 ///
-/// The refusal for an attempt the runtime cancelled while shutting down (its record then
-/// ends with its lease).
-pub(super) async fn run_first<S: Inner>(
+/// Its output is the refusal for an attempt the runtime cancelled while shutting down (its
+/// record then ends with its lease), or the attempt's answer.
+pub(super) fn run_first<S: Inner>(
     settings: Arc<Settings>,
     record: Record,
     mut inner: S,
     request: Request,
-) -> Result<Result<Response, S::Error>, Rejection> {
+) -> impl Future<Output = Result<Result<Response, S::Error>, Rejection>> + Send + 'static {
     let max_stored = settings.max_stored_response;
     let work = async move {
         let (parts, body) = inner.call(request).await?.into_parts();
         Ok::<_, S::Error>((parts, capture(body, max_stored).await))
     };
-    run_to_completion(async move {
-        let mut pending = Pending {
-            record,
-            armed: true,
-        };
-        let produced = pending.record.renewed_while(work, settings.lease).await;
+    let renewing = Renewing {
+        work,
+        record: record.clone(),
+        lease: settings.lease,
+        renewal: None,
+    };
+    let pending = Pending {
+        record,
+        armed: true,
+    };
+    let task = renewing.then(move |produced| {
+        let mut pending = pending;
         pending.armed = false;
-        settle(&settings, &pending.record, produced).await
-    })
-    .await
+        settle(settings, pending.record.clone(), produced)
+    });
+    run_to_completion(task)
 }
 
 /// Stores the response, or removes the record, and hands the response on.
-async fn settle<E>(
-    settings: &Settings,
-    record: &Record,
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold `produced` twice"
+)]
+fn settle<E>(
+    settings: Arc<Settings>,
+    record: Record,
     produced: Result<(Parts, Captured), E>,
-) -> Result<Response, E> {
-    let (parts, captured) = match produced {
-        Ok(produced) => produced,
-        Err(error) => {
-            record.abandon().await;
-            return Err(error);
-        }
-    };
-    if !(settings.stores_status)(parts.status) {
-        tracing::debug!(
-            status = parts.status.as_u16(),
-            "idem: response not stored (by policy)"
-        );
-        record.abandon().await;
-    } else {
-        match &captured {
-            Captured::Whole { data, .. } => {
-                if let Some(coding) = parts.headers.get(CONTENT_ENCODING) {
-                    tracing::warn!(
-                        content_encoding = ?coding,
-                        "idem: an idempotent response is stored already encoded; put \
-                         compression outside IdempotencyLayer, so that the identity encoding \
-                         is stored and each replay is compressed for its own request (until \
-                         then a retry that does not accept the encoding gets 409)"
-                    );
-                }
-                let stored = stored_response::encode_response(&parts, data, settings.scope);
-                record
-                    .complete(stored, parts.status, settings.retention)
-                    .await;
-            }
-            Captured::TooLarge { .. } => {
-                tracing::info!(
-                    status = parts.status.as_u16(),
-                    limit = settings.max_stored_response,
-                    "idem: response too large to store; retries get 409"
-                );
-                let stored = stored_response::encode_too_large(parts.status);
-                record
-                    .complete(stored, parts.status, settings.retention)
-                    .await;
-            }
-            Captured::Failed { error, .. } => {
-                tracing::warn!(%error, "idem: the response body failed; not stored");
+) -> impl Future<Output = Result<Response, E>> {
+    async move {
+        let (parts, captured) = match produced {
+            Ok(produced) => produced,
+            Err(error) => {
                 record.abandon().await;
+                return Err(error);
+            }
+        };
+        if !(settings.stores_status)(parts.status) {
+            tracing::debug!(
+                status = parts.status.as_u16(),
+                "idem: response not stored (by policy)"
+            );
+            record.abandon().await;
+        } else {
+            match &captured {
+                Captured::Whole { data, .. } => {
+                    if let Some(coding) = parts.headers.get(CONTENT_ENCODING) {
+                        tracing::warn!(
+                            content_encoding = ?coding,
+                            "idem: an idempotent response is stored already encoded; put \
+                             compression outside IdempotencyLayer, so that the identity \
+                             encoding is stored and each replay is compressed for its own \
+                             request (until then a retry that does not accept the encoding \
+                             gets 409)"
+                        );
+                    }
+                    let stored = stored_response::encode_response(&parts, data, settings.scope);
+                    record
+                        .complete(stored, parts.status, settings.retention)
+                        .await;
+                }
+                Captured::TooLarge { .. } => {
+                    tracing::info!(
+                        status = parts.status.as_u16(),
+                        limit = settings.max_stored_response,
+                        "idem: response too large to store; retries get 409"
+                    );
+                    let stored = stored_response::encode_too_large(parts.status);
+                    record
+                        .complete(stored, parts.status, settings.retention)
+                        .await;
+                }
+                Captured::Failed { error, .. } => {
+                    tracing::warn!(%error, "idem: the response body failed; not stored");
+                    record.abandon().await;
+                }
             }
         }
+        Ok(Response::from_parts(parts, captured.into_body()))
     }
-    Ok(Response::from_parts(parts, captured.into_body()))
 }
