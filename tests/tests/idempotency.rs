@@ -4,13 +4,13 @@
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
-use idem_axum::idempotency::{Idempotency, RecordScope};
+use idem_axum::idempotency::{Idempotency, IdempotencyRecord, RecordScope};
 use idem_axum::{Idem, IdempotencyLayer, StoreFailure, store::Store};
 use idem_tests::{Backend, RedisServer, Shop, all_at_once, eventually, send};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -19,6 +19,7 @@ use tower_http::compression::CompressionLayer;
 idem_tests::on_every_store!(
     three_hundred_concurrent_requests_run_the_handler_once,
     a_replay_is_the_first_response_byte_for_byte,
+    a_record_its_handler_completed_is_replayed_as_the_handler_stored_it,
     the_same_key_with_another_request_is_422,
     a_new_router_on_the_same_store_still_replays,
     a_handler_three_times_longer_than_its_lease_runs_once,
@@ -91,6 +92,39 @@ async fn receipt(State(shop): State<Shop>) -> (StatusCode, String) {
     (StatusCode::CREATED, receipt_text(shop.ran()))
 }
 
+/// Completes its own record, as a handler on a SQL store does inside its transaction.
+async fn completes_itself(
+    State(shop): State<Shop>,
+    Extension(idem): Extension<Idem>,
+    record: IdempotencyRecord,
+) -> Response {
+    let run = shop.ran();
+    let response = (
+        StatusCode::CREATED,
+        format!("order {run}, stored by its handler"),
+    );
+    let (stored, response) = record
+        .stored_response(response)
+        .await
+        .expect("a body that reads");
+    let completed = idem
+        .store()
+        .complete_record(record.key(), record.owner(), stored, record.retention())
+        .await
+        .expect("the store answers");
+    assert!(
+        completed,
+        "the record the layer began is the handler's to complete"
+    );
+    response
+}
+
+/// Says whether the request came with a record.
+async fn record_if_any(State(shop): State<Shop>, record: Option<IdempotencyRecord>) -> String {
+    shop.ran();
+    format!("record: {}", record.is_some())
+}
+
 async fn callback(State(shop): State<Shop>) -> String {
     format!("acknowledged {}", shop.ran())
 }
@@ -129,6 +163,12 @@ fn routes(shop: &Shop) -> Router {
             post(pay).route_layer(guarded().with_record_scope(RecordScope::Shared)),
         )
         .route("/gated", post(gated).route_layer(guarded()))
+        .route(
+            "/completes-itself",
+            post(completes_itself).route_layer(guarded().with_required(true)),
+        )
+        .route("/completes-unguarded", post(completes_itself))
+        .route("/record-if-any", post(record_if_any).route_layer(guarded()))
         .route(
             "/long",
             post(long).route_layer(guarded().with_lease(SHORT_LEASE)),
@@ -311,6 +351,47 @@ async fn a_replay_is_the_first_response_byte_for_byte<B: Backend>() {
     let quoted = Seen::of(post_key(&app, "/pay", "\"bare-key-1\"").await).await;
     assert_eq!(quoted.unmarked(), first);
     assert_eq!(shop.runs(), 1);
+}
+
+async fn a_record_its_handler_completed_is_replayed_as_the_handler_stored_it<B: Backend>() {
+    let backend = B::start().await;
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let first = Seen::of(post_key(&app, "/completes-itself", "own-1").await).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.body, "order 1, stored by its handler");
+    let replay = Seen::of(post_key(&app, "/completes-itself", "own-1").await).await;
+    assert!(replay.replayed(), "{replay:?}");
+    assert_eq!(
+        replay.unmarked(),
+        first,
+        "what the handler stored, byte for byte"
+    );
+    assert_eq!(shop.runs(), 1);
+
+    // Where a key is optional, the handler sees whether a record was begun.
+    let with_key = send(
+        &app,
+        request("/record-if-any", "alice", Some("own-2"), "{}"),
+    )
+    .await;
+    assert_eq!(idem_tests::body_text(with_key).await, "record: true");
+    let without = send(&app, request("/record-if-any", "alice", None, "{}")).await;
+    assert_eq!(idem_tests::body_text(without).await, "record: false");
+
+    // A handler that takes the record on a route without the layer names what is missing.
+    let unguarded = send(
+        &app,
+        request("/completes-unguarded", "alice", Some("own-3"), "{}"),
+    )
+    .await;
+    assert_eq!(unguarded.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        idem_tests::body_text(unguarded)
+            .await
+            .contains("IdempotencyLayer")
+    );
+    assert_eq!(shop.runs(), 3, "the handler without a record never ran");
 }
 
 async fn the_same_key_with_another_request_is_422<B: Backend>() {

@@ -16,6 +16,7 @@ use http::{HeaderName, StatusCode, Uri};
 use idem_core::{Begin, Fingerprint, Key, Owner, Store};
 
 use super::first_run::{Record, run_first};
+use super::record::IdempotencyRecord;
 use super::stored_response::{self, Replay};
 use super::{KeySource, RecordScope, Settings, content_coding, key_header};
 use crate::client::ClientRequest;
@@ -86,7 +87,14 @@ pub(super) fn answer<S: Inner>(
         match begun {
             Ok(Begin::Started) => {
                 tracing::debug!(idem.outcome = "accepted");
-                let record = Record::new(guard.store().clone(), record_key, owner);
+                let handle = IdempotencyRecord::new(
+                    record_key,
+                    owner,
+                    settings.retention,
+                    settings.scope,
+                    settings.max_stored_response,
+                );
+                let record = Record::new(guard.store().clone(), handle);
                 match run_first(settings, record, inner, rebuild(parts, body)).await {
                     Ok(answered) => answered,
                     Err(rejection) => Ok(guard.refuse(rejection)),

@@ -22,22 +22,30 @@ use tokio::runtime::Handle;
 
 use super::Settings;
 use super::capture::{Captured, capture};
+use super::record::IdempotencyRecord;
 use super::stored_response;
 use crate::detached::run_to_completion;
 use crate::future::Inner;
 use crate::rejection::Rejection;
 
-/// An in-progress record this attempt began.
+/// An in-progress record this attempt began, and the handle on it the handler gets.
 #[derive(Debug, Clone)]
 pub(super) struct Record {
     store: AnyStore,
-    key: Key,
-    owner: Owner,
+    handle: IdempotencyRecord,
 }
 
 impl Record {
-    pub(super) fn new(store: AnyStore, key: Key, owner: Owner) -> Self {
-        Self { store, key, owner }
+    pub(super) fn new(store: AnyStore, handle: IdempotencyRecord) -> Self {
+        Self { store, handle }
+    }
+
+    fn key(&self) -> &Key {
+        self.handle.key()
+    }
+
+    fn owner(&self) -> &Owner {
+        self.handle.owner()
     }
 
     /// Renews the lease every third of it, for as long as it is polled.
@@ -46,7 +54,11 @@ impl Record {
         let period = (lease / 3).max(Duration::from_millis(1));
         loop {
             tokio::time::sleep(period).await;
-            match self.store.renew_record(&self.key, &self.owner, lease).await {
+            match self
+                .store
+                .renew_record(self.key(), self.owner(), lease)
+                .await
+            {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::warn!(
@@ -67,20 +79,23 @@ impl Record {
     async fn complete(&self, response: Bytes, status: StatusCode, retention: Duration) {
         let stored = self
             .store
-            .complete_record(&self.key, &self.owner, response, retention)
+            .complete_record(self.key(), self.owner(), response, retention)
             .await;
         let stored = match stored {
             Err(StoreError::Memory { .. }) => {
                 tracing::warn!("idem: no room to store the response; retries get 409");
                 let note = stored_response::encode_too_large(status);
                 self.store
-                    .complete_record(&self.key, &self.owner, note, retention)
+                    .complete_record(self.key(), self.owner(), note, retention)
                     .await
             }
             other => other,
         };
         match stored {
             Ok(true) => tracing::debug!("idem: response stored"),
+            Ok(false) if self.handle.taken_over() => tracing::debug!(
+                "idem: the handler completed the record itself, in its own transaction"
+            ),
             Ok(false) => tracing::warn!(
                 "idem: the response was not stored: the attempt lost its record to a newer one"
             ),
@@ -92,7 +107,7 @@ impl Record {
     }
 
     async fn abandon(&self) {
-        if let Err(error) = self.store.abandon_record(&self.key, &self.owner).await {
+        if let Err(error) = self.store.abandon_record(self.key(), self.owner()).await {
             tracing::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
         }
     }
@@ -168,8 +183,9 @@ pub(super) fn run_first<S: Inner>(
     settings: Arc<Settings>,
     record: Record,
     mut inner: S,
-    request: Request,
+    mut request: Request,
 ) -> impl Future<Output = Result<Result<Response, S::Error>, Rejection>> + Send + 'static {
+    request.extensions_mut().insert(record.handle.clone());
     let max_stored = settings.max_stored_response;
     let work = async move {
         let (parts, body) = inner.call(request).await?.into_parts();

@@ -190,6 +190,7 @@ mod content_coding;
 mod first_run;
 mod key_header;
 mod layer;
+mod record;
 mod stored_response;
 
 use std::borrow::Cow;
@@ -202,6 +203,7 @@ use http::request::Parts;
 use http::{HeaderName, Method, StatusCode};
 
 pub use self::layer::{Idempotency, IdempotencyLayer};
+pub use self::record::IdempotencyRecord;
 
 /// Whose idempotency keys are kept apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,0 +1,188 @@
+//! [`IdempotencyRecord`]: the record [`IdempotencyLayer`](super::IdempotencyLayer) began
+//! for a request, handed to its handler so that the handler can complete it in its own
+//! database transaction.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::request::Parts;
+use idem_core::{Key, Owner};
+
+use super::RecordScope;
+use super::capture::{Captured, capture};
+use super::stored_response;
+use crate::rejection::{Rejection, RejectionKind};
+
+/// The idempotency record of this request, begun by [`IdempotencyLayer`] before the
+/// handler runs: for a handler whose store keeps records in its own database, to
+/// complete the record **in the same transaction as its business writes**.
+///
+/// A store in another place than the business data (memory, Redis) can only be told the
+/// outcome after the business transaction committed; a process that dies in between
+/// leaves the record in progress, and once its lease runs out a retry runs the handler a
+/// second time. Completed inside the transaction, the record and the business writes
+/// commit together or not at all, and a retry after any crash either replays the stored
+/// response or runs a handler whose first run left nothing behind.
+///
+/// The handler:
+/// 1. does its writes in its transaction;
+/// 2. turns its response into the bytes the layer would store, with
+///    [`stored_response`](Self::stored_response);
+/// 3. completes the record with them in the same transaction (for the SQL stores of
+///    `idem-sqlx`, `complete_record_in`), and rolls back if that reports the record lost
+///    (its lease ran out and a retry took the key over);
+/// 4. commits, and returns the response.
+///
+/// The layer then finds the record completed and leaves it as it is. A handler that
+/// fails before committing returns its error as usual: by the layer's policy (a 5xx is
+/// not stored) the record is removed and a retry runs afresh.
+///
+/// Extract it as `IdempotencyRecord` on a route where every request carries a key
+/// (the layer [requires one](super::IdempotencyLayer::with_required)); a request without
+/// one answers 500 naming what is missing. Extract `Option<IdempotencyRecord>` where a key
+/// is optional.
+///
+/// ```
+/// use axum::Json;
+/// use axum::http::StatusCode;
+/// use axum::response::{IntoResponse, Response};
+/// use idem_axum::idempotency::IdempotencyRecord;
+///
+/// async fn create_order(record: IdempotencyRecord) -> Response {
+///     // let mut tx = pool.begin().await?;  … the order's writes …
+///     let response = (StatusCode::CREATED, Json("order 7")).into_response();
+///     let Ok((stored, response)) = record.stored_response(response).await else {
+///         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+///     };
+///     // store.complete_record_in(&mut tx, record.key(), record.owner(), stored, record.retention()).await?;
+///     // tx.commit().await?;
+///     # let _ = stored;
+///     response
+/// }
+/// ```
+///
+/// [`IdempotencyLayer`]: super::IdempotencyLayer
+#[derive(Clone)]
+pub struct IdempotencyRecord {
+    key: Key,
+    owner: Owner,
+    retention: Duration,
+    scope: RecordScope,
+    max_stored: usize,
+    taken_over: Arc<AtomicBool>,
+}
+
+impl IdempotencyRecord {
+    pub(super) fn new(
+        key: Key,
+        owner: Owner,
+        retention: Duration,
+        scope: RecordScope,
+        max_stored: usize,
+    ) -> Self {
+        Self {
+            key,
+            owner,
+            retention,
+            scope,
+            max_stored,
+            taken_over: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The record's key in the store.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The owner the layer began the record as: only it can complete the record.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// How long a completed record is replayed
+    /// ([`IdempotencyLayer::with_retention`](super::IdempotencyLayer::with_retention)).
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The bytes that complete this record with `response`, encoded as the layer stores
+    /// a response (status, headers, body), and the response to return, its body now read
+    /// into memory. A body larger than the layer's
+    /// [limit](super::IdempotencyLayer::with_max_stored_response) gives the "too large to
+    /// replay" note instead, as the layer would store it.
+    ///
+    /// From this call on, the layer expects the handler to complete the record itself.
+    ///
+    /// # Errors
+    ///
+    /// The response's body failed while it was being read.
+    pub async fn stored_response(
+        &self,
+        response: impl IntoResponse,
+    ) -> Result<(Bytes, Response), axum::Error> {
+        self.taken_over.store(true, Ordering::Relaxed);
+        let (parts, body) = response.into_response().into_parts();
+        let captured = match capture(body, self.max_stored).await {
+            Captured::Failed { error, .. } => return Err(error),
+            captured => captured,
+        };
+        let stored = match &captured {
+            Captured::Whole { data, .. } => {
+                stored_response::encode_response(&parts, data, self.scope)
+            }
+            _ => stored_response::encode_too_large(parts.status),
+        };
+        Ok((stored, Response::from_parts(parts, captured.into_body())))
+    }
+
+    /// Whether the handler took over the record's completion.
+    pub(super) fn taken_over(&self) -> bool {
+        self.taken_over.load(Ordering::Relaxed)
+    }
+}
+
+/// Leaves the owner out of the output: it is what completes the record.
+impl fmt::Debug for IdempotencyRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyRecord")
+            .field("key", &self.key)
+            .field("retention", &self.retention)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyRecord {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Self>().cloned().ok_or_else(|| {
+            tracing::error!("idem: IdempotencyRecord extracted where no record was begun");
+            Rejection::new(
+                RejectionKind::MissingLayer,
+                "this handler takes the request's idempotency record, but none was begun: put \
+                 `IdempotencyLayer` on its route and require a key there (`with_required`), or \
+                 extract `Option<IdempotencyRecord>`",
+            )
+            .into_response()
+        })
+    }
+}
+
+impl<S: Send + Sync> OptionalFromRequestParts<S> for IdempotencyRecord {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<Self>().cloned())
+    }
+}
