@@ -7,7 +7,6 @@
 
 use std::borrow::Cow;
 
-
 use self::sealed::{Dialect, Queries};
 
 /// A database a [`SqlStore`](crate::SqlStore) runs on: [`sqlx::Postgres`] (feature
@@ -303,7 +302,10 @@ pub(crate) mod sealed {
     }
 
     /// The integers of the one-column rows `sql` answers.
-    fn versions<'a, DB, E>(executor: E, sql: &'a str) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>>
+    fn versions<'a, DB, E>(
+        executor: E,
+        sql: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>>
     where
         DB: Database,
         E: Executor<'a, Database = DB>,

@@ -91,7 +91,11 @@ macro_rules! left_ms {
 /// A parameter's milliseconds from the database's clock.
 macro_rules! in_ms {
     ($param:literal) => {
-        concat!("clock_timestamp() + ", $param, " * interval '1 millisecond'")
+        concat!(
+            "clock_timestamp() + ",
+            $param,
+            " * interval '1 millisecond'"
+        )
     };
 }
 

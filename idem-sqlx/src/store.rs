@@ -6,12 +6,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use idem_core::{Acquire, Begin, Fencing, FencingToken, Fingerprint, Key, Owner, Store, StoreError};
+use idem_core::{
+    Acquire, Begin, Fencing, FencingToken, Fingerprint, Key, Owner, Store, StoreError,
+};
 use sqlx::Pool;
 
 use crate::backend::{Arg, LockRow, RecordRow, SqlBackend, is_timeout};
 use crate::builder::{Settings, SqlStoreBuilder};
-use crate::purge::{Purged, PurgeTask};
+use crate::purge::{PurgeTask, Purged};
 
 /// A [`Store`] in a SQL database, on an sqlx pool: [`PostgresStore`](crate::PostgresStore)
 /// or [`SqliteStore`](crate::SqliteStore).
@@ -133,13 +135,24 @@ impl<DB: SqlBackend> SqlStore<DB> {
         let sql = &DB::STATEMENTS;
         let settings = &self.inner.settings;
         let batch = [Arg::Int(settings.purge_batch)];
-        let evict = [Arg::Int(settings.token_capacity), Arg::Int(settings.purge_batch)];
+        let evict = [
+            Arg::Int(settings.token_capacity),
+            Arg::Int(settings.purge_batch),
+        ];
         let pool = &self.inner.pool;
         Ok(Purged {
-            locks: self.run("purge", DB::execute(pool, sql.purge_locks, &batch)).await?,
-            tokens: self.run("purge", DB::execute(pool, sql.purge_tokens, &batch)).await?,
-            records: self.run("purge", DB::execute(pool, sql.purge_records, &batch)).await?,
-            evicted_tokens: self.run("purge", DB::execute(pool, sql.evict_tokens, &evict)).await?,
+            locks: self
+                .run("purge", DB::execute(pool, sql.purge_locks, &batch))
+                .await?,
+            tokens: self
+                .run("purge", DB::execute(pool, sql.purge_tokens, &batch))
+                .await?,
+            records: self
+                .run("purge", DB::execute(pool, sql.purge_records, &batch))
+                .await?,
+            evicted_tokens: self
+                .run("purge", DB::execute(pool, sql.evict_tokens, &evict))
+                .await?,
         })
     }
 
@@ -187,7 +200,9 @@ impl<DB: SqlBackend> SqlStore<DB> {
         self.start_purge();
         let timeout = self.inner.settings.timeout;
         match tokio::time::timeout(timeout, op).await {
-            Ok(result) => result.map_err(|error| store_error::<DB>(error, operation, Some(timeout))),
+            Ok(result) => {
+                result.map_err(|error| store_error::<DB>(error, operation, Some(timeout)))
+            }
             Err(_elapsed) => Err(StoreError::Timeout(timeout)),
         }
     }

@@ -2,21 +2,26 @@
 //!
 //! Tests that need Redis run against a real `redis-server` this harness starts itself
 //! ([`RedisServer`], [`RedisCluster`]): its own port, its own data directory, no
-//! persistence, killed when the test ends. A missing binary fails the test with a message
-//! that says how to install it; nothing is skipped.
+//! persistence, killed when the test ends. Tests that need PostgreSQL likewise start a
+//! real server of their own ([`PostgresServer`]); SQLite is a file in a temporary
+//! directory. A missing binary fails the test with a message that says how to install
+//! it; nothing is skipped.
 //!
 //! [`Backend`] gives a suite one store of each kind, so the same test runs against every
 //! store.
 
 mod backend;
 mod forwarder;
+mod postgres_server;
 mod redis_server;
 
 pub use backend::{
-    AnyMemoryBackend, ClusterBackend, MemoryBackend, RedisBackend, RedisScriptAcquireBackend,
+    AnyMemoryBackend, ClusterBackend, MemoryBackend, PostgresBackend, RedisBackend,
+    RedisScriptAcquireBackend, SqliteBackend,
 };
 pub use forwarder::Forwarder;
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
+pub use postgres_server::{PostgresServer, postgres_bin_dir};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
 
 /// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per
