@@ -57,6 +57,13 @@ impl PurgeTask {
     }
 }
 
+#[cfg(test)]
+impl PurgeTask {
+    pub(crate) fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
 impl Drop for PurgeTask {
     fn drop(&mut self) {
         self.0.abort();

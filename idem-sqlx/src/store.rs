@@ -481,3 +481,68 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
         Ok(self.run("abandon_record", live).await? == Some(true))
     }
 }
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use idem_core::conformance::eventually;
+
+    use super::*;
+    use crate::SqliteStore;
+
+    #[tokio::test]
+    async fn the_purge_starts_with_the_first_operation_and_stops_with_the_last_clone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::builder()
+            .with_purge_interval(Some(Duration::from_millis(1)))
+            .open(dir.path().join("idem.db"))
+            .await
+            .unwrap();
+        assert!(
+            store.inner.purge.get().is_none(),
+            "not before the first operation"
+        );
+        store.migrate().await.unwrap();
+        store.remaining(&Key::new("k").unwrap()).await.unwrap();
+        let (weak, clone) = (Arc::downgrade(&store.inner), store.clone());
+        drop(store);
+        let running = |weak: &std::sync::Weak<Inner<sqlx::Sqlite>>| {
+            weak.upgrade()
+                .and_then(|inner| inner.purge.get()?.as_ref().map(|task| !task.is_finished()))
+        };
+        assert_eq!(running(&weak), Some(true), "a clone keeps it running");
+        drop(clone);
+        eventually(Duration::from_secs(5), "the store is dropped", || async {
+            weak.upgrade().is_none()
+        })
+        .await;
+    }
+
+    #[test]
+    fn ttls_are_kept_within_a_millisecond_and_a_century() {
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(Duration::from_micros(1500)), 1);
+        assert_eq!(millis(Duration::MAX), LONGEST_TTL_MS);
+    }
+
+    #[test]
+    fn rows_that_make_no_sense_are_unexpected_answers() {
+        let owner = Owner::new("me").unwrap();
+        for row in [
+            (false, None, Some(5), None),
+            (false, Some("me".to_owned()), None, None),
+            (false, Some("me".to_owned()), Some(5), Some(-1)),
+            (true, None, None, None),
+        ] {
+            assert!(
+                acquired(row.clone(), &owner, Fencing::On).is_err(),
+                "{row:?}"
+            );
+        }
+        for row in [
+            (false, None, None, Some(5)),
+            (false, Some(true), None, None),
+        ] {
+            assert!(begun(row.clone()).is_err(), "{row:?}");
+        }
+    }
+}
