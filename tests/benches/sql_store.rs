@@ -116,21 +116,15 @@ fn key(round: usize, case: &str, i: u64) -> Key {
 }
 
 /// Runs `sql` with `value` bound to `$1`.
-fn statement<DB>(
-    pool: Pool<DB>,
-    sql: &'static str,
-    value: String,
-) -> impl Future<Output = ()> + Send + 'static
+async fn statement<DB>(pool: Pool<DB>, sql: &'static str, value: String)
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
 {
-    async move {
-        let done = pool.execute(sqlx::query(sql).bind(value));
-        done.await.expect("a bare statement");
-    }
+    let done = pool.execute(sqlx::query(sql).bind(value));
+    done.await.expect("a bare statement");
 }
 
 /// One round of every case on `store`; operations per second, in the order of [`CASES`].
