@@ -97,9 +97,7 @@ pub struct Migration {
 }
 
 pub(crate) mod sealed {
-    use sqlx::{
-        ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type,
-    };
+    use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
     use super::{Arg, LockRow, Migration, RecordRow, Statements};
 
@@ -133,43 +131,43 @@ pub(crate) mod sealed {
         ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
     }
 
+    /// Reads an `R` from a row of the database: for every row type the statements answer.
+    pub trait Reads<R>: Database {
+        /// The row, as an `R`.
+        fn read(row: &Self::Row) -> Result<R, sqlx::Error>;
+    }
+
+    impl<DB: Database, R> Reads<R> for DB
+    where
+        for<'r> R: FromRow<'r, DB::Row>,
+    {
+        fn read(row: &DB::Row) -> Result<R, sqlx::Error> {
+            R::from_row(row)
+        }
+    }
+
     /// The sqlx calls the store makes, written once for every database whose driver
     /// encodes and decodes the types the statements use.
-    pub trait Queries: Database + Sized {
-        /// Runs a statement that answers at most one [`LockRow`].
-        fn lock_row<'a>(
+    pub trait Queries:
+        Database + Sized + Reads<LockRow> + Reads<RecordRow> + Reads<(bool,)> + Reads<(i64,)>
+    {
+        /// Runs a statement that answers at most one row, read as an `R`.
+        fn fetch<'a, R: Send + 'a>(
             pool: &'a Pool<Self>,
             sql: &'a str,
             args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<LockRow>, sqlx::Error>>;
+        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+        where
+            Self: Reads<R>;
 
-        /// Runs a statement that answers at most one [`RecordRow`].
-        fn record_row<'a>(
-            pool: &'a Pool<Self>,
-            sql: &'a str,
-            args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<RecordRow>, sqlx::Error>>;
-
-        /// Runs a statement that answers at most one row of one boolean.
-        fn flag<'a>(
-            pool: &'a Pool<Self>,
-            sql: &'a str,
-            args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<bool>, sqlx::Error>>;
-
-        /// [`flag`](Queries::flag) on a connection (in a transaction) of the caller's.
-        fn flag_on<'a>(
+        /// [`fetch`](Queries::fetch) on a connection (in a transaction) of the caller's.
+        fn fetch_on<'a, R: Send + 'a>(
             conn: &'a mut Self::Connection,
             sql: &'a str,
             args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<bool>, sqlx::Error>>;
-
-        /// Runs a statement that answers at most one row of one integer.
-        fn number<'a>(
-            pool: &'a Pool<Self>,
-            sql: &'a str,
-            args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<i64>, sqlx::Error>>;
+        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+        where
+            Self: Reads<R>;
 
         /// Runs a statement; the rows it changed.
         fn execute<'a>(
@@ -210,52 +208,33 @@ pub(crate) mod sealed {
         for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
         for<'q> &'q str: Encode<'q, DB> + Type<DB>,
         for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
-        for<'q> i64: Encode<'q, DB> + Type<DB> + Decode<'q, DB>,
+        for<'q> i64: Encode<'q, DB> + Type<DB>,
         for<'q> bool: Encode<'q, DB> + Type<DB>,
         for<'r> LockRow: FromRow<'r, DB::Row>,
         for<'r> RecordRow: FromRow<'r, DB::Row>,
         for<'r> (bool,): FromRow<'r, DB::Row>,
         for<'r> (i64,): FromRow<'r, DB::Row>,
-        usize: ColumnIndex<DB::Row>,
     {
-        fn lock_row<'a>(
+        fn fetch<'a, R: Send + 'a>(
             pool: &'a Pool<Self>,
             sql: &'a str,
             args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<LockRow>, sqlx::Error>> {
+        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+        where
+            Self: Reads<R>,
+        {
             fetch(pool, sql, args)
         }
 
-        fn record_row<'a>(
-            pool: &'a Pool<Self>,
-            sql: &'a str,
-            args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<RecordRow>, sqlx::Error>> {
-            fetch(pool, sql, args)
-        }
-
-        fn flag<'a>(
-            pool: &'a Pool<Self>,
-            sql: &'a str,
-            args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<bool>, sqlx::Error>> {
-            only(fetch::<_, _, (bool,)>(pool, sql, args))
-        }
-
-        fn flag_on<'a>(
+        fn fetch_on<'a, R: Send + 'a>(
             conn: &'a mut Self::Connection,
             sql: &'a str,
             args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<bool>, sqlx::Error>> {
-            only(fetch::<_, _, (bool,)>(conn, sql, args))
-        }
-
-        fn number<'a>(
-            pool: &'a Pool<Self>,
-            sql: &'a str,
-            args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<i64>, sqlx::Error>> {
-            only(fetch::<_, _, (i64,)>(pool, sql, args))
+        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+        where
+            Self: Reads<R>,
+        {
+            fetch(conn, sql, args)
         }
 
         fn execute<'a>(
@@ -370,7 +349,8 @@ pub(crate) mod sealed {
     where
         DB: Database,
         E: Executor<'a, Database = DB>,
-        R: for<'r> FromRow<'r, DB::Row> + Send + 'a,
+        DB: Reads<R>,
+        R: Send + 'a,
         DB::Arguments<'a>: IntoArguments<'a, DB>,
         &'a str: Encode<'a, DB> + Type<DB>,
         &'a [u8]: Encode<'a, DB> + Type<DB>,
@@ -378,14 +358,7 @@ pub(crate) mod sealed {
         bool: Encode<'a, DB> + Type<DB>,
     {
         let row = executor.fetch_optional(bind(sqlx::query(sql), args));
-        Box::pin(async move { row.await?.map(|row| R::from_row(&row)).transpose() })
-    }
-
-    /// The one column of a one-column row.
-    fn only<'a, T: Send + 'a>(
-        row: BoxFuture<'a, Result<Option<(T,)>, sqlx::Error>>,
-    ) -> BoxFuture<'a, Result<Option<T>, sqlx::Error>> {
-        Box::pin(async move { Ok(row.await?.map(|(value,)| value)) })
+        Box::pin(async move { row.await?.map(|row| DB::read(&row)).transpose() })
     }
 }
 

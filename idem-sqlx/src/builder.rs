@@ -4,7 +4,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use sqlx::Pool;
+use sqlx::Connection;
+use sqlx::pool::{Pool, PoolOptions};
 
 use crate::backend::SqlBackend;
 use crate::store::SqlStore;
@@ -120,5 +121,19 @@ impl<DB: SqlBackend> SqlStoreBuilder<DB> {
     /// ```
     pub fn build(self, pool: Pool<DB>) -> SqlStore<DB> {
         SqlStore::with_settings(pool, self.settings)
+    }
+
+    /// The store, on a pool of its own made by `pool` with `options`, one connection
+    /// opened now; taking a connection waits no longer than the store's timeout.
+    pub(crate) async fn connect_with(
+        self,
+        pool: PoolOptions<DB>,
+        options: <DB::Connection as Connection>::Options,
+    ) -> Result<SqlStore<DB>, sqlx::Error> {
+        let pool = pool
+            .acquire_timeout(self.settings.timeout)
+            .connect_with(options)
+            .await?;
+        Ok(self.build(pool))
     }
 }

@@ -69,14 +69,9 @@ impl SqlStoreBuilder<Postgres> {
     ///
     /// The [`sqlx::Error`] when the URL cannot be read or no connection can be opened.
     pub async fn connect(self, url: &str) -> Result<SqlStore<Postgres>, sqlx::Error> {
-        let timeout = self.settings.timeout;
-        let options = PgConnectOptions::from_str(url)?
-            .options([("statement_timeout", timeout.as_millis().to_string())]);
-        let pool = PgPoolOptions::new()
-            .acquire_timeout(timeout)
-            .connect_with(options)
-            .await?;
-        Ok(self.build(pool))
+        let timeout = self.settings.timeout.as_millis().to_string();
+        let options = PgConnectOptions::from_str(url)?.options([("statement_timeout", timeout)]);
+        self.connect_with(PgPoolOptions::new(), options).await
     }
 }
 

@@ -81,18 +81,13 @@ impl SqlStoreBuilder<Sqlite> {
     ///
     /// The [`sqlx::Error`] when the file cannot be opened or created.
     pub async fn open(self, path: impl AsRef<Path>) -> Result<SqlStore<Sqlite>, sqlx::Error> {
-        let timeout = self.settings.timeout;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(timeout);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(timeout)
-            .connect_with(options)
-            .await?;
-        Ok(self.build(pool))
+            .busy_timeout(self.settings.timeout);
+        let pool = SqlitePoolOptions::new().max_connections(1);
+        self.connect_with(pool, options).await
     }
 }
 

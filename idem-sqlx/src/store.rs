@@ -185,7 +185,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
         retention: Duration,
     ) -> Result<bool, StoreError> {
         let args = complete_args(key, owner, &response, retention);
-        DB::flag_on(conn, DB::STATEMENTS.complete_record, &args)
+        DB::fetch_on::<(bool,)>(conn, DB::STATEMENTS.complete_record, &args)
             .await
             .map(|row| row.is_some())
             .map_err(|error| store_error::<DB>(error, "complete_record_in", None))
@@ -205,6 +205,18 @@ impl<DB: SqlBackend> SqlStore<DB> {
             }
             Err(_elapsed) => Err(StoreError::Timeout(timeout)),
         }
+    }
+
+    /// Runs a statement that answers at most one boolean: whether it found a row, and
+    /// what the row says.
+    async fn flag(
+        &self,
+        operation: &'static str,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Option<bool>, StoreError> {
+        let row = DB::fetch::<(bool,)>(&self.inner.pool, sql, args);
+        Ok(self.run(operation, row).await?.map(|(flag,)| flag))
     }
 
     fn start_purge(&self) {
@@ -370,8 +382,8 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
         ];
         let read = [Arg::Text(key.as_str())];
         let row = Self::claim_or_read(
-            || DB::lock_row(pool, sql.acquire, &claim),
-            || DB::lock_row(pool, sql.read_lock, &read),
+            || DB::fetch::<LockRow>(pool, sql.acquire, &claim),
+            || DB::fetch::<LockRow>(pool, sql.read_lock, &read),
             lock_answers,
         );
         acquired(self.run("acquire", row).await?, owner, fencing)
@@ -380,8 +392,8 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
-        let live = DB::flag(&self.inner.pool, DB::STATEMENTS.release, &args);
-        Ok(self.run("release", live).await? == Some(true))
+        let live = self.flag("release", DB::STATEMENTS.release, &args).await?;
+        Ok(live == Some(true))
     }
 
     async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
@@ -390,14 +402,14 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
             Arg::Text(owner.as_str()),
             Arg::Int(millis(ttl)),
         ];
-        let renewed = DB::flag(&self.inner.pool, DB::STATEMENTS.renew, &args);
-        Ok(self.run("renew", renewed).await?.is_some())
+        let renewed = self.flag("renew", DB::STATEMENTS.renew, &args).await?;
+        Ok(renewed.is_some())
     }
 
     async fn remaining(&self, key: &Key) -> Result<Option<Duration>, StoreError> {
         let args = [Arg::Text(key.as_str())];
-        let ms = DB::number(&self.inner.pool, DB::STATEMENTS.remaining, &args);
-        Ok(left(self.run("remaining", ms).await?))
+        let ms = DB::fetch::<(i64,)>(&self.inner.pool, DB::STATEMENTS.remaining, &args);
+        Ok(left(self.run("remaining", ms).await?.map(|(ms,)| ms)))
     }
 
     async fn put_token(
@@ -420,8 +432,10 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
 
     async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
         let args = [Arg::Text(scope.as_str()), Arg::Text(token.as_str())];
-        let live = DB::flag(&self.inner.pool, DB::STATEMENTS.consume_token, &args);
-        Ok(self.run("consume_token", live).await? == Some(true))
+        let live = self
+            .flag("consume_token", DB::STATEMENTS.consume_token, &args)
+            .await?;
+        Ok(live == Some(true))
     }
 
     async fn begin_record(
@@ -440,8 +454,8 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
         ];
         let read = [Arg::Text(key.as_str()), Arg::Bytes(fingerprint.as_bytes())];
         let row = Self::claim_or_read(
-            || DB::record_row(pool, sql.begin_record, &claim),
-            || DB::record_row(pool, sql.read_record, &read),
+            || DB::fetch::<RecordRow>(pool, sql.begin_record, &claim),
+            || DB::fetch::<RecordRow>(pool, sql.read_record, &read),
             record_answers,
         );
         begun(self.run("begin_record", row).await?)
@@ -456,8 +470,8 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
         retention: Duration,
     ) -> Result<bool, StoreError> {
         let args = complete_args(key, owner, &response, retention);
-        let completed = DB::flag(&self.inner.pool, DB::STATEMENTS.complete_record, &args);
-        Ok(self.run("complete_record", completed).await?.is_some())
+        let completed = self.flag("complete_record", DB::STATEMENTS.complete_record, &args);
+        Ok(completed.await?.is_some())
     }
 
     async fn renew_record(
@@ -471,14 +485,14 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
             Arg::Text(owner.as_str()),
             Arg::Int(millis(lease)),
         ];
-        let renewed = DB::flag(&self.inner.pool, DB::STATEMENTS.renew_record, &args);
-        Ok(self.run("renew_record", renewed).await?.is_some())
+        let renewed = self.flag("renew_record", DB::STATEMENTS.renew_record, &args);
+        Ok(renewed.await?.is_some())
     }
 
     async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
-        let live = DB::flag(&self.inner.pool, DB::STATEMENTS.abandon_record, &args);
-        Ok(self.run("abandon_record", live).await? == Some(true))
+        let live = self.flag("abandon_record", DB::STATEMENTS.abandon_record, &args);
+        Ok(live.await? == Some(true))
     }
 }
 

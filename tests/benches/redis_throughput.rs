@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
-use idem_tests::RedisServer;
+use idem_tests::{RedisServer, benching, env_number};
 
 const LOCK_TTL: Duration = Duration::from_secs(30);
 
@@ -43,9 +43,7 @@ struct Settings {
 
 impl Settings {
     fn from_env() -> Self {
-        // Cargo passes `--bench` to a harness-less bench only under `cargo bench`.
-        let benching = std::env::args().any(|arg| arg == "--bench");
-        let (ops, rounds) = if benching { (200_000, 3) } else { (2_000, 1) };
+        let (ops, rounds) = if benching() { (200_000, 3) } else { (2_000, 1) };
         let settings = Self {
             tasks: env_number("IDEM_BENCH_TASKS", 50),
             ops: env_number("IDEM_BENCH_OPS", ops),
@@ -60,15 +58,6 @@ impl Settings {
 
     fn pairs(self) -> u64 {
         self.ops / 2
-    }
-}
-
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(value) => value
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
-        Err(_) => default,
     }
 }
 

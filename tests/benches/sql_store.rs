@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
 use idem_sqlx::{SqlBackend, SqlStore, SqliteStore};
-use idem_tests::PostgresServer;
+use idem_tests::{PostgresServer, benching, env_number};
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 const TTL: Duration = Duration::from_secs(600);
@@ -44,9 +44,7 @@ struct Settings {
 
 impl Settings {
     fn from_env() -> Self {
-        // Cargo passes `--bench` to a harness-less bench only under `cargo bench`.
-        let benching = std::env::args().any(|arg| arg == "--bench");
-        let (ops, rounds) = if benching { (20_000, 3) } else { (200, 1) };
+        let (ops, rounds) = if benching() { (20_000, 3) } else { (200, 1) };
         let settings = Self {
             tasks: env_number("IDEM_BENCH_TASKS", 16),
             ops: env_number("IDEM_BENCH_OPS", ops),
@@ -58,17 +56,6 @@ impl Settings {
         );
         settings
     }
-}
-
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .map(|value| {
-            value
-                .parse()
-                .unwrap_or_else(|_| panic!("{name} must be a number, got {value:?}"))
-        })
-        .unwrap_or(default)
 }
 
 const CASES: [&str; 10] = [
@@ -136,28 +123,14 @@ where
     for<'q> String: Encode<'q, DB> + Type<DB>,
 {
     let mut rates = Vec::new();
-    let pool = store.pool().clone();
-    rates.push(
-        rate(settings, move |i| {
-            statement(
-                pool.clone(),
-                "INSERT INTO bench_bare (k) VALUES ($1)",
-                format!("{round}-{i}"),
-            )
-        })
-        .await,
-    );
-    let pool = store.pool().clone();
-    rates.push(
-        rate(settings, move |i| {
-            statement(
-                pool.clone(),
-                "DELETE FROM bench_bare WHERE k = $1",
-                format!("{round}-{i}"),
-            )
-        })
-        .await,
-    );
+    for sql in [
+        "INSERT INTO bench_bare (k) VALUES ($1)",
+        "DELETE FROM bench_bare WHERE k = $1",
+    ] {
+        let pool = store.pool().clone();
+        let bare = move |i| statement(pool.clone(), sql, format!("{round}-{i}"));
+        rates.push(rate(settings, bare).await);
+    }
     let owner = Owner::random();
     for (case, fencing) in [("lock", Fencing::Off), ("fenced", Fencing::On)] {
         let (locks, holder) = (store.clone(), owner.clone());

@@ -11,6 +11,7 @@
 //! store.
 
 mod backend;
+mod bench_env;
 mod forwarder;
 mod postgres_server;
 mod redis_server;
@@ -19,6 +20,7 @@ pub use backend::{
     AnyMemoryBackend, ClusterBackend, MemoryBackend, PostgresBackend, RedisBackend,
     RedisScriptAcquireBackend, SqliteBackend,
 };
+pub use bench_env::{benching, env_number};
 pub use forwarder::Forwarder;
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store, StoreError};
 use idem_sqlx::{PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
 use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually};
-use sqlx::{Connection, Executor, PgConnection, Postgres, Sqlite, SqliteConnection};
+use sqlx::{Connection, Executor, FromRow, PgConnection, Pool, Postgres, Sqlite, SqliteConnection};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(20);
@@ -28,7 +28,7 @@ fn key(name: &str) -> Key {
 /// A database of one kind, with what the cases need to look at it from outside the
 /// store.
 trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
-    type DB: SqlBackend;
+    type DB: SqlBackend + Statements;
 
     /// Another store (a pool of its own, as another instance would have) with the
     /// settings of `builder`, on this database, with the tables created.
@@ -38,10 +38,23 @@ trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
     ) -> impl Future<Output = SqlStore<Self::DB>> + Send;
 
     /// The rows of `table`.
-    fn count(&self, table: &str) -> impl Future<Output = i64> + Send;
+    fn count(&self, table: &str) -> impl Future<Output = i64> + Send {
+        let (pool, sql) = (
+            self.store().pool().clone(),
+            format!("SELECT count(*) FROM {table}"),
+        );
+        async move { Self::DB::count(&pool, &sql).await.expect("a count") }
+    }
 
-    /// Runs `sql` on a connection of the test's own.
-    fn execute(&self, sql: &str) -> impl Future<Output = ()> + Send;
+    /// Runs `sql` on the store's pool.
+    fn execute(&self, sql: &str) -> impl Future<Output = ()> + Send {
+        let (pool, sql) = (self.store().pool().clone(), sql.to_owned());
+        async move {
+            Self::DB::execute(&pool, &sql)
+                .await
+                .expect("the test's statement")
+        }
+    }
 
     /// Holds a write lock on idem's tables, from a connection of its own, until dropped.
     fn lock_tables(&self) -> impl Future<Output = Box<dyn Any + Send>> + Send;
@@ -58,25 +71,39 @@ trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
+/// Statements of the test's own, on any database sqlx runs them on.
+trait Statements: sqlx::Database {
+    /// The one integer `sql` answers.
+    fn count<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<i64, sqlx::Error>>;
+
+    /// Runs `sql`, one statement or several.
+    fn execute<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+}
+
+impl<DB> Statements for DB
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+{
+    fn count<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<i64, sqlx::Error>> {
+        let row = pool.fetch_one(sqlx::raw_sql(sql));
+        Box::pin(async move { <(i64,)>::from_row(&row.await?).map(|(count,)| count) })
+    }
+
+    fn execute<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        let done = pool.execute(sqlx::raw_sql(sql));
+        Box::pin(async move { done.await.map(drop) })
+    }
+}
+
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 impl Database for PostgresBackend {
     type DB = Postgres;
 
     async fn store_with(&self, builder: SqlStoreBuilder<Postgres>) -> PostgresStore {
         self.server.store_with(builder).await
-    }
-
-    async fn count(&self, table: &str) -> i64 {
-        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
-            .fetch_one(self.store().pool())
-            .await
-            .expect("a count")
-    }
-
-    async fn execute(&self, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(self.store().pool())
-            .await
-            .expect("the test's statement");
     }
 
     async fn lock_tables(&self) -> Box<dyn Any + Send> {
@@ -125,20 +152,6 @@ impl Database for SqliteBackend {
             .expect("a store on the file");
         store.migrate().await.expect("idem's tables");
         store
-    }
-
-    async fn count(&self, table: &str) -> i64 {
-        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
-            .fetch_one(self.store().pool())
-            .await
-            .expect("a count")
-    }
-
-    async fn execute(&self, sql: &str) {
-        sqlx::raw_sql(sql)
-            .execute(self.store().pool())
-            .await
-            .expect("the test's statement");
     }
 
     async fn lock_tables(&self) -> Box<dyn Any + Send> {
