@@ -139,20 +139,24 @@ impl<DB: SqlBackend> SqlStore<DB> {
             Arg::Int(settings.token_capacity),
             Arg::Int(settings.purge_batch),
         ];
-        let pool = &self.inner.pool;
+        let mut deleted = [0; 4];
+        let runs = [
+            (sql.purge_locks, &batch[..]),
+            (sql.purge_tokens, &batch),
+            (sql.purge_records, &batch),
+            (sql.evict_tokens, &evict),
+        ];
+        for (rows, (sql, args)) in deleted.iter_mut().zip(runs) {
+            *rows = self
+                .run("purge", DB::execute(&self.inner.pool, sql, args))
+                .await?;
+        }
+        let [locks, tokens, records, evicted_tokens] = deleted;
         Ok(Purged {
-            locks: self
-                .run("purge", DB::execute(pool, sql.purge_locks, &batch))
-                .await?,
-            tokens: self
-                .run("purge", DB::execute(pool, sql.purge_tokens, &batch))
-                .await?,
-            records: self
-                .run("purge", DB::execute(pool, sql.purge_records, &batch))
-                .await?,
-            evicted_tokens: self
-                .run("purge", DB::execute(pool, sql.evict_tokens, &evict))
-                .await?,
+            locks,
+            tokens,
+            records,
+            evicted_tokens,
         })
     }
 

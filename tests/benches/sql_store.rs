@@ -4,8 +4,10 @@
 //!
 //! Run with `cargo bench -p idem-tests --bench sql_store`. It starts a PostgreSQL server of
 //! its own (the test harness's: `fsync`, `synchronous_commit` and `full_page_writes` off)
-//! and a SQLite file in a temporary directory ([`SqliteStore::open`]: one connection, WAL,
-//! SQLite's default `synchronous = FULL`), then, round by round and database by database,
+//! and SQLite files in a temporary directory (one as [`SqliteStore::open`] makes it: one
+//! connection, WAL, SQLite's default `synchronous = FULL`, which syncs the log at every
+//! commit; one the same but for `synchronous = NORMAL`, which syncs it at checkpoints),
+//! then, round by round and database by database,
 //! runs every case with `IDEM_BENCH_TASKS` tasks sharing one store, and prints markdown
 //! tables: operations per second, round by round and the median, and each case's ratio to
 //! the bare `INSERT`.
@@ -29,34 +31,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
 use idem_sqlx::{SqlBackend, SqlStore, SqliteStore};
-use idem_tests::{PostgresServer, benching, env_number};
+use idem_tests::{BenchRounds, PostgresServer};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 const TTL: Duration = Duration::from_secs(600);
 const RESPONSE_LEN: usize = 512;
-
-#[derive(Debug, Clone, Copy)]
-struct Settings {
-    tasks: u64,
-    ops: u64,
-    rounds: usize,
-}
-
-impl Settings {
-    fn from_env() -> Self {
-        let (ops, rounds) = if benching() { (20_000, 3) } else { (200, 1) };
-        let settings = Self {
-            tasks: env_number("IDEM_BENCH_TASKS", 16),
-            ops: env_number("IDEM_BENCH_OPS", ops),
-            rounds: env_number("IDEM_BENCH_ROUNDS", rounds),
-        };
-        assert!(
-            settings.tasks > 0 && settings.ops > 0 && settings.rounds > 0,
-            "IDEM_BENCH_TASKS, IDEM_BENCH_OPS and IDEM_BENCH_ROUNDS must be positive"
-        );
-        settings
-    }
-}
 
 const CASES: [&str; 10] = [
     "bare INSERT",
@@ -71,22 +51,39 @@ const CASES: [&str; 10] = [
     "complete_record",
 ];
 
-/// Runs `op(i)` for `i` in `0..ops`, split over `tasks` tasks that each run their share
-/// one after the other; operations per second.
-async fn rate<F, Fut>(settings: Settings, op: F) -> f64
+/// What every case of one round works with.
+struct Round<DB: sqlx::Database> {
+    store: SqlStore<DB>,
+    number: usize,
+    owner: Owner,
+    fingerprint: Fingerprint,
+    response: Bytes,
+}
+
+impl<DB: sqlx::Database> Round<DB> {
+    /// The `i`th key of `case` in this round.
+    fn key(&self, case: &str, i: u64) -> Key {
+        Key::new(format!("{case}-{}-{i}", self.number)).expect("a valid key")
+    }
+}
+
+/// Runs `op(round, i)` for `i` in `0..ops`, split over `tasks` tasks that each run their
+/// share one after the other; operations per second.
+async fn rate<DB, F, Fut>(settings: BenchRounds, round: &Arc<Round<DB>>, op: F) -> f64
 where
-    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    DB: SqlBackend,
+    F: Fn(Arc<Round<DB>>, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
 {
     let op = Arc::new(op);
     let started = Instant::now();
     let tasks: Vec<_> = (0..settings.tasks)
         .map(|task| {
-            let op = Arc::clone(&op);
+            let (op, round) = (Arc::clone(&op), Arc::clone(round));
             tokio::spawn(async move {
                 let mut i = task;
                 while i < settings.ops {
-                    op(i).await;
+                    op(Arc::clone(&round), i).await;
                     i += settings.tasks;
                 }
             })
@@ -96,10 +93,6 @@ where
         task.await.expect("a bench task");
     }
     settings.ops as f64 / started.elapsed().as_secs_f64()
-}
-
-fn key(round: usize, case: &str, i: u64) -> Key {
-    Key::new(format!("{case}-{round}-{i}")).expect("a valid key")
 }
 
 /// Runs `sql` with `value` bound to `$1`.
@@ -115,101 +108,79 @@ where
 }
 
 /// One round of every case on `store`; operations per second, in the order of [`CASES`].
-async fn round<DB>(store: &SqlStore<DB>, settings: Settings, round: usize) -> Vec<f64>
+async fn round<DB>(store: &SqlStore<DB>, settings: BenchRounds, number: usize) -> Vec<f64>
 where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
 {
+    let round = &Arc::new(Round {
+        store: store.clone(),
+        number,
+        owner: Owner::random(),
+        fingerprint: Fingerprint::of(["POST", "/orders", r#"{"item":"book"}"#]),
+        response: Bytes::from(vec![b'x'; RESPONSE_LEN]),
+    });
     let mut rates = Vec::new();
     for sql in [
         "INSERT INTO bench_bare (k) VALUES ($1)",
         "DELETE FROM bench_bare WHERE k = $1",
     ] {
-        let pool = store.pool().clone();
-        let bare = move |i| statement(pool.clone(), sql, format!("{round}-{i}"));
-        rates.push(rate(settings, bare).await);
+        let bare = move |r: Arc<Round<DB>>, i| {
+            statement(r.store.pool().clone(), sql, r.key("bare", i).to_string())
+        };
+        rates.push(rate(settings, round, bare).await);
     }
-    let owner = Owner::random();
     for (case, fencing) in [("lock", Fencing::Off), ("fenced", Fencing::On)] {
-        let (locks, holder) = (store.clone(), owner.clone());
-        rates.push(
-            rate(settings, move |i| {
-                let (store, holder) = (locks.clone(), holder.clone());
-                async move {
-                    let lock = key(round, case, i);
-                    let acquired = store.acquire(&lock, &holder, TTL, fencing).await;
-                    assert!(matches!(acquired, Ok(Acquire::Acquired { .. })));
-                }
-            })
-            .await,
-        );
-        let (locks, holder) = (store.clone(), owner.clone());
-        rates.push(
-            rate(settings, move |i| {
-                let (store, holder) = (locks.clone(), holder.clone());
-                async move {
-                    let lock = key(round, case, i);
-                    assert!(store.release(&lock, &holder).await.expect("release"));
-                }
-            })
-            .await,
-        );
+        let acquire = move |r: Arc<Round<DB>>, i| async move {
+            let acquired = r
+                .store
+                .acquire(&r.key(case, i), &r.owner, TTL, fencing)
+                .await;
+            assert!(matches!(acquired, Ok(Acquire::Acquired { .. })));
+        };
+        rates.push(rate(settings, round, acquire).await);
+        let release = move |r: Arc<Round<DB>>, i| async move {
+            let released = r.store.release(&r.key(case, i), &r.owner).await;
+            assert!(released.expect("release"));
+        };
+        rates.push(rate(settings, round, release).await);
     }
-    let token = store.clone();
-    rates.push(
-        rate(settings, move |i| {
-            let store = token.clone();
-            async move {
-                let (scope, token) = (key(round, "scope", i), key(round, "token", i));
-                store
-                    .put_token(&scope, &token, TTL, 16)
-                    .await
-                    .expect("put_token");
-            }
-        })
-        .await,
-    );
-    let token = store.clone();
-    rates.push(
-        rate(settings, move |i| {
-            let store = token.clone();
-            async move {
-                let (scope, token) = (key(round, "scope", i), key(round, "token", i));
-                assert!(store.consume_token(&scope, &token).await.expect("consume"));
-            }
-        })
-        .await,
-    );
-    let fingerprint = Fingerprint::of(["POST", "/orders", r#"{"item":"book"}"#]);
-    let (records, holder) = (store.clone(), owner.clone());
-    rates.push(
-        rate(settings, move |i| {
-            let (store, holder) = (records.clone(), holder.clone());
-            async move {
-                let record = key(round, "record", i);
-                let begun = store
-                    .begin_record(&record, &holder, &fingerprint, TTL)
-                    .await;
-                assert_eq!(begun.expect("begin_record"), Begin::Started);
-            }
-        })
-        .await,
-    );
-    let (records, holder) = (store.clone(), owner);
-    let response = Bytes::from(vec![b'x'; RESPONSE_LEN]);
-    rates.push(
-        rate(settings, move |i| {
-            let (store, holder, response) = (records.clone(), holder.clone(), response.clone());
-            async move {
-                let record = key(round, "record", i);
-                let completed = store.complete_record(&record, &holder, response, TTL).await;
-                assert!(completed.expect("complete_record"));
-            }
-        })
-        .await,
-    );
+    let put = |r: Arc<Round<DB>>, i| async move {
+        let (scope, token) = (r.key("scope", i), r.key("token", i));
+        let put = r.store.put_token(&scope, &token, TTL, 16).await;
+        put.expect("put_token");
+    };
+    rates.push(rate(settings, round, put).await);
+    let consume = |r: Arc<Round<DB>>, i| async move {
+        let (scope, token) = (r.key("scope", i), r.key("token", i));
+        assert!(
+            r.store
+                .consume_token(&scope, &token)
+                .await
+                .expect("consume")
+        );
+    };
+    rates.push(rate(settings, round, consume).await);
+    let begin = |r: Arc<Round<DB>>, i| async move {
+        let record = r.key("record", i);
+        let begun = r
+            .store
+            .begin_record(&record, &r.owner, &r.fingerprint, TTL)
+            .await;
+        assert_eq!(begun.expect("begin_record"), Begin::Started);
+    };
+    rates.push(rate(settings, round, begin).await);
+    let complete = |r: Arc<Round<DB>>, i| async move {
+        let (record, response) = (r.key("record", i), r.response.clone());
+        let completed = r
+            .store
+            .complete_record(&record, &r.owner, response, TTL)
+            .await;
+        assert!(completed.expect("complete_record"));
+    };
+    rates.push(rate(settings, round, complete).await);
     rates
 }
 
@@ -241,7 +212,7 @@ fn report(database: &str, rounds: &[Vec<f64>]) {
     }
 }
 
-async fn bench<DB>(database: &str, store: SqlStore<DB>, create: &'static str, settings: Settings)
+async fn bench<DB>(database: &str, store: SqlStore<DB>, create: &'static str, settings: BenchRounds)
 where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -262,7 +233,7 @@ where
 }
 
 fn main() {
-    let settings = Settings::from_env();
+    let settings = BenchRounds::from_env(16, 20_000, 200);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -286,15 +257,24 @@ fn main() {
         .await;
         let sqlite = SqliteStore::builder()
             .with_purge_interval(None)
-            .open(dir.path().join("bench.db"))
+            .open(dir.path().join("full.db"))
             .await
             .expect("a SQLite file");
-        bench(
-            "SQLite",
-            sqlite,
-            "CREATE TABLE bench_bare (k TEXT PRIMARY KEY)",
-            settings,
-        )
-        .await;
+        let create = "CREATE TABLE bench_bare (k TEXT PRIMARY KEY)";
+        bench("SQLite, synchronous = FULL", sqlite, create, settings).await;
+        // The same pool as `open` makes, but syncing the WAL at checkpoints only: what a
+        // commit costs besides the disk's flush.
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("normal.db"))
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("a SQLite file");
+        let sqlite = SqliteStore::builder().with_purge_interval(None).build(pool);
+        bench("SQLite, synchronous = NORMAL", sqlite, create, settings).await;
     });
 }

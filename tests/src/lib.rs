@@ -20,7 +20,7 @@ pub use backend::{
     AnyMemoryBackend, ClusterBackend, MemoryBackend, PostgresBackend, RedisBackend,
     RedisScriptAcquireBackend, SqliteBackend,
 };
-pub use bench_env::{benching, env_number};
+pub use bench_env::{BenchRounds, benching, env_number};
 pub use forwarder::Forwarder;
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};

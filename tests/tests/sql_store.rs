@@ -13,7 +13,7 @@ use bytes::Bytes;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store, StoreError};
 use idem_sqlx::{PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
 use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually};
-use sqlx::{Connection, Executor, FromRow, PgConnection, Pool, Postgres, Sqlite, SqliteConnection};
+use sqlx::{Executor, FromRow, Pool, Postgres, Sqlite};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(20);
@@ -26,49 +26,88 @@ fn key(name: &str) -> Key {
 }
 
 /// A database of one kind, with what the cases need to look at it from outside the
-/// store.
+/// store, as the application would: with a pool of its own.
 trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
     type DB: SqlBackend + Statements;
 
+    /// Begins a transaction that writes, as an application does on this database.
+    const BEGIN: &'static str;
+
+    /// Locks idem's tables against writes, inside a transaction begun with
+    /// [`BEGIN`](Self::BEGIN) (which is enough by itself in SQLite).
+    const LOCK_TABLES: &'static str;
+
+    /// The database's URL.
+    fn url(&self) -> String;
+
     /// Another store (a pool of its own, as another instance would have) with the
     /// settings of `builder`, on this database, with the tables created.
-    fn store_with(
-        &self,
-        builder: SqlStoreBuilder<Self::DB>,
-    ) -> impl Future<Output = SqlStore<Self::DB>> + Send;
+    async fn store_with(&self, builder: SqlStoreBuilder<Self::DB>) -> SqlStore<Self::DB>;
 
-    /// The rows of `table`.
-    fn count(&self, table: &str) -> impl Future<Output = i64> + Send {
-        let (pool, sql) = (
-            self.store().pool().clone(),
-            format!("SELECT count(*) FROM {table}"),
-        );
-        async move { Self::DB::count(&pool, &sql).await.expect("a count") }
+    /// A pool of the application's own.
+    async fn pool(&self) -> Pool<Self::DB> {
+        Pool::connect(&self.url())
+            .await
+            .expect("the application's pool")
     }
 
-    /// Runs `sql` on the store's pool.
-    fn execute(&self, sql: &str) -> impl Future<Output = ()> + Send {
-        let (pool, sql) = (self.store().pool().clone(), sql.to_owned());
-        async move {
-            Self::DB::execute(&pool, &sql)
-                .await
-                .expect("the test's statement")
-        }
+    /// The rows of `table`.
+    async fn count(&self, table: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM {table}");
+        Self::DB::count(&self.pool().await, &sql)
+            .await
+            .expect("a count")
+    }
+
+    /// Runs `sql` on the application's pool.
+    async fn execute(&self, sql: &str) {
+        let pool = self.pool().await;
+        Self::DB::execute(&pool, sql)
+            .await
+            .expect("the test's statement");
     }
 
     /// Holds a write lock on idem's tables, from a connection of its own, until dropped.
-    fn lock_tables(&self) -> impl Future<Output = Box<dyn Any + Send>> + Send;
+    async fn lock_tables(&self) -> Box<dyn Any + Send> {
+        let mut tx = self
+            .pool()
+            .await
+            .begin_with(Self::BEGIN)
+            .await
+            .expect("a transaction");
+        Self::DB::execute_on(&mut tx, Self::LOCK_TABLES)
+            .await
+            .expect("the tables locked");
+        Box::new(tx)
+    }
 
     /// Inserts an order and completes `key`'s record in one transaction of the
-    /// application's own, then commits it or rolls it back: what
-    /// `complete_record_in` answered.
-    fn order_in_transaction(
+    /// application's own, then commits it or rolls it back: what `complete_record_in`
+    /// answered.
+    async fn order_in_transaction(
         &self,
         key: &Key,
         owner: &Owner,
         response: Bytes,
         commit: bool,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> Result<bool, StoreError> {
+        let pool = self.pool().await;
+        Self::DB::execute(&pool, "CREATE TABLE IF NOT EXISTS orders (item TEXT)")
+            .await
+            .expect("the orders table");
+        let mut tx = pool.begin_with(Self::BEGIN).await.expect("a transaction");
+        Self::DB::execute_on(&mut tx, "INSERT INTO orders (item) VALUES ('book')")
+            .await
+            .expect("the order");
+        let completed =
+            SqlStore::<Self::DB>::complete_record_in(&mut tx, key, owner, response, LONG).await;
+        if commit {
+            tx.commit().await.expect("commit");
+        } else {
+            tx.rollback().await.expect("rollback");
+        }
+        completed
+    }
 }
 
 /// Statements of the test's own, on any database sqlx runs them on.
@@ -78,6 +117,12 @@ trait Statements: sqlx::Database {
 
     /// Runs `sql`, one statement or several.
     fn execute<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+
+    /// Runs `sql` on a connection (in a transaction).
+    fn execute_on<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
 }
 
 impl<DB> Statements for DB
@@ -95,6 +140,14 @@ where
         let done = pool.execute(sqlx::raw_sql(sql));
         Box::pin(async move { done.await.map(drop) })
     }
+
+    fn execute_on<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        let done = conn.execute(sqlx::raw_sql(sql));
+        Box::pin(async move { done.await.map(drop) })
+    }
 }
 
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -102,48 +155,32 @@ type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 impl Database for PostgresBackend {
     type DB = Postgres;
 
+    const BEGIN: &'static str = "BEGIN";
+
+    const LOCK_TABLES: &'static str =
+        "LOCK TABLE idem_locks, idem_tokens, idem_records IN ACCESS EXCLUSIVE MODE";
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
     async fn store_with(&self, builder: SqlStoreBuilder<Postgres>) -> PostgresStore {
         self.server.store_with(builder).await
-    }
-
-    async fn lock_tables(&self) -> Box<dyn Any + Send> {
-        let mut conn = PgConnection::connect(&self.server.url())
-            .await
-            .expect("a connection of the test's own");
-        let lock =
-            "BEGIN; LOCK TABLE idem_locks, idem_tokens, idem_records IN ACCESS EXCLUSIVE MODE";
-        Executor::execute(&mut conn, lock)
-            .await
-            .expect("the tables locked");
-        Box::new(conn)
-    }
-
-    async fn order_in_transaction(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        response: Bytes,
-        commit: bool,
-    ) -> Result<bool, StoreError> {
-        let pool = self.server.pool().await;
-        sqlx::raw_sql("CREATE TABLE IF NOT EXISTS orders (id serial PRIMARY KEY, item text)")
-            .execute(&pool)
-            .await
-            .expect("the orders table");
-        let mut tx = pool.begin().await.expect("a transaction");
-        sqlx::query("INSERT INTO orders (item) VALUES ('book')")
-            .execute(&mut *tx)
-            .await
-            .expect("the order");
-        let completed =
-            PostgresStore::complete_record_in(&mut *tx, key, owner, response, LONG).await;
-        finish(tx, commit).await;
-        completed
     }
 }
 
 impl Database for SqliteBackend {
     type DB = Sqlite;
+
+    /// Takes the write lock at the start, so no other writer can slip in between the
+    /// transaction's reads and its writes.
+    const BEGIN: &'static str = "BEGIN IMMEDIATE";
+
+    const LOCK_TABLES: &'static str = "SELECT 1";
+
+    fn url(&self) -> String {
+        format!("sqlite://{}", self.path().display())
+    }
 
     async fn store_with(&self, builder: SqlStoreBuilder<Sqlite>) -> SqliteStore {
         let store = builder
@@ -152,57 +189,6 @@ impl Database for SqliteBackend {
             .expect("a store on the file");
         store.migrate().await.expect("idem's tables");
         store
-    }
-
-    async fn lock_tables(&self) -> Box<dyn Any + Send> {
-        let mut conn = sqlite_connection(self).await;
-        Executor::execute(&mut conn, "BEGIN IMMEDIATE")
-            .await
-            .expect("the write lock");
-        Box::new(conn)
-    }
-
-    async fn order_in_transaction(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        response: Bytes,
-        commit: bool,
-    ) -> Result<bool, StoreError> {
-        let mut conn = sqlite_connection(self).await;
-        let orders = "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT)";
-        Executor::execute(&mut conn, orders)
-            .await
-            .expect("the orders table");
-        // What an application does with SQLite: take the write lock at the start, so no
-        // other writer can slip in between its reads and its writes.
-        let mut tx = conn
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .expect("a transaction");
-        sqlx::query("INSERT INTO orders (item) VALUES ('book')")
-            .execute(&mut *tx)
-            .await
-            .expect("the order");
-        let completed = SqliteStore::complete_record_in(&mut *tx, key, owner, response, LONG).await;
-        finish(tx, commit).await;
-        completed
-    }
-}
-
-/// A connection of the test's own to the database file, as the application's.
-async fn sqlite_connection(db: &SqliteBackend) -> SqliteConnection {
-    let url = format!("sqlite://{}", db.path().display());
-    SqliteConnection::connect(&url)
-        .await
-        .expect("a connection of the test's own")
-}
-
-async fn finish<DB: sqlx::Database>(tx: sqlx::Transaction<'_, DB>, commit: bool) {
-    if commit {
-        tx.commit().await.expect("commit");
-    } else {
-        tx.rollback().await.expect("rollback");
     }
 }
 
