@@ -21,6 +21,12 @@ use crate::store::SqlStore;
 /// business data is in PostgreSQL, so that a handler's business write and its idempotency
 /// record commit together ([`complete_record_in`](SqlStore::complete_record_in)).
 ///
+/// On a pool of the application's ([`build`](SqlStoreBuilder::build)), give its
+/// connections a `statement_timeout` near the store's timeout, as
+/// [`connect`](SqlStoreBuilder::connect) does: a statement the store gave up on (say,
+/// one waiting for a lock) otherwise goes on in the database, and keeps its connection
+/// busy, until it ends by itself.
+///
 /// ```no_run
 /// use idem_sqlx::PostgresStore;
 ///

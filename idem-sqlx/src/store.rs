@@ -101,7 +101,8 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// Creates idem's tables (`idem_*`) if they are missing, and brings them up to date:
     /// the migrations this crate ships that the database has not seen yet run in one
     /// transaction, recorded in `idem_migrations`. Safe to call from every instance at
-    /// every start; instances starting at once migrate one after the other.
+    /// every start; instances starting at once migrate one after the other. Not bounded by
+    /// the store's timeout: creating a table may wait for a lock the application holds.
     ///
     /// An application that manages its schema itself may instead copy the files of the
     /// crate's `migrations/postgres` or `migrations/sqlite` folder into its own
