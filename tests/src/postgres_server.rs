@@ -77,15 +77,21 @@ fn highest_debian_version(root: &Path) -> Option<PathBuf> {
         .map(|(_, bin)| bin)
 }
 
-/// Whether this process runs as root, and so must hand PostgreSQL to another user.
-fn running_as_root() -> bool {
-    static ROOT: OnceLock<bool> = OnceLock::new();
-    *ROOT.get_or_init(|| {
+/// The user id this process runs as (`id -u`).
+fn user_id() -> &'static str {
+    static UID: OnceLock<String> = OnceLock::new();
+    UID.get_or_init(|| {
         Command::new("id")
             .arg("-u")
             .output()
-            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            .unwrap_or_default()
     })
+}
+
+/// Whether this process runs as root, and so must hand PostgreSQL to another user.
+fn running_as_root() -> bool {
+    user_id() == "0"
 }
 
 /// A command for one of PostgreSQL's programs, run as `postgres` when we are root.
@@ -123,10 +129,11 @@ fn template() -> &'static Path {
     static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
     TEMPLATE.get_or_init(|| {
         let version = server_version();
+        // Whose data directory it is: each user of the machine has a template of their own.
         let owner = if running_as_root() {
             SERVER_USER
         } else {
-            "user"
+            user_id()
         };
         let name = format!("idem-tests-postgres-{version}-{owner}-{TEMPLATE_LAYOUT}");
         let path = std::env::temp_dir().join(name);
