@@ -9,8 +9,8 @@ use std::borrow::Cow;
 
 use self::sealed::{Dialect, Queries};
 
-/// A database a [`SqlStore`](crate::SqlStore) runs on: [`sqlx::Postgres`] (feature
-/// `postgres`) and [`sqlx::Sqlite`] (feature `sqlite`).
+/// A database a [`SqlStore`](crate::SqlStore) runs on: `sqlx::Postgres` (feature
+/// `postgres`) and `sqlx::Sqlite` (feature `sqlite`).
 ///
 /// Sealed: the store's correctness rests on each backend's statements, which live in this
 /// crate.

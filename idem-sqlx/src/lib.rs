@@ -157,7 +157,7 @@
 //!
 //! # SQLite and concurrency
 //!
-//! SQLite lets one writer at a time into a database. [`SqliteStore::open`] gives the store
+//! SQLite lets one writer at a time into a database. `SqliteStore::open` gives the store
 //! one connection of its own, in WAL mode (readers go on while it writes), with a busy
 //! timeout equal to the store's timeout: the operations of one process queue for that
 //! connection in order rather than polling SQLite's lock, and other processes on the
@@ -168,12 +168,23 @@
 //!
 //! # One type, two databases
 //!
-//! [`PostgresStore`] and [`SqliteStore`] are [`SqlStore<sqlx::Postgres>`] and
-//! [`SqlStore<sqlx::Sqlite>`]: what an operation does around its statements (claiming,
+//! [`PostgresStore`] and [`SqliteStore`] are `SqlStore<sqlx::Postgres>` and
+//! `SqlStore<sqlx::Sqlite>`: what an operation does around its statements (claiming,
 //! then reading the holder when the claim was refused; the timeout; error mapping; the
 //! purge; the migrations) is the same for both and written once, and what differs — the
 //! SQL, and the few choices above — lives with each database's statements. A database is
 //! a [`SqlBackend`], implemented by this crate for the two it has statements for.
+//!
+#![cfg_attr(feature = "postgres", doc = "[`PostgresStore`]: crate::PostgresStore")]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`PostgresStore`]: https://docs.rs/idem-sqlx/latest/idem_sqlx/type.PostgresStore.html"
+)]
+#![cfg_attr(feature = "sqlite", doc = "[`SqliteStore`]: crate::SqliteStore")]
+#![cfg_attr(
+    not(feature = "sqlite"),
+    doc = "[`SqliteStore`]: https://docs.rs/idem-sqlx/latest/idem_sqlx/type.SqliteStore.html"
+)]
 
 mod backend;
 mod builder;

@@ -15,8 +15,8 @@ use crate::backend::{Arg, LockRow, RecordRow, SqlBackend, is_timeout};
 use crate::builder::{Settings, SqlStoreBuilder};
 use crate::purge::{PurgeTask, Purged};
 
-/// A [`Store`] in a SQL database, on an sqlx pool: [`PostgresStore`](crate::PostgresStore)
-/// or [`SqliteStore`](crate::SqliteStore).
+/// A [`Store`] in a SQL database, on an sqlx pool: `PostgresStore` (feature `postgres`)
+/// or `SqliteStore` (feature `sqlite`).
 ///
 /// Every operation is one statement, or (SQLite's `put_token`) one short transaction; the
 /// [crate docs](crate) list them. Every operation, taking a connection from the pool
