@@ -1,50 +1,69 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace. The suites start their own redis-server (a free port,
-# a temporary directory, no persistence), so this installs Redis where it is missing and
-# this machine can; otherwise it says how, and stops. The example shop's browser test
-# drives Debian's chromium through chromedriver, installed the same way.
+# Runs every test of the workspace. The suites start their own redis-server and
+# PostgreSQL servers (a free port, a temporary directory), so this installs Redis and
+# PostgreSQL where they are missing and this machine can; otherwise it says how, and
+# stops. The example shop's browser test drives Debian's chromium through chromedriver,
+# installed the same way.
 # Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p idem-core`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
-install_redis() {
-    if have apt-get && [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
-    elif have apt-get && have sudo; then
-        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
-    elif have brew; then
-        brew install redis
+# Runs a command as root: directly, or through sudo.
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# install WHAT APT_PACKAGES BREW_FORMULA INSTEAD: installs WHAT with apt-get (as root or
+# through sudo) or Homebrew (when a formula is given); otherwise says how, and what to
+# point at INSTEAD, and stops.
+install() {
+    local what=$1 apt_packages=$2 brew_formula=$3 instead=$4
+    if have apt-get && { [ "$(id -u)" = 0 ] || have sudo; }; then
+        # shellcheck disable=SC2086 # a list of packages
+        as_root apt-get update -qq &&
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $apt_packages
+    elif [ -n "$brew_formula" ] && have brew; then
+        brew install "$brew_formula"
     else
-        echo "redis-server is missing and this script cannot install it here." >&2
-        echo "Install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)," >&2
-        echo "or point IDEM_REDIS_SERVER at a redis-server binary, then run this again." >&2
+        echo "$what is missing and this script cannot install it here." >&2
+        echo "Install it (Debian/Ubuntu: apt-get install $apt_packages${brew_formula:+; macOS: brew install $brew_formula})," >&2
+        echo "or $instead, then run this again." >&2
         exit 1
     fi
 }
 
 if [ -z "${IDEM_REDIS_SERVER:-}" ] && ! have redis-server; then
     echo "redis-server not found: installing it" >&2
-    install_redis
+    install redis-server redis-server redis "point IDEM_REDIS_SERVER at a redis-server binary"
 fi
 
-install_chromium() {
-    if have apt-get && [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
-    elif have apt-get && have sudo; then
-        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
-    else
-        echo "chromedriver is missing and this script cannot install it here." >&2
-        echo "Install chromium and its driver (Debian/Ubuntu: apt-get install chromium chromium-driver)," >&2
-        echo "or point IDEM_CHROMEDRIVER at a chromedriver binary, then run this again." >&2
-        exit 1
-    fi
+# Debian keeps PostgreSQL's programs off PATH, in /usr/lib/postgresql/<version>/bin,
+# where the tests look too.
+have_postgres() {
+    [ -n "${IDEM_POSTGRES_BIN:-}" ] && return 0
+    have postgres && have initdb && return 0
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
 }
+
+if ! have_postgres; then
+    echo "PostgreSQL not found: installing it" >&2
+    if have apt-get && { [ "$(id -u)" = 0 ] || have sudo; }; then
+        # Debian's package would also create a cluster of its own and start it as a
+        # service; the tests start their own servers, so it is told to create none.
+        as_root mkdir -p /etc/postgresql-common/createcluster.d
+        echo "create_main_cluster = false" |
+            as_root tee /etc/postgresql-common/createcluster.d/idem-tests.conf >/dev/null
+    fi
+    install PostgreSQL postgresql postgresql \
+        "point IDEM_POSTGRES_BIN at the directory holding postgres and initdb"
+fi
 
 if [ -z "${IDEM_CHROMEDRIVER:-}" ] && ! have chromedriver; then
     echo "chromedriver not found: installing chromium and chromium-driver" >&2
-    install_chromium
+    install chromedriver "chromium chromium-driver" "" \
+        "point IDEM_CHROMEDRIVER at a chromedriver binary"
 fi
 
 exec cargo test --workspace --all-features "$@"

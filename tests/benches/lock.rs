@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_core::{Acquire, Fencing, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store};
-use idem_tests::RedisServer;
+use idem_tests::{RedisServer, benching, env_number};
 
 /// The plain compare-and-delete release script, as `redis-benchmark` runs it.
 const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
@@ -46,18 +46,11 @@ struct Settings {
 
 impl Settings {
     fn from_env() -> Self {
-        let number = |name: &str, default: usize| {
-            std::env::var(name)
-                .ok()
-                .map(|value| value.parse().unwrap_or_else(|_| panic!("{name}={value:?}")))
-                .unwrap_or(default)
-        };
-        // Cargo passes `--bench` to a harness-less bench only under `cargo bench`.
-        if std::env::args().any(|arg| arg == "--bench") {
+        if benching() {
             Self {
-                tasks: number("IDEM_BENCH_TASKS", 50),
-                pairs: number("IDEM_BENCH_PAIRS", 100_000),
-                rounds: number("IDEM_BENCH_ROUNDS", 3),
+                tasks: env_number("IDEM_BENCH_TASKS", 50),
+                pairs: env_number("IDEM_BENCH_PAIRS", 100_000),
+                rounds: env_number("IDEM_BENCH_ROUNDS", 3),
                 hand_offs: 2_000,
             }
         } else {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
-use idem_tests::RedisServer;
+use idem_tests::{BenchRounds, RedisServer};
 
 const LOCK_TTL: Duration = Duration::from_secs(30);
 
@@ -34,42 +34,13 @@ redis-benchmark was not found: this benchmark compares the store with it.
   Install it: `apt-get install redis-tools` (Debian/Ubuntu; `redis-server` pulls it in),
   `brew install redis` (macOS).";
 
-#[derive(Debug, Clone, Copy)]
-struct Settings {
-    tasks: u64,
-    ops: u64,
-    rounds: usize,
-}
-
-impl Settings {
-    fn from_env() -> Self {
-        // Cargo passes `--bench` to a harness-less bench only under `cargo bench`.
-        let benching = std::env::args().any(|arg| arg == "--bench");
-        let (ops, rounds) = if benching { (200_000, 3) } else { (2_000, 1) };
-        let settings = Self {
-            tasks: env_number("IDEM_BENCH_TASKS", 50),
-            ops: env_number("IDEM_BENCH_OPS", ops),
-            rounds: env_number("IDEM_BENCH_ROUNDS", rounds),
-        };
-        assert!(
-            settings.tasks > 0 && settings.ops >= 2 && settings.rounds > 0,
-            "IDEM_BENCH_TASKS, IDEM_BENCH_OPS (>= 2) and IDEM_BENCH_ROUNDS must be positive"
-        );
-        settings
-    }
-
-    fn pairs(self) -> u64 {
-        self.ops / 2
-    }
-}
-
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(value) => value
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
-        Err(_) => default,
-    }
+/// An acquire and a release make a pair.
+fn pairs(settings: BenchRounds) -> u64 {
+    assert!(
+        settings.ops >= 2,
+        "IDEM_BENCH_OPS must be at least 2: a pair"
+    );
+    settings.ops / 2
 }
 
 fn redis_benchmark_binary() -> Option<PathBuf> {
@@ -82,7 +53,7 @@ fn redis_benchmark_binary() -> Option<PathBuf> {
 }
 
 /// `SET` requests per second, as `redis-benchmark -q` reports them.
-fn run_redis_benchmark(binary: &Path, server: &RedisServer, settings: Settings) -> f64 {
+fn run_redis_benchmark(binary: &Path, server: &RedisServer, settings: BenchRounds) -> f64 {
     let output = Command::new(binary)
         .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
         .args(["-c", &settings.tasks.to_string()])
@@ -280,7 +251,7 @@ fn median(values: &[f64]) -> f64 {
 }
 
 fn main() {
-    let settings = Settings::from_env();
+    let settings = BenchRounds::from_env(50, 200_000, 2_000);
     // Before starting the server: exiting here leaves no redis-server behind.
     let Some(redis_benchmark) = redis_benchmark_binary() else {
         eprintln!("{INSTALL_HINT}");
@@ -295,7 +266,7 @@ fn main() {
     // Connects and loads the release script, so no round pays for either.
     runtime.block_on(run_ours(&store, settings.tasks, settings.tasks));
 
-    let pairs = settings.pairs();
+    let pairs = pairs(settings);
     let (mut theirs, mut ours) = (Vec::new(), Vec::new());
     let (mut theirs_total, mut ours_total) = (Reading::default(), Reading::default());
     let machine_before = cpu_counters();

@@ -3,7 +3,9 @@
 
 use idem_core::conformance::Backend;
 use idem_core::{AnyStore, MemoryStore, RedisStore, RedisStoreBuilder};
+use idem_sqlx::{PostgresStore, SqliteStore};
 
+use crate::postgres_server::PostgresServer;
 use crate::redis_server::{RedisCluster, RedisServer};
 
 /// [`MemoryStore`] with the default settings.
@@ -121,5 +123,85 @@ impl Backend for ClusterBackend {
 
     fn store_of_another_instance(&self) -> RedisStore {
         self.cluster.store()
+    }
+}
+
+/// [`PostgresStore`] on a PostgreSQL server of its own, with idem's tables created.
+#[derive(Debug)]
+pub struct PostgresBackend {
+    store: PostgresStore,
+    other: PostgresStore,
+    /// The server; dropped after the stores.
+    pub server: PostgresServer,
+}
+
+impl Backend for PostgresBackend {
+    type Store = PostgresStore;
+
+    async fn start() -> Self {
+        let server = PostgresServer::start();
+        let (store, other) = (server.store().await, server.store().await);
+        Self {
+            store,
+            other,
+            server,
+        }
+    }
+
+    fn store(&self) -> PostgresStore {
+        self.store.clone()
+    }
+
+    /// A store with a pool of its own, made when the backend started.
+    fn store_of_another_instance(&self) -> PostgresStore {
+        self.other.clone()
+    }
+}
+
+/// [`SqliteStore`] on a database file in a temporary directory of its own, with idem's
+/// tables created.
+#[derive(Debug)]
+pub struct SqliteBackend {
+    store: SqliteStore,
+    other: SqliteStore,
+    /// The directory holding the database file; removed after the stores are dropped.
+    pub dir: tempfile::TempDir,
+}
+
+impl SqliteBackend {
+    /// The database file.
+    pub fn path(&self) -> std::path::PathBuf {
+        Self::file(&self.dir)
+    }
+
+    fn file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        dir.path().join("idem.db")
+    }
+}
+
+impl Backend for SqliteBackend {
+    type Store = SqliteStore;
+
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory for SQLite");
+        let open = || async {
+            let store = SqliteStore::open(Self::file(&dir))
+                .await
+                .expect("a SQLite database file");
+            store.migrate().await.expect("idem's tables");
+            store
+        };
+        let (store, other) = (open().await, open().await);
+        Self { store, other, dir }
+    }
+
+    fn store(&self) -> SqliteStore {
+        self.store.clone()
+    }
+
+    /// A store with a connection of its own to the same file, made when the backend
+    /// started.
+    fn store_of_another_instance(&self) -> SqliteStore {
+        self.other.clone()
     }
 }

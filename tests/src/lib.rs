@@ -2,8 +2,10 @@
 //!
 //! Tests that need Redis run against a real `redis-server` this harness starts itself
 //! ([`RedisServer`], [`RedisCluster`]): its own port, its own data directory, no
-//! persistence, killed when the test ends. A missing binary fails the test with a message
-//! that says how to install it; nothing is skipped.
+//! persistence, killed when the test ends. Tests that need PostgreSQL likewise start a
+//! real server of their own ([`PostgresServer`]); SQLite is a file in a temporary
+//! directory. A missing binary fails the test with a message that says how to install
+//! it; nothing is skipped.
 //!
 //! [`Backend`] gives a suite one store of each kind, so the same test runs against every
 //! store.
@@ -12,15 +14,20 @@ mod backend;
 mod bench;
 mod forwarder;
 mod http;
+mod postgres_server;
 mod redis_server;
 
 pub use backend::{
-    AnyMemoryBackend, ClusterBackend, MemoryBackend, RedisBackend, RedisScriptAcquireBackend,
+    AnyMemoryBackend, ClusterBackend, MemoryBackend, PostgresBackend, RedisBackend,
+    RedisScriptAcquireBackend, SqliteBackend,
 };
-pub use bench::{BenchStores, http_criterion, one_worker_runtime};
+pub use bench::{
+    BenchRounds, BenchStores, benching, env_number, http_criterion, one_worker_runtime,
+};
 pub use forwarder::Forwarder;
 pub use http::{Shop, body_text, problem_code, send};
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
+pub use postgres_server::{PostgresServer, postgres_bin_dir};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
 
 /// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per

@@ -1,7 +1,8 @@
 //! The store conformance suite (`idem_core::conformance`) on every store of this
 //! repository: `MemoryStore`, `MemoryStore` behind `AnyStore`, `RedisStore` on a
-//! standalone server and on a three-master Redis Cluster; the cases that acquire also run
-//! against `RedisStore` taking keys the way it does on servers before Redis 7.0.
+//! standalone server and on a three-master Redis Cluster, `PostgresStore` on a PostgreSQL
+//! server and `SqliteStore` on a database file; the cases that acquire also run against
+//! `RedisStore` taking keys the way it does on servers before Redis 7.0.
 
 mod memory {
     idem_core::store_conformance!(idem_tests::MemoryBackend);
@@ -17,6 +18,14 @@ mod redis {
 
 mod redis_cluster {
     idem_core::store_conformance!(idem_tests::ClusterBackend);
+}
+
+mod postgres {
+    idem_core::store_conformance!(idem_tests::PostgresBackend);
+}
+
+mod sqlite {
+    idem_core::store_conformance!(idem_tests::SqliteBackend);
 }
 
 mod redis_script_acquire {

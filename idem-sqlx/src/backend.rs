@@ -1,0 +1,374 @@
+//! What a [`SqlStore`](crate::SqlStore) needs from its database: the statements, in the
+//! database's own SQL, and the few sqlx calls that run them.
+//!
+//! The control flow of every operation (claim, then report; loops; timeouts; the purge;
+//! the migration runner) is written once, over [`SqlBackend`]; each database says only
+//! what differs: its SQL, its timeout error codes, and how `put_token` runs.
+
+use std::borrow::Cow;
+
+use self::sealed::{Dialect, Queries};
+
+/// A database a [`SqlStore`](crate::SqlStore) runs on: `sqlx::Postgres` (feature
+/// `postgres`) and `sqlx::Sqlite` (feature `sqlite`).
+///
+/// Sealed: the store's correctness rests on each backend's statements, which live in this
+/// crate.
+pub trait SqlBackend: Dialect + Queries {}
+
+impl<DB: Dialect + Queries> SqlBackend for DB {}
+
+/// A row `acquire` and `read_lock` answer: whether the caller took
+/// the key, else the holder, its milliseconds left and its fencing token.
+pub(crate) type LockRow = (bool, Option<String>, Option<i64>, Option<i64>);
+
+/// A row `begin_record` and `read_record` answer: whether the caller started the record,
+/// else whether the fingerprint matches, the stored response (completed records with the
+/// same fingerprint only) and the milliseconds left.
+pub(crate) type RecordRow = (bool, Option<bool>, Option<Vec<u8>>, Option<i64>);
+
+/// A value bound to a statement's parameter (`$1`, `$2`, … in both dialects).
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// A key, an owner, a scope, a token.
+    Text(&'a str),
+    /// Milliseconds, counts.
+    Int(i64),
+    /// A switch.
+    Bool(bool),
+    /// A fingerprint, a response.
+    Bytes(&'a [u8]),
+}
+
+/// The statements of one dialect. Parameters are listed as `$n name`; every statement
+/// that answers a row answers the shape its `Queries` method reads.
+#[derive(Debug)]
+pub struct Statements {
+    /// `$1 key, $2 owner, $3 ttl ms, $4 fenced` → a [`LockRow`]: claimed, or (PostgreSQL)
+    /// the live row it met, or nothing.
+    pub acquire: &'static str,
+    /// `$1 key` → the live [`LockRow`], unclaimed.
+    pub read_lock: &'static str,
+    /// `$1 key, $2 owner` → whether the deleted row was live.
+    pub release: &'static str,
+    /// `$1 key, $2 owner, $3 ttl ms` → a row when renewed.
+    pub renew: &'static str,
+    /// `$1 key` → milliseconds left of the live row.
+    pub remaining: &'static str,
+    /// `$1 scope, $2 token` → whether the deleted token was live.
+    pub consume_token: &'static str,
+    /// `$1 key, $2 fingerprint, $3 owner, $4 lease ms` → a [`RecordRow`]: started, or
+    /// (PostgreSQL) the live record it met, or nothing.
+    pub begin_record: &'static str,
+    /// `$1 key, $2 fingerprint` → the live [`RecordRow`], unstarted.
+    pub read_record: &'static str,
+    /// `$1 key, $2 owner, $3 response, $4 retention ms` → a row when completed.
+    pub complete_record: &'static str,
+    /// `$1 key, $2 owner, $3 lease ms` → a row when renewed.
+    pub renew_record: &'static str,
+    /// `$1 key, $2 owner` → whether the deleted record was live and in progress.
+    pub abandon_record: &'static str,
+    /// `$1 batch`: deletes at most `batch` expired windows and locks.
+    pub purge_locks: &'static str,
+    /// `$1 batch`: deletes at most `batch` expired tokens.
+    pub purge_tokens: &'static str,
+    /// `$1 batch`: deletes at most `batch` expired records.
+    pub purge_records: &'static str,
+    /// `$1 capacity, $2 batch`: deletes at most `batch` of the tokens issued before the
+    /// newest `capacity`.
+    pub evict_tokens: &'static str,
+    /// Creates the table of applied migrations, if missing.
+    pub create_migrations: &'static str,
+    /// → the applied migrations' versions.
+    pub applied_migrations: &'static str,
+    /// `$1 version, $2 name`.
+    pub record_migration: &'static str,
+}
+
+/// One schema change the crate ships.
+#[derive(Debug)]
+pub struct Migration {
+    /// Applied in increasing order, each once.
+    pub version: i64,
+    /// A name for people.
+    pub name: &'static str,
+    /// The statements.
+    pub sql: &'static str,
+}
+
+pub(crate) mod sealed {
+    use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
+    use super::{Arg, LockRow, Migration, RecordRow, Statements};
+
+    /// A future the store can hold across an `.await` in its `Send` futures.
+    pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+    /// What differs between databases.
+    pub trait Dialect: Database + Sized {
+        /// The statements.
+        const STATEMENTS: Statements;
+        /// The migrations, in order.
+        const MIGRATIONS: &'static [Migration];
+        /// Starts a transaction that writes: taking the write lock at once where the
+        /// database would otherwise take it at the first write (SQLite).
+        const BEGIN_WRITE: &'static str;
+        /// Run first in the migration transaction, so that two instances starting at
+        /// once migrate one after the other.
+        const MIGRATION_LOCK: Option<&'static str>;
+        /// Error codes that mean the database gave up waiting (a lock, a statement
+        /// timeout), reported as [`idem_core::StoreError::Timeout`].
+        const TIMEOUT_CODES: &'static [&'static str];
+
+        /// Puts a token in its scope and lets the scope's tokens past the newest `keep`
+        /// lapse, atomically.
+        fn put_token<'a>(
+            pool: &'a Pool<Self>,
+            scope: &'a str,
+            token: &'a str,
+            ttl_ms: i64,
+            keep: i64,
+        ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+    }
+
+    /// Reads an `R` from a row of the database: for every row type the statements answer.
+    pub trait Reads<R>: Database {
+        /// The row, as an `R`.
+        fn read(row: &Self::Row) -> Result<R, sqlx::Error>;
+    }
+
+    impl<DB: Database, R> Reads<R> for DB
+    where
+        for<'r> R: FromRow<'r, DB::Row>,
+    {
+        fn read(row: &DB::Row) -> Result<R, sqlx::Error> {
+            R::from_row(row)
+        }
+    }
+
+    /// The sqlx calls the store makes, written once for every database whose driver
+    /// encodes and decodes the types the statements use.
+    pub trait Queries:
+        Database + Sized + Reads<LockRow> + Reads<RecordRow> + Reads<(bool,)> + Reads<(i64,)>
+    {
+        /// Runs a statement that answers at most one row, read as an `R`.
+        fn fetch<'a, R: Send + 'a>(
+            pool: &'a Pool<Self>,
+            sql: &'a str,
+            args: &'a [Arg<'a>],
+        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+        where
+            Self: Reads<R>;
+
+        /// [`fetch`](Queries::fetch) on a connection (in a transaction) of the caller's.
+        fn fetch_on<'a, R: Send + 'a>(
+            conn: &'a mut Self::Connection,
+            sql: &'a str,
+            args: &'a [Arg<'a>],
+        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+        where
+            Self: Reads<R>;
+
+        /// Runs a statement; the rows it changed.
+        fn execute<'a>(
+            pool: &'a Pool<Self>,
+            sql: &'a str,
+            args: &'a [Arg<'a>],
+        ) -> BoxFuture<'a, Result<u64, sqlx::Error>>;
+
+        /// Applies the migrations not applied yet, in one transaction.
+        fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), sqlx::Error>>;
+    }
+
+    /// The rows a statement changed, which sqlx reports per database.
+    pub trait RowsAffected {
+        /// The rows changed.
+        fn rows_affected(&self) -> u64;
+    }
+
+    #[cfg(feature = "postgres")]
+    impl RowsAffected for sqlx::postgres::PgQueryResult {
+        fn rows_affected(&self) -> u64 {
+            self.rows_affected()
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+        fn rows_affected(&self) -> u64 {
+            self.rows_affected()
+        }
+    }
+
+    impl<DB> Queries for DB
+    where
+        DB: Dialect,
+        DB::QueryResult: RowsAffected,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+        for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+        for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+        for<'q> i64: Encode<'q, DB> + Type<DB>,
+        for<'q> bool: Encode<'q, DB> + Type<DB>,
+        for<'r> LockRow: FromRow<'r, DB::Row>,
+        for<'r> RecordRow: FromRow<'r, DB::Row>,
+        for<'r> (bool,): FromRow<'r, DB::Row>,
+        for<'r> (i64,): FromRow<'r, DB::Row>,
+    {
+        fn fetch<'a, R: Send + 'a>(
+            pool: &'a Pool<Self>,
+            sql: &'a str,
+            args: &'a [Arg<'a>],
+        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+        where
+            Self: Reads<R>,
+        {
+            fetch(pool, sql, args)
+        }
+
+        fn fetch_on<'a, R: Send + 'a>(
+            conn: &'a mut Self::Connection,
+            sql: &'a str,
+            args: &'a [Arg<'a>],
+        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+        where
+            Self: Reads<R>,
+        {
+            fetch(conn, sql, args)
+        }
+
+        fn execute<'a>(
+            pool: &'a Pool<Self>,
+            sql: &'a str,
+            args: &'a [Arg<'a>],
+        ) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
+            let done = run(pool, sql, args);
+            Box::pin(async move { Ok(done.await?.rows_affected()) })
+        }
+
+        fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+            // Each step is a future made outside this block: awaiting sqlx's generic
+            // executor calls in here directly would not be provably `Send`.
+            Box::pin(async move {
+                let statements = &DB::STATEMENTS;
+                let mut tx = pool.begin_with(DB::BEGIN_WRITE).await?;
+                if let Some(lock) = DB::MIGRATION_LOCK {
+                    raw(&mut *tx, lock).await?;
+                }
+                raw(&mut *tx, statements.create_migrations).await?;
+                let applied = versions(&mut *tx, statements.applied_migrations).await?;
+                for migration in DB::MIGRATIONS {
+                    if applied.contains(&migration.version) {
+                        continue;
+                    }
+                    raw(&mut *tx, migration.sql).await?;
+                    let args = [Arg::Int(migration.version), Arg::Text(migration.name)];
+                    run(&mut *tx, statements.record_migration, &args).await?;
+                }
+                tx.commit().await
+            })
+        }
+    }
+
+    /// Runs `sql`, one statement or several, without parameters.
+    fn raw<'a, DB, E>(executor: E, sql: &'a str) -> BoxFuture<'a, Result<(), sqlx::Error>>
+    where
+        DB: Database,
+        E: Executor<'a, Database = DB>,
+    {
+        let done = executor.execute(sqlx::raw_sql(sql));
+        Box::pin(async move { done.await.map(drop) })
+    }
+
+    /// The integers of the one-column rows `sql` answers.
+    fn versions<'a, DB, E>(
+        executor: E,
+        sql: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<i64>, sqlx::Error>>
+    where
+        DB: Database,
+        E: Executor<'a, Database = DB>,
+        for<'r> (i64,): FromRow<'r, DB::Row>,
+    {
+        let rows = executor.fetch_all(sqlx::raw_sql(sql));
+        Box::pin(async move {
+            rows.await?
+                .iter()
+                .map(|row| <(i64,)>::from_row(row).map(|(version,)| version))
+                .collect()
+        })
+    }
+
+    /// Binds `args` to `query`, in order.
+    fn bind<'q, DB>(
+        mut query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
+        args: &'q [Arg<'q>],
+    ) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+    where
+        DB: Database,
+        &'q str: Encode<'q, DB> + Type<DB>,
+        &'q [u8]: Encode<'q, DB> + Type<DB>,
+        i64: Encode<'q, DB> + Type<DB>,
+        bool: Encode<'q, DB> + Type<DB>,
+    {
+        for arg in args {
+            query = match *arg {
+                Arg::Text(text) => query.bind(text),
+                Arg::Int(number) => query.bind(number),
+                Arg::Bool(switch) => query.bind(switch),
+                Arg::Bytes(bytes) => query.bind(bytes),
+            };
+        }
+        query
+    }
+
+    /// Runs `sql` with `args` on `executor`.
+    fn run<'a, DB, E>(
+        executor: E,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> BoxFuture<'a, Result<DB::QueryResult, sqlx::Error>>
+    where
+        DB: Database,
+        E: Executor<'a, Database = DB>,
+        DB::Arguments<'a>: IntoArguments<'a, DB>,
+        &'a str: Encode<'a, DB> + Type<DB>,
+        &'a [u8]: Encode<'a, DB> + Type<DB>,
+        i64: Encode<'a, DB> + Type<DB>,
+        bool: Encode<'a, DB> + Type<DB>,
+    {
+        executor.execute(bind(sqlx::query(sql), args))
+    }
+
+    /// Runs `sql` with `args` on `executor` and reads its row, if any, as an `R`.
+    fn fetch<'a, DB, E, R>(
+        executor: E,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
+    where
+        DB: Database,
+        E: Executor<'a, Database = DB>,
+        DB: Reads<R>,
+        R: Send + 'a,
+        DB::Arguments<'a>: IntoArguments<'a, DB>,
+        &'a str: Encode<'a, DB> + Type<DB>,
+        &'a [u8]: Encode<'a, DB> + Type<DB>,
+        i64: Encode<'a, DB> + Type<DB>,
+        bool: Encode<'a, DB> + Type<DB>,
+    {
+        let row = executor.fetch_optional(bind(sqlx::query(sql), args));
+        Box::pin(async move { row.await?.map(|row| DB::read(&row)).transpose() })
+    }
+}
+
+/// Whether `error` means the database gave up waiting.
+pub(crate) fn is_timeout<DB: SqlBackend>(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut => true,
+        sqlx::Error::Database(error) => error
+            .code()
+            .is_some_and(|code: Cow<'_, str>| DB::TIMEOUT_CODES.contains(&&*code)),
+        _ => false,
+    }
+}

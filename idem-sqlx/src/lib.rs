@@ -1,0 +1,207 @@
+//! PostgreSQL and SQLite stores for [idem](https://github.com/idem-rs/idem), on sqlx: the
+//! idempotency record lives in the application's own database, so a handler can commit
+//! its business write and the stored response **in one transaction**.
+//!
+//! [`PostgresStore`] (feature `postgres`) and [`SqliteStore`] (feature `sqlite`) implement
+//! [`idem_core::Store`], so every guard of idem runs on them (anti-repeat windows, one-time
+//! form tokens, `Idempotency-Key` records, the distributed [`Lock`](idem_core::Lock)), and
+//! they pass the same conformance suite as the memory and Redis stores. What they add is
+//! [`complete_record_in`](SqlStore::complete_record_in): completing a record inside a
+//! transaction of the caller's.
+//!
+//! Why that matters: with a store apart from the business data, a handler commits its
+//! order and *then* stores the response. A crash between the two leaves an order and a
+//! record still in progress; when its lease runs out, the client's retry runs the handler
+//! again, and the order is placed twice. In the same transaction, the order and the
+//! stored response commit together or not at all: a retry finds either both (and gets the
+//! stored response) or neither (and runs afresh).
+//!
+#![cfg_attr(feature = "sqlite", doc = "```")]
+#![cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+//! use idem_sqlx::{SqliteStore, sqlx};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let file = dir.path().join("shop.db");
+//! let store = SqliteStore::open(&file).await?;
+//! store.migrate().await?; // idem's tables, beside the application's
+//!
+//! let shop = sqlx::SqlitePool::connect(&format!("sqlite://{}", file.display())).await?;
+//! sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)").execute(&shop).await?;
+//!
+//! // A request with an idempotency key: begin its record.
+//! let key = Key::hashed(["POST /orders", "client-42", "key-7f3a"]);
+//! let fingerprint = Fingerprint::of(["POST", "/orders", r#"{"item":"book"}"#]);
+//! let (attempt, lease) = (Owner::random(), Duration::from_secs(30));
+//! assert_eq!(store.begin_record(&key, &attempt, &fingerprint, lease).await?, Begin::Started);
+//!
+//! // The handler: the order and the stored response in one transaction.
+//! let response = Bytes::from_static(b"201 Created: order 1");
+//! let mut tx = shop.begin_with("BEGIN IMMEDIATE").await?;
+//! sqlx::query("INSERT INTO orders (item) VALUES ('book')").execute(&mut *tx).await?;
+//! let retention = Duration::from_secs(24 * 3600);
+//! if SqliteStore::complete_record_in(&mut *tx, &key, &attempt, response.clone(), retention).await? {
+//!     tx.commit().await?;
+//! } // else another attempt owns the key now: dropping `tx` rolls the order back
+//!
+//! // The client retries: it gets the stored response, and there is one order.
+//! let retry = store.begin_record(&key, &Owner::random(), &fingerprint, lease).await?;
+//! assert_eq!(retry, Begin::Completed { response });
+//! let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&shop).await?;
+//! assert_eq!(orders, 1);
+//! # Ok(()) }
+//! ```
+//!
+//! # Which store
+//!
+//! | store | for | a decision costs |
+//! |---|---|---|
+//! | `MemoryStore` (idem-core) | one process | a mutex |
+//! | `RedisStore` (idem-core) | many instances, guards in the sub-millisecond | one Redis round trip |
+//! | [`PostgresStore`], [`SqliteStore`] | exactly-once with the business data | one SQL statement (see the table below), a write to the database's log |
+//!
+//! # What this store guarantees, and what it does not
+//!
+//! - **One decision, one atomic statement.** Every "first or repeat" decision is one
+//!   statement (`INSERT … ON CONFLICT … DO UPDATE … WHERE <expired>`, `DELETE …
+//!   RETURNING`, `UPDATE … WHERE owner = $2 RETURNING`): the primary key and the row lock
+//!   make it atomic, never a read that decides a later write. A thousand concurrent
+//!   acquires, from one pool or from several instances' pools, have one winner.
+//! - **Exactly-once with the business data**, where the memory and Redis stores cannot
+//!   give it: a record completed with
+//!   [`complete_record_in`](SqlStore::complete_record_in) commits with the handler's own
+//!   writes. Fenced like [`complete_record`](idem_core::Store::complete_record): an
+//!   attempt whose lease ran out (and whose key another attempt began) gets `false` and
+//!   rolls back. What it does not do: make a handler's calls to *other* systems (a payment
+//!   provider, an email) happen once; pass those an idempotency key of their own.
+//! - **Durable as the database is.** A window, token, record or lock is a row: it
+//!   survives a restart of the application and of the database (PostgreSQL with its
+//!   default `fsync`; SQLite with the application's `synchronous` setting), unlike the
+//!   memory store, and unlike a Redis without persistence.
+//! - **Clocks.** PostgreSQL compares expiry with the database's clock
+//!   (`clock_timestamp()`), so instances whose clocks are skewed still agree on what has
+//!   expired. SQLite uses its own clock (the machine's, which every process on the file
+//!   shares), read when the statement runs.
+//! - **Slower than Redis**, by design: each decision is a statement in a database that
+//!   writes its log; `BENCHMARKS.md` in the repository has the figures, next to a bare
+//!   `INSERT` on the same database. Use it where a record must commit with the data, or
+//!   where the database is the only shared thing the instances have.
+//! - **Waiting for a lock polls.** [`wait_for_release`](idem_core::Store::wait_for_release)
+//!   is the trait's default: it asks for the key's remaining time every 10 ms
+//!   ([`RELEASE_POLL_INTERVAL`](idem_core::RELEASE_POLL_INTERVAL)), and every waiter
+//!   sees a release at once. Fine for a few waiters per lock; with many, each one costs a
+//!   `SELECT` every 10 ms (PostgreSQL's `LISTEN`/`NOTIFY` would need a connection per
+//!   store kept listening, and is not used).
+//! - **No request waits longer than the timeout.** Every operation, taking a connection
+//!   from the pool included, is cut off after the store's
+//!   [timeout](SqlStoreBuilder::with_timeout) (default 1 s) with
+//!   [`StoreError::Timeout`](idem_core::StoreError::Timeout), as is a database that
+//!   gives up waiting itself (a PostgreSQL `statement_timeout` or `lock_timeout`, SQLite's
+//!   busy timeout). Other failures are
+//!   [`StoreError::Backend`](idem_core::StoreError::Backend) with the [`sqlx::Error`] as
+//!   its typed source, and a row the store cannot read is
+//!   [`StoreError::UnexpectedAnswer`](idem_core::StoreError::UnexpectedAnswer), never a
+//!   panic.
+//!
+//! # Schema
+//!
+//! Everything is prefixed `idem_`: the tables `idem_locks` (windows and locks),
+//! `idem_tokens`, `idem_records` and `idem_migrations` (which migrations ran), and for
+//! fencing tokens PostgreSQL's sequence `idem_fence` (and `idem_token_issued`, which
+//! orders tokens) or SQLite's one-row table `idem_fence` with the two triggers that move
+//! it. [`SqlStore::migrate`] creates them; an application
+//! may instead copy the files of the crate's `migrations/postgres` or
+//! `migrations/sqlite` folder into its own migrations. The store never creates or
+//! changes anything else.
+//!
+//! Statements per operation (each one round trip; "+1" only when the row changed between
+//! the two):
+//!
+//! | operation | PostgreSQL | SQLite |
+//! |---|---|---|
+//! | `acquire` | 1: `INSERT … ON CONFLICT DO UPDATE … WHERE <expired>` in a `WITH` that also reports the row it met (+1 `SELECT`) | 1 upsert when the key was free; 2 when held (the upsert, then a `SELECT` of the holder) |
+//! | `release`, `consume_token`, `abandon_record` | 1 `DELETE … RETURNING` | 1 |
+//! | `renew`, `complete_record`, `renew_record` | 1 `UPDATE … RETURNING` | 1 |
+//! | `remaining` | 1 `SELECT` | 1 |
+//! | `put_token` | 1: the upsert and the `DELETE` of the scope's lapsed tokens in one `WITH` | a `BEGIN IMMEDIATE` transaction of 2 (`REPLACE`, `DELETE`) |
+//! | `begin_record` | 1, like `acquire` (+1) | 1 when started; 2 otherwise |
+//! | `release_and_signal`, `wait_for_release` | the trait's defaults: `release`; one `remaining` every 10 ms | the same |
+//! | [`purge`](SqlStore::purge) | 4 `DELETE`s of at most a batch each | 4 |
+//!
+//! Fencing tokens come from a sequence (PostgreSQL `idem_fence`; SQLite the `idem_fence`
+//! row, moved up by a trigger of the statement that draws a token), in the statement
+//! that acquires: they grow across release, expiry, purge and restarts.
+//!
+//! # Expiry and the purge
+//!
+//! Every row carries its expiry, and an expired row counts as absent to every operation
+//! the moment it expires. Deleting it is the purge's work: a task the store starts with
+//! its first operation runs [`SqlStore::purge`] every second
+//! ([`with_purge_interval`](SqlStoreBuilder::with_purge_interval); `None` leaves it to the
+//! application), deleting at most 1,000 expired rows of each table per run
+//! ([`with_purge_batch`](SqlStoreBuilder::with_purge_batch)), so a run's cost is bounded
+//! however much has piled up. It stops when the last clone of the store is dropped.
+//! PostgreSQL purges with `FOR UPDATE SKIP LOCKED`, so instances purging at once share the
+//! work and never wait on a request's row.
+//!
+//! One-time tokens have a capacity of their own (default 250,000,
+//! [`with_token_capacity`](SqlStoreBuilder::with_token_capacity)): each run also evicts
+//! the tokens issued before the newest that many, oldest first, so a flood of form
+//! pages costs its users a form reload and never grows the table without bound. Each
+//! client (token scope) keeps only its newest tokens, the `keep` of
+//! [`put_token`](idem_core::Store::put_token), in the same statement that puts one; two
+//! puts in one scope at the same instant may leave it one token over until the next.
+//!
+//! # SQLite and concurrency
+//!
+//! SQLite lets one writer at a time into a database. `SqliteStore::open` gives the store
+//! one connection of its own, in WAL mode (readers go on while it writes), with a busy
+//! timeout equal to the store's timeout: the operations of one process queue for that
+//! connection in order rather than polling SQLite's lock, and other processes on the
+//! file wait for the lock up to the timeout. Each decision is one statement, and the one
+//! operation of two statements runs in `BEGIN IMMEDIATE`, which takes the write lock
+//! before reading. An application writing to the same file in a transaction should begin
+//! it the same way (`pool.begin_with("BEGIN IMMEDIATE")`), as the example does.
+//!
+//! # One type, two databases
+//!
+//! [`PostgresStore`] and [`SqliteStore`] are `SqlStore<sqlx::Postgres>` and
+//! `SqlStore<sqlx::Sqlite>`: what an operation does around its statements (claiming,
+//! then reading the holder when the claim was refused; the timeout; error mapping; the
+//! purge; the migrations) is the same for both and written once, and what differs — the
+//! SQL, and the few choices above — lives with each database's statements. A database is
+//! a [`SqlBackend`], implemented by this crate for the two it has statements for.
+//!
+#![cfg_attr(feature = "postgres", doc = "[`PostgresStore`]: crate::PostgresStore")]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`PostgresStore`]: https://docs.rs/idem-sqlx/latest/idem_sqlx/type.PostgresStore.html"
+)]
+#![cfg_attr(feature = "sqlite", doc = "[`SqliteStore`]: crate::SqliteStore")]
+#![cfg_attr(
+    not(feature = "sqlite"),
+    doc = "[`SqliteStore`]: https://docs.rs/idem-sqlx/latest/idem_sqlx/type.SqliteStore.html"
+)]
+
+mod backend;
+mod builder;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod purge;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod store;
+
+pub use backend::SqlBackend;
+pub use builder::SqlStoreBuilder;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+pub use purge::Purged;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+/// The sqlx this crate is built on, for pools and transactions of the same version.
+pub use sqlx;
+pub use store::SqlStore;

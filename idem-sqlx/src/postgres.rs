@@ -1,0 +1,250 @@
+//! [`PostgresStore`]: the statements in PostgreSQL's SQL.
+//!
+//! Times are `timestamptz`, read from the database's clock (`clock_timestamp()`), so
+//! instances whose own clocks disagree still agree on what has expired. Fencing tokens come
+//! from the sequence `idem_fence`. A refused `acquire` or `begin_record` reports the row it
+//! met in the same statement (a data-modifying `WITH`), so a duplicate costs one statement
+//! like a first request; only when that row changed under the statement (a concurrent
+//! writer committed it after the statement's snapshot) does the store read it again.
+
+use std::str::FromStr;
+
+use sqlx::Postgres;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::backend::sealed::{BoxFuture, Dialect, Queries};
+use crate::backend::{Arg, Migration, Statements};
+use crate::builder::SqlStoreBuilder;
+use crate::store::SqlStore;
+
+/// A [`SqlStore`] in PostgreSQL (feature `postgres`): the store for an application whose
+/// business data is in PostgreSQL, so that a handler's business write and its idempotency
+/// record commit together ([`complete_record_in`](SqlStore::complete_record_in)).
+///
+/// On a pool of the application's ([`build`](SqlStoreBuilder::build)), give its
+/// connections a `statement_timeout` near the store's timeout, as
+/// [`connect`](SqlStoreBuilder::connect) does: a statement the store gave up on (say,
+/// one waiting for a lock) otherwise goes on in the database, and keeps its connection
+/// busy, until it ends by itself.
+///
+/// ```no_run
+/// use idem_sqlx::PostgresStore;
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PostgresStore::connect("postgres://shop@localhost/shop").await?;
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+pub type PostgresStore = SqlStore<Postgres>;
+
+impl SqlStore<Postgres> {
+    /// A store with the default settings on a pool of its own to `url`; see
+    /// [`SqlStoreBuilder::connect`].
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), sqlx::Error> {
+    /// let store = idem_sqlx::PostgresStore::connect("postgres://shop@localhost/shop").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The [`sqlx::Error`] when the URL cannot be read or no connection can be opened.
+    pub async fn connect(url: &str) -> Result<Self, sqlx::Error> {
+        Self::builder().connect(url).await
+    }
+}
+
+impl SqlStoreBuilder<Postgres> {
+    /// The store, on a pool of its own to `url` (`postgres://user:password@host/database`),
+    /// with one connection opened now to check the URL. Each connection's
+    /// `statement_timeout` is the store's timeout, so a statement the store gave up on does
+    /// not go on running in the database either.
+    ///
+    /// To share the application's pool instead, use [`build`](Self::build).
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), sqlx::Error> {
+    /// let store = idem_sqlx::PostgresStore::builder()
+    ///     .connect("postgres://shop@localhost/shop")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The [`sqlx::Error`] when the URL cannot be read or no connection can be opened.
+    pub async fn connect(self, url: &str) -> Result<SqlStore<Postgres>, sqlx::Error> {
+        let timeout = self.settings.timeout.as_millis().to_string();
+        let options = PgConnectOptions::from_str(url)?.options([("statement_timeout", timeout)]);
+        self.connect_with(PgPoolOptions::new(), options).await
+    }
+}
+
+/// Milliseconds from the database's clock to `expires_at`, rounded up: at least 1 for a
+/// row still live.
+macro_rules! left_ms {
+    () => {
+        "ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint"
+    };
+}
+
+/// A parameter's milliseconds from the database's clock.
+macro_rules! in_ms {
+    ($param:literal) => {
+        concat!(
+            "clock_timestamp() + ",
+            $param,
+            " * interval '1 millisecond'"
+        )
+    };
+}
+
+const PUT_TOKEN: &str = concat!(
+    "WITH put AS (
+        INSERT INTO idem_tokens (scope, token, expires_at) VALUES ($1, $2, ",
+    in_ms!("$3"),
+    ")
+        ON CONFLICT (scope, token) DO UPDATE
+            SET expires_at = excluded.expires_at, issued = excluded.issued
+    )
+    DELETE FROM idem_tokens
+    WHERE scope = $1 AND token <> $2 AND issued <= (
+        SELECT issued FROM idem_tokens WHERE scope = $1 AND token <> $2
+        ORDER BY issued DESC OFFSET $4 - 1 LIMIT 1)"
+);
+
+impl Dialect for Postgres {
+    const STATEMENTS: Statements = Statements {
+        acquire: concat!(
+            "WITH claimed AS (
+                INSERT INTO idem_locks AS held (key, owner, expires_at, fence)
+                VALUES ($1, $2, ",
+            in_ms!("$3"),
+            ", CASE WHEN $4 THEN nextval('idem_fence') END)
+                ON CONFLICT (key) DO UPDATE
+                    SET owner = excluded.owner, expires_at = excluded.expires_at,
+                        fence = excluded.fence
+                    WHERE held.expires_at <= clock_timestamp()
+                RETURNING fence
+            )
+            SELECT true, NULL::text, NULL::bigint, fence FROM claimed
+            UNION ALL
+            SELECT false, owner, ",
+            left_ms!(),
+            ", fence FROM idem_locks
+            WHERE key = $1 AND expires_at > clock_timestamp()
+                AND NOT EXISTS (SELECT FROM claimed)"
+        ),
+        read_lock: concat!(
+            "SELECT false, owner, ",
+            left_ms!(),
+            ", fence FROM idem_locks WHERE key = $1 AND expires_at > clock_timestamp()"
+        ),
+        release: "DELETE FROM idem_locks WHERE key = $1 AND owner = $2
+            RETURNING expires_at > clock_timestamp()",
+        renew: concat!(
+            "UPDATE idem_locks SET expires_at = ",
+            in_ms!("$3"),
+            " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING true"
+        ),
+        remaining: concat!(
+            "SELECT ",
+            left_ms!(),
+            " FROM idem_locks WHERE key = $1 AND expires_at > clock_timestamp()"
+        ),
+        consume_token: "DELETE FROM idem_tokens WHERE scope = $1 AND token = $2
+            RETURNING expires_at > clock_timestamp()",
+        begin_record: concat!(
+            "WITH claimed AS (
+                INSERT INTO idem_records AS record (key, fingerprint, owner, expires_at)
+                VALUES ($1, $2, $3, ",
+            in_ms!("$4"),
+            ")
+                ON CONFLICT (key) DO UPDATE
+                    SET fingerprint = excluded.fingerprint, owner = excluded.owner,
+                        response = NULL, expires_at = excluded.expires_at
+                    WHERE record.expires_at <= clock_timestamp()
+                RETURNING true
+            )
+            SELECT true, NULL::boolean, NULL::bytea, NULL::bigint FROM claimed
+            UNION ALL
+            SELECT false, fingerprint = $2, CASE WHEN fingerprint = $2 THEN response END, ",
+            left_ms!(),
+            " FROM idem_records
+            WHERE key = $1 AND expires_at > clock_timestamp()
+                AND NOT EXISTS (SELECT FROM claimed)"
+        ),
+        read_record: concat!(
+            "SELECT false, fingerprint = $2, CASE WHEN fingerprint = $2 THEN response END, ",
+            left_ms!(),
+            " FROM idem_records WHERE key = $1 AND expires_at > clock_timestamp()"
+        ),
+        complete_record: concat!(
+            "UPDATE idem_records SET owner = NULL, response = $3, expires_at = ",
+            in_ms!("$4"),
+            " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING true"
+        ),
+        renew_record: concat!(
+            "UPDATE idem_records SET expires_at = ",
+            in_ms!("$3"),
+            " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING true"
+        ),
+        abandon_record: "DELETE FROM idem_records WHERE key = $1 AND owner = $2
+            RETURNING expires_at > clock_timestamp()",
+        // SKIP LOCKED: instances purging at once share the work instead of queueing, and
+        // never wait on a row a request holds.
+        purge_locks: "DELETE FROM idem_locks WHERE key IN (
+            SELECT key FROM idem_locks WHERE expires_at <= clock_timestamp()
+            ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+        purge_tokens: "DELETE FROM idem_tokens WHERE (scope, token) IN (
+            SELECT scope, token FROM idem_tokens WHERE expires_at <= clock_timestamp()
+            ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+        purge_records: "DELETE FROM idem_records WHERE key IN (
+            SELECT key FROM idem_records WHERE expires_at <= clock_timestamp()
+            ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+        evict_tokens: "DELETE FROM idem_tokens WHERE (scope, token) IN (
+            SELECT scope, token FROM idem_tokens
+            WHERE issued <= (SELECT last_value FROM idem_token_issued) - $1
+            ORDER BY issued LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        create_migrations: "CREATE TABLE IF NOT EXISTS idem_migrations (
+            version    bigint PRIMARY KEY,
+            name       text NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now())",
+        applied_migrations: "SELECT version FROM idem_migrations",
+        record_migration: "INSERT INTO idem_migrations (version, name) VALUES ($1, $2)",
+    };
+
+    const MIGRATIONS: &'static [Migration] = &[Migration {
+        version: 1,
+        name: "idem_schema",
+        sql: include_str!("../migrations/postgres/0001_idem_schema.sql"),
+    }];
+
+    const BEGIN_WRITE: &'static str = "BEGIN";
+
+    const MIGRATION_LOCK: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock(hashtext('idem_migrations'))");
+
+    /// `query_canceled` (a `statement_timeout`) and `lock_not_available` (a
+    /// `lock_timeout`).
+    const TIMEOUT_CODES: &'static [&'static str] = &["57014", "55P03"];
+
+    fn put_token<'a>(
+        pool: &'a sqlx::Pool<Self>,
+        scope: &'a str,
+        token: &'a str,
+        ttl_ms: i64,
+        keep: i64,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let args = [
+                Arg::Text(scope),
+                Arg::Text(token),
+                Arg::Int(ttl_ms),
+                Arg::Int(keep),
+            ];
+            Self::execute(pool, PUT_TOKEN, &args).await.map(drop)
+        })
+    }
+}

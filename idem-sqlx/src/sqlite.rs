@@ -1,0 +1,258 @@
+//! [`SqliteStore`]: the statements in SQLite's SQL.
+//!
+//! Times are integer milliseconds since 1970 from SQLite's clock, read when a statement
+//! runs: a database file is shared only by processes on one machine, so they share a
+//! clock too, and a statement that waited for the write lock judges expiry by the time it
+//! runs, not by the time it was queued. Fencing tokens come from the one-row table
+//! `idem_fence`, moved up by a trigger in the statement that draws one.
+
+use std::path::Path;
+
+use sqlx::Sqlite;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+
+use crate::backend::sealed::{BoxFuture, Dialect};
+use crate::backend::{Migration, Statements};
+use crate::builder::SqlStoreBuilder;
+use crate::store::SqlStore;
+
+/// A [`SqlStore`] in SQLite (feature `sqlite`): for an application that keeps its
+/// business data in SQLite, on one machine.
+///
+/// SQLite lets one writer at a time into a database, and makes a second one wait (its busy
+/// timeout) or fail. The store therefore writes through **one connection** of its own
+/// ([`open`](SqlStoreBuilder::open)): concurrent operations of one process queue for it in
+/// the pool, in order, instead of polling SQLite's lock; in WAL mode the application's own
+/// connections keep reading meanwhile. Other processes on the same file (and the
+/// application's writes) wait for the lock up to the store's timeout (SQLite's busy
+/// timeout), and every statement that both reads and writes is one statement, or runs in a
+/// `BEGIN IMMEDIATE` transaction, so no read decides a write that another writer can slip
+/// in between.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_core::{Key, Store};
+/// use idem_sqlx::SqliteStore;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = SqliteStore::open(dir.path().join("shop.db")).await?;
+/// store.migrate().await?;
+/// let (client, token) = (Key::hashed(["client-42"]), Key::hashed(["form-token", "t0k3n"]));
+/// store.put_token(&client, &token, Duration::from_secs(600), 16).await?;
+/// assert!(store.consume_token(&client, &token).await?);
+/// # Ok(()) }
+/// ```
+pub type SqliteStore = SqlStore<Sqlite>;
+
+impl SqlStore<Sqlite> {
+    /// A store with the default settings on the database file at `path` (created if
+    /// missing); see [`SqlStoreBuilder::open`].
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), sqlx::Error> {
+    /// let store = idem_sqlx::SqliteStore::open("shop.db").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The [`sqlx::Error`] when the file cannot be opened or created.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, sqlx::Error> {
+        Self::builder().open(path).await
+    }
+}
+
+impl SqlStoreBuilder<Sqlite> {
+    /// The store, on a pool of one connection of its own to the database file at `path`
+    /// (created if missing), opened now: WAL journal mode, and a busy timeout equal to the
+    /// store's timeout.
+    ///
+    /// To use a pool of your own instead, use [`build`](Self::build): give it WAL mode and a
+    /// busy timeout, and preferably a single connection (see [`SqliteStore`]).
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), sqlx::Error> {
+    /// let store = idem_sqlx::SqliteStore::builder().open("shop.db").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The [`sqlx::Error`] when the file cannot be opened or created.
+    pub async fn open(self, path: impl AsRef<Path>) -> Result<SqlStore<Sqlite>, sqlx::Error> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(self.settings.timeout);
+        let pool = SqlitePoolOptions::new().max_connections(1);
+        self.connect_with(pool, options).await
+    }
+}
+
+/// SQLite's clock in milliseconds since 1970: `julianday` counts days (to the
+/// millisecond) since noon of 24 November 4714 BC, and 1970 began 2440587.5 days later.
+macro_rules! now_ms {
+    () => {
+        "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+    };
+}
+
+const PUT_TOKEN: &str = concat!(
+    "REPLACE INTO idem_tokens (scope, token, expires_at) VALUES ($1, $2, ",
+    now_ms!(),
+    " + $3)"
+);
+
+const LAPSE_TOKENS: &str = "DELETE FROM idem_tokens WHERE scope = $1 AND issued <= (
+    SELECT issued FROM idem_tokens WHERE scope = $1 ORDER BY issued DESC LIMIT 1 OFFSET $2)";
+
+impl Dialect for Sqlite {
+    const STATEMENTS: Statements = Statements {
+        acquire: concat!(
+            "INSERT INTO idem_locks (key, owner, expires_at, fence) VALUES ($1, $2, ",
+            now_ms!(),
+            " + $3, CASE WHEN $4 THEN (SELECT last + 1 FROM idem_fence) END)
+            ON CONFLICT (key) DO UPDATE
+                SET owner = excluded.owner, expires_at = excluded.expires_at,
+                    fence = excluded.fence
+                WHERE idem_locks.expires_at <= ",
+            now_ms!(),
+            " RETURNING true, NULL, NULL, fence"
+        ),
+        read_lock: concat!(
+            "SELECT false, owner, expires_at - ",
+            now_ms!(),
+            ", fence FROM idem_locks WHERE key = $1 AND expires_at > ",
+            now_ms!()
+        ),
+        release: concat!(
+            "DELETE FROM idem_locks WHERE key = $1 AND owner = $2 RETURNING expires_at > ",
+            now_ms!()
+        ),
+        renew: concat!(
+            "UPDATE idem_locks SET expires_at = ",
+            now_ms!(),
+            " + $3 WHERE key = $1 AND owner = $2 AND expires_at > ",
+            now_ms!(),
+            " RETURNING true"
+        ),
+        remaining: concat!(
+            "SELECT expires_at - ",
+            now_ms!(),
+            " FROM idem_locks WHERE key = $1 AND expires_at > ",
+            now_ms!()
+        ),
+        consume_token: concat!(
+            "DELETE FROM idem_tokens WHERE scope = $1 AND token = $2 RETURNING expires_at > ",
+            now_ms!()
+        ),
+        begin_record: concat!(
+            "INSERT INTO idem_records (key, fingerprint, owner, expires_at) VALUES ($1, $2, $3, ",
+            now_ms!(),
+            " + $4)
+            ON CONFLICT (key) DO UPDATE
+                SET fingerprint = excluded.fingerprint, owner = excluded.owner,
+                    response = NULL, expires_at = excluded.expires_at
+                WHERE idem_records.expires_at <= ",
+            now_ms!(),
+            " RETURNING true, NULL, NULL, NULL"
+        ),
+        read_record: concat!(
+            "SELECT false, fingerprint = $2, CASE WHEN fingerprint = $2 THEN response END,
+                expires_at - ",
+            now_ms!(),
+            " FROM idem_records WHERE key = $1 AND expires_at > ",
+            now_ms!()
+        ),
+        complete_record: concat!(
+            "UPDATE idem_records SET owner = NULL, response = $3, expires_at = ",
+            now_ms!(),
+            " + $4 WHERE key = $1 AND owner = $2 AND expires_at > ",
+            now_ms!(),
+            " RETURNING true"
+        ),
+        renew_record: concat!(
+            "UPDATE idem_records SET expires_at = ",
+            now_ms!(),
+            " + $3 WHERE key = $1 AND owner = $2 AND expires_at > ",
+            now_ms!(),
+            " RETURNING true"
+        ),
+        abandon_record: concat!(
+            "DELETE FROM idem_records WHERE key = $1 AND owner = $2 RETURNING expires_at > ",
+            now_ms!()
+        ),
+        purge_locks: concat!(
+            "DELETE FROM idem_locks WHERE key IN (
+                SELECT key FROM idem_locks WHERE expires_at <= ",
+            now_ms!(),
+            " ORDER BY expires_at LIMIT $1)"
+        ),
+        purge_tokens: concat!(
+            "DELETE FROM idem_tokens WHERE issued IN (
+                SELECT issued FROM idem_tokens WHERE expires_at <= ",
+            now_ms!(),
+            " ORDER BY expires_at LIMIT $1)"
+        ),
+        purge_records: concat!(
+            "DELETE FROM idem_records WHERE key IN (
+                SELECT key FROM idem_records WHERE expires_at <= ",
+            now_ms!(),
+            " ORDER BY expires_at LIMIT $1)"
+        ),
+        evict_tokens: "DELETE FROM idem_tokens WHERE issued IN (
+            SELECT issued FROM idem_tokens
+            WHERE issued <= (SELECT max(issued) FROM idem_tokens) - $1
+            ORDER BY issued LIMIT $2)",
+        create_migrations: "CREATE TABLE IF NOT EXISTS idem_migrations (
+            version    INTEGER PRIMARY KEY,
+            name       TEXT NOT NULL,
+            applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+        applied_migrations: "SELECT version FROM idem_migrations",
+        record_migration: "INSERT INTO idem_migrations (version, name) VALUES ($1, $2)",
+    };
+
+    const MIGRATIONS: &'static [Migration] = &[Migration {
+        version: 1,
+        name: "idem_schema",
+        sql: include_str!("../migrations/sqlite/0001_idem_schema.sql"),
+    }];
+
+    /// Takes the write lock at once: a deferred transaction that read first and then
+    /// finds another writer committed meanwhile fails without waiting.
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+
+    /// `BEGIN IMMEDIATE` already lets one migration at a time in.
+    const MIGRATION_LOCK: Option<&'static str> = None;
+
+    /// `SQLITE_BUSY` once the busy timeout has passed, and its variants for a database
+    /// in recovery and a VFS that reports the timeout itself.
+    const TIMEOUT_CODES: &'static [&'static str] = &["5", "261", "773"];
+
+    fn put_token<'a>(
+        pool: &'a sqlx::Pool<Self>,
+        scope: &'a str,
+        token: &'a str,
+        ttl_ms: i64,
+        keep: i64,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            // Two statements (SQLite's `WITH` cannot hold a write), in one transaction.
+            let mut tx = pool.begin_with(Self::BEGIN_WRITE).await?;
+            sqlx::query(PUT_TOKEN)
+                .bind(scope)
+                .bind(token)
+                .bind(ttl_ms)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(LAPSE_TOKENS)
+                .bind(scope)
+                .bind(keep)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        })
+    }
+}

@@ -1,0 +1,567 @@
+//! [`SqlStore`]: the [`Store`] operations as SQL statements, one database's each.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use idem_core::{
+    Acquire, Begin, Fencing, FencingToken, Fingerprint, Key, Owner, Store, StoreError,
+};
+use sqlx::Pool;
+
+use crate::backend::{Arg, LockRow, RecordRow, SqlBackend, is_timeout};
+use crate::builder::{Settings, SqlStoreBuilder};
+use crate::purge::{PurgeTask, Purged};
+
+/// A [`Store`] in a SQL database, on an sqlx pool: `PostgresStore` (feature `postgres`)
+/// or `SqliteStore` (feature `sqlite`).
+///
+/// Every operation is one statement, or (SQLite's `put_token`) one short transaction; the
+/// [crate docs](crate) list them. Every operation, taking a connection from the pool
+/// included, is cut off after the store's [timeout](SqlStoreBuilder::with_timeout)
+/// (default 1 s) with [`StoreError::Timeout`]. Clones share the pool and the purge.
+pub struct SqlStore<DB: sqlx::Database> {
+    inner: Arc<Inner<DB>>,
+}
+
+struct Inner<DB: sqlx::Database> {
+    pool: Pool<DB>,
+    settings: Settings,
+    /// Started by the first operation, which runs on the runtime the purge needs; stopped
+    /// when the last clone is dropped.
+    purge: OnceLock<Option<PurgeTask>>,
+}
+
+impl<DB: sqlx::Database> Clone for SqlStore<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<DB: sqlx::Database> fmt::Debug for SqlStore<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("database", &DB::NAME)
+            .field("pool", &self.inner.pool)
+            .field("settings", &self.inner.settings)
+            .finish()
+    }
+}
+
+impl<DB: SqlBackend> SqlStore<DB> {
+    /// A store on `pool` with the default settings. Run [`migrate`](Self::migrate) once
+    /// (or the crate's SQL in your own migrations) before the first operation.
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "sqlite")]
+    /// # async fn example() -> Result<(), sqlx::Error> {
+    /// let pool = sqlx::SqlitePool::connect("sqlite://idem.db").await?;
+    /// let store = idem_sqlx::SqliteStore::new(pool);
+    /// # Ok(()) }
+    /// ```
+    pub fn new(pool: Pool<DB>) -> Self {
+        Self::builder().build(pool)
+    }
+
+    /// A builder for the timeout, the purge and the token capacity.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// let builder = idem_sqlx::SqliteStore::builder().with_token_capacity(100_000);
+    /// # }
+    /// ```
+    pub fn builder() -> SqlStoreBuilder<DB> {
+        SqlStoreBuilder::default()
+    }
+
+    pub(crate) fn with_settings(pool: Pool<DB>, settings: Settings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                pool,
+                settings,
+                purge: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The pool the store runs its statements on.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.inner.pool
+    }
+
+    /// How long an operation may take.
+    pub fn timeout(&self) -> Duration {
+        self.inner.settings.timeout
+    }
+
+    /// Creates idem's tables (`idem_*`) if they are missing, and brings them up to date:
+    /// the migrations this crate ships that the database has not seen yet run in one
+    /// transaction, recorded in `idem_migrations`. Safe to call from every instance at
+    /// every start; instances starting at once migrate one after the other. Not bounded by
+    /// the store's timeout: creating a table may wait for a lock the application holds.
+    ///
+    /// An application that manages its schema itself may instead copy the files of the
+    /// crate's `migrations/postgres` or `migrations/sqlite` folder into its own
+    /// migrations, and never call this. (The crate keeps its own record rather than sqlx's
+    /// `_sqlx_migrations`, which an application's own `sqlx::migrate!` would refuse to
+    /// share with migrations it does not know.)
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] with the [`sqlx::Error`] when a statement fails.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        DB::migrate(&self.inner.pool)
+            .await
+            .map_err(StoreError::backend)
+    }
+
+    /// Deletes expired windows, locks, tokens and records, and evicts the oldest tokens
+    /// past the [token capacity](SqlStoreBuilder::with_token_capacity): at most
+    /// [`purge_batch`](SqlStoreBuilder::with_purge_batch) rows of each, one statement
+    /// each, so a run's cost is bounded however much has piled up.
+    ///
+    /// The store runs this every [`purge_interval`](SqlStoreBuilder::with_purge_interval)
+    /// by itself; call it yourself when that is off. An expired row counts as absent to
+    /// every operation whether or not it was purged: purging only gives the space back.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when a statement fails or times out; the statements before it have
+    /// taken effect.
+    pub async fn purge(&self) -> Result<Purged, StoreError> {
+        let sql = &DB::STATEMENTS;
+        let settings = &self.inner.settings;
+        let batch = [Arg::Int(settings.purge_batch)];
+        let evict = [
+            Arg::Int(settings.token_capacity),
+            Arg::Int(settings.purge_batch),
+        ];
+        let mut deleted = [0; 4];
+        let runs = [
+            (sql.purge_locks, &batch[..]),
+            (sql.purge_tokens, &batch),
+            (sql.purge_records, &batch),
+            (sql.evict_tokens, &evict),
+        ];
+        for (rows, (sql, args)) in deleted.iter_mut().zip(runs) {
+            *rows = self
+                .run("purge", DB::execute(&self.inner.pool, sql, args))
+                .await?;
+        }
+        let [locks, tokens, records, evicted_tokens] = deleted;
+        Ok(Purged {
+            locks,
+            tokens,
+            records,
+            evicted_tokens,
+        })
+    }
+
+    /// Completes the record `owner` began, inside the caller's own transaction (or on a
+    /// connection of the caller's): the business write and the stored response commit
+    /// together, or neither does.
+    ///
+    /// The same statement as [`Store::complete_record`], with the same fencing: `true`
+    /// only if the record is still in progress and still `owner`'s. On `false` another
+    /// attempt owns the key now (this one's lease ran out): roll the transaction back, so
+    /// the business write does not happen twice.
+    ///
+    /// Until the transaction ends, the record's row stays locked: a retry that arrives
+    /// meanwhile waits for the commit or the rollback (at most its store's timeout), then
+    /// sees the record completed, or still in progress. Keep the transaction short.
+    ///
+    /// It runs under the connection's own limits (such as PostgreSQL's
+    /// `statement_timeout`), not the store's timeout: cutting a statement off half-way
+    /// through the caller's transaction would leave that transaction in an unknown state.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] with the [`sqlx::Error`] when the statement fails; the
+    /// transaction is then aborted (PostgreSQL) and must be rolled back.
+    pub async fn complete_record_in(
+        conn: &mut DB::Connection,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let args = complete_args(key, owner, &response, retention);
+        DB::fetch_on::<(bool,)>(conn, DB::STATEMENTS.complete_record, &args)
+            .await
+            .map(|row| row.is_some())
+            .map_err(|error| store_error::<DB>(error, "complete_record_in", None))
+    }
+
+    /// Runs `op` under the store's timeout, and starts the purge on first use.
+    async fn run<T>(
+        &self,
+        operation: &'static str,
+        op: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, StoreError> {
+        self.start_purge();
+        let timeout = self.inner.settings.timeout;
+        match tokio::time::timeout(timeout, op).await {
+            Ok(result) => {
+                result.map_err(|error| store_error::<DB>(error, operation, Some(timeout)))
+            }
+            Err(_elapsed) => Err(StoreError::Timeout(timeout)),
+        }
+    }
+
+    /// Runs a statement that answers at most one boolean: whether it found a row, and
+    /// what the row says.
+    async fn flag(
+        &self,
+        operation: &'static str,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Option<bool>, StoreError> {
+        let row = DB::fetch::<(bool,)>(&self.inner.pool, sql, args);
+        Ok(self.run(operation, row).await?.map(|(flag,)| flag))
+    }
+
+    fn start_purge(&self) {
+        self.inner.purge.get_or_init(|| {
+            let every = self.inner.settings.purge_interval?;
+            PurgeTask::spawn(Arc::downgrade(&self.inner), every, |inner| async move {
+                Self { inner }.purge().await
+            })
+        });
+    }
+
+    /// Claims with `claim`; when it was refused without saying by whom (or by a row that
+    /// has expired since), reads the current row with `read`; when that finds none (it was
+    /// released in between), claims again. The caller's timeout bounds the loop.
+    async fn claim_or_read<R, CF, RF>(
+        claim: impl Fn() -> CF,
+        read: impl Fn() -> RF,
+        answers: impl Fn(&R) -> bool,
+    ) -> Result<R, sqlx::Error>
+    where
+        CF: Future<Output = Result<Option<R>, sqlx::Error>>,
+        RF: Future<Output = Result<Option<R>, sqlx::Error>>,
+    {
+        loop {
+            if let Some(row) = claim().await?.filter(&answers) {
+                return Ok(row);
+            }
+            if let Some(row) = read().await? {
+                return Ok(row);
+            }
+        }
+    }
+}
+
+/// The arguments of `complete_record`, in and out of a caller's transaction.
+fn complete_args<'a>(
+    key: &'a Key,
+    owner: &'a Owner,
+    response: &'a Bytes,
+    retention: Duration,
+) -> [Arg<'a>; 4] {
+    [
+        Arg::Text(key.as_str()),
+        Arg::Text(owner.as_str()),
+        Arg::Bytes(response),
+        Arg::Int(millis(retention)),
+    ]
+}
+
+/// An sqlx error as the store reports it: a wait the database gave up on is a timeout, an
+/// answer that does not decode is unexpected, anything else the backend's own error.
+fn store_error<DB: SqlBackend>(
+    error: sqlx::Error,
+    operation: &'static str,
+    timeout: Option<Duration>,
+) -> StoreError {
+    match (&error, timeout) {
+        (error, Some(timeout)) if is_timeout::<DB>(error) => StoreError::Timeout(timeout),
+        (
+            sqlx::Error::ColumnDecode { .. }
+            | sqlx::Error::ColumnNotFound(_)
+            | sqlx::Error::ColumnIndexOutOfBounds { .. }
+            | sqlx::Error::Decode(_)
+            | sqlx::Error::TypeNotFound { .. },
+            _,
+        ) => unexpected(operation, error),
+        _ => StoreError::backend(error),
+    }
+}
+
+fn unexpected(operation: &'static str, answer: impl ToString) -> StoreError {
+    StoreError::UnexpectedAnswer {
+        operation,
+        answer: answer.to_string(),
+    }
+}
+
+/// The longest TTL kept, a century, as every store in idem keeps it.
+const LONGEST_TTL_MS: i64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
+/// A TTL in whole milliseconds: at least 1, at most a century.
+fn millis(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis())
+        .unwrap_or(i64::MAX)
+        .clamp(1, LONGEST_TTL_MS)
+}
+
+/// Milliseconds left of a row the statement found live; `None` for an answer without them.
+fn left(ms: Option<i64>) -> Option<Duration> {
+    ms.map(|ms| Duration::from_millis(ms.max(1).unsigned_abs()))
+}
+
+fn fence(value: Option<i64>) -> Result<Option<FencingToken>, String> {
+    value
+        .map(|value| {
+            u64::try_from(value)
+                .map(FencingToken::new)
+                .map_err(|_| format!("fencing token {value}"))
+        })
+        .transpose()
+}
+
+/// What a [`LockRow`] says to the caller `owner`; an answer it cannot read, as text.
+fn acquired(
+    (claimed, holder, remaining, drawn): LockRow,
+    owner: &Owner,
+    fencing: Fencing,
+) -> Result<Acquire, String> {
+    let fence = fence(drawn)?;
+    if claimed {
+        if fencing == Fencing::On && fence.is_none() {
+            return Err("a fenced acquisition without a fencing token".to_owned());
+        }
+        return Ok(Acquire::Acquired { fence });
+    }
+    match (holder, left(remaining)) {
+        (Some(holder), Some(remaining)) if holder == owner.as_str() => {
+            Ok(Acquire::Reentered { remaining, fence })
+        }
+        (Some(_), Some(remaining)) => Ok(Acquire::Held { remaining }),
+        row => Err(format!("{row:?}")),
+    }
+}
+
+/// What a [`RecordRow`] says; an answer it cannot read, as text.
+fn begun((started, same, response, remaining): RecordRow) -> Result<Begin, String> {
+    if started {
+        return Ok(Begin::Started);
+    }
+    match (same, response, left(remaining)) {
+        (Some(false), _, _) => Ok(Begin::Mismatch),
+        (Some(true), Some(response), _) => Ok(Begin::Completed {
+            response: Bytes::from(response),
+        }),
+        (Some(true), None, Some(remaining)) => Ok(Begin::InProgress { remaining }),
+        row => Err(format!("{row:?}")),
+    }
+}
+
+/// Whether a row answers the operation: the caller claimed, or the row it met was live.
+fn lock_answers((claimed, _, remaining, _): &LockRow) -> bool {
+    *claimed || remaining.is_some_and(|ms| ms > 0)
+}
+
+fn record_answers((started, _, _, remaining): &RecordRow) -> bool {
+    *started || remaining.is_some_and(|ms| ms > 0)
+}
+
+impl<DB: SqlBackend> Store for SqlStore<DB> {
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+    ) -> Result<Acquire, StoreError> {
+        let (pool, sql) = (&self.inner.pool, &DB::STATEMENTS);
+        let claim = [
+            Arg::Text(key.as_str()),
+            Arg::Text(owner.as_str()),
+            Arg::Int(millis(ttl)),
+            Arg::Bool(fencing == Fencing::On),
+        ];
+        let read = [Arg::Text(key.as_str())];
+        let row = Self::claim_or_read(
+            || DB::fetch::<LockRow>(pool, sql.acquire, &claim),
+            || DB::fetch::<LockRow>(pool, sql.read_lock, &read),
+            lock_answers,
+        );
+        acquired(self.run("acquire", row).await?, owner, fencing)
+            .map_err(|answer| unexpected("acquire", answer))
+    }
+
+    async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
+        let live = self.flag("release", DB::STATEMENTS.release, &args).await?;
+        Ok(live == Some(true))
+    }
+
+    async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
+        let args = [
+            Arg::Text(key.as_str()),
+            Arg::Text(owner.as_str()),
+            Arg::Int(millis(ttl)),
+        ];
+        let renewed = self.flag("renew", DB::STATEMENTS.renew, &args).await?;
+        Ok(renewed.is_some())
+    }
+
+    async fn remaining(&self, key: &Key) -> Result<Option<Duration>, StoreError> {
+        let args = [Arg::Text(key.as_str())];
+        let ms = DB::fetch::<(i64,)>(&self.inner.pool, DB::STATEMENTS.remaining, &args);
+        Ok(left(self.run("remaining", ms).await?.map(|(ms,)| ms)))
+    }
+
+    async fn put_token(
+        &self,
+        scope: &Key,
+        token: &Key,
+        ttl: Duration,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
+        let put = DB::put_token(
+            &self.inner.pool,
+            scope.as_str(),
+            token.as_str(),
+            millis(ttl),
+            keep,
+        );
+        self.run("put_token", put).await
+    }
+
+    async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
+        let args = [Arg::Text(scope.as_str()), Arg::Text(token.as_str())];
+        let live = self
+            .flag("consume_token", DB::STATEMENTS.consume_token, &args)
+            .await?;
+        Ok(live == Some(true))
+    }
+
+    async fn begin_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, StoreError> {
+        let (pool, sql) = (&self.inner.pool, &DB::STATEMENTS);
+        let claim = [
+            Arg::Text(key.as_str()),
+            Arg::Bytes(fingerprint.as_bytes()),
+            Arg::Text(owner.as_str()),
+            Arg::Int(millis(lease)),
+        ];
+        let read = [Arg::Text(key.as_str()), Arg::Bytes(fingerprint.as_bytes())];
+        let row = Self::claim_or_read(
+            || DB::fetch::<RecordRow>(pool, sql.begin_record, &claim),
+            || DB::fetch::<RecordRow>(pool, sql.read_record, &read),
+            record_answers,
+        );
+        begun(self.run("begin_record", row).await?)
+            .map_err(|answer| unexpected("begin_record", answer))
+    }
+
+    async fn complete_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let args = complete_args(key, owner, &response, retention);
+        let completed = self.flag("complete_record", DB::STATEMENTS.complete_record, &args);
+        Ok(completed.await?.is_some())
+    }
+
+    async fn renew_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let args = [
+            Arg::Text(key.as_str()),
+            Arg::Text(owner.as_str()),
+            Arg::Int(millis(lease)),
+        ];
+        let renewed = self.flag("renew_record", DB::STATEMENTS.renew_record, &args);
+        Ok(renewed.await?.is_some())
+    }
+
+    async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
+        let live = self.flag("abandon_record", DB::STATEMENTS.abandon_record, &args);
+        Ok(live.await? == Some(true))
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use idem_core::conformance::eventually;
+
+    use super::*;
+    use crate::SqliteStore;
+
+    #[tokio::test]
+    async fn the_purge_starts_with_the_first_operation_and_stops_with_the_last_clone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::builder()
+            .with_purge_interval(Some(Duration::from_millis(1)))
+            .open(dir.path().join("idem.db"))
+            .await
+            .unwrap();
+        assert!(
+            store.inner.purge.get().is_none(),
+            "not before the first operation"
+        );
+        store.migrate().await.unwrap();
+        store.remaining(&Key::new("k").unwrap()).await.unwrap();
+        let (weak, clone) = (Arc::downgrade(&store.inner), store.clone());
+        drop(store);
+        let running = |weak: &std::sync::Weak<Inner<sqlx::Sqlite>>| {
+            weak.upgrade()
+                .and_then(|inner| inner.purge.get()?.as_ref().map(|task| !task.is_finished()))
+        };
+        assert_eq!(running(&weak), Some(true), "a clone keeps it running");
+        drop(clone);
+        eventually(Duration::from_secs(5), "the store is dropped", || async {
+            weak.upgrade().is_none()
+        })
+        .await;
+    }
+
+    #[test]
+    fn ttls_are_kept_within_a_millisecond_and_a_century() {
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(Duration::from_micros(1500)), 1);
+        assert_eq!(millis(Duration::MAX), LONGEST_TTL_MS);
+    }
+
+    #[test]
+    fn rows_that_make_no_sense_are_unexpected_answers() {
+        let owner = Owner::new("me").unwrap();
+        for row in [
+            (false, None, Some(5), None),
+            (false, Some("me".to_owned()), None, None),
+            (false, Some("me".to_owned()), Some(5), Some(-1)),
+            (true, None, None, None),
+        ] {
+            assert!(
+                acquired(row.clone(), &owner, Fencing::On).is_err(),
+                "{row:?}"
+            );
+        }
+        for row in [
+            (false, None, None, Some(5)),
+            (false, Some(true), None, None),
+        ] {
+            assert!(begun(row.clone()).is_err(), "{row:?}");
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! What only the SQL stores (`idem_sqlx`) have to get right, beyond the conformance suite:
+//! their migrations, the bounded purge and the token capacity, timeouts on a database
+//! that does not answer, completing a record inside the application's own transaction,
+//! several instances (pools) on one database, fencing tokens across a restart, and rows
+//! the store cannot read. Every case runs on a real PostgreSQL server and on a SQLite
+//! file.
+
+use std::any::Any;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store, StoreError};
+use idem_sqlx::{PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
+use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually};
+use sqlx::{Executor, FromRow, Pool, Postgres, Sqlite};
+
+const LONG: Duration = Duration::from_secs(60);
+const SHORT: Duration = Duration::from_millis(20);
+/// The store timeout of the timeout cases, and what they allow on top of it.
+const TIMEOUT: Duration = Duration::from_millis(300);
+const SLACK: Duration = Duration::from_millis(300);
+
+fn key(name: &str) -> Key {
+    Key::new(name).expect("a valid test key")
+}
+
+/// A database of one kind, with what the cases need to look at it from outside the
+/// store, as the application would: with a pool of its own.
+trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
+    type DB: SqlBackend + Statements;
+
+    /// Begins a transaction that writes, as an application does on this database.
+    const BEGIN: &'static str;
+
+    /// Locks idem's tables against writes, inside a transaction begun with
+    /// [`BEGIN`](Self::BEGIN) (which is enough by itself in SQLite).
+    const LOCK_TABLES: &'static str;
+
+    /// The database's URL.
+    fn url(&self) -> String;
+
+    /// Another store (a pool of its own, as another instance would have) with the
+    /// settings of `builder`, on this database, with the tables created.
+    async fn store_with(&self, builder: SqlStoreBuilder<Self::DB>) -> SqlStore<Self::DB>;
+
+    /// A pool of the application's own.
+    async fn pool(&self) -> Pool<Self::DB> {
+        Pool::connect(&self.url())
+            .await
+            .expect("the application's pool")
+    }
+
+    /// The rows of `table`.
+    async fn count(&self, table: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM {table}");
+        Self::DB::count(&self.pool().await, &sql)
+            .await
+            .expect("a count")
+    }
+
+    /// Runs `sql` on the application's pool.
+    async fn execute(&self, sql: &str) {
+        let pool = self.pool().await;
+        Self::DB::execute(&pool, sql)
+            .await
+            .expect("the test's statement");
+    }
+
+    /// Holds a write lock on idem's tables, from a connection of its own, until dropped.
+    async fn lock_tables(&self) -> Box<dyn Any + Send> {
+        let mut tx = self
+            .pool()
+            .await
+            .begin_with(Self::BEGIN)
+            .await
+            .expect("a transaction");
+        Self::DB::execute_on(&mut tx, Self::LOCK_TABLES)
+            .await
+            .expect("the tables locked");
+        Box::new(tx)
+    }
+
+    /// Inserts an order and completes `key`'s record in one transaction of the
+    /// application's own, then commits it or rolls it back: what `complete_record_in`
+    /// answered.
+    async fn order_in_transaction(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+        commit: bool,
+    ) -> Result<bool, StoreError> {
+        let pool = self.pool().await;
+        Self::DB::execute(&pool, "CREATE TABLE IF NOT EXISTS orders (item TEXT)")
+            .await
+            .expect("the orders table");
+        let mut tx = pool.begin_with(Self::BEGIN).await.expect("a transaction");
+        Self::DB::execute_on(&mut tx, "INSERT INTO orders (item) VALUES ('book')")
+            .await
+            .expect("the order");
+        let completed =
+            SqlStore::<Self::DB>::complete_record_in(&mut tx, key, owner, response, LONG).await;
+        if commit {
+            tx.commit().await.expect("commit");
+        } else {
+            tx.rollback().await.expect("rollback");
+        }
+        completed
+    }
+}
+
+/// Statements of the test's own, on any database sqlx runs them on.
+trait Statements: sqlx::Database {
+    /// The one integer `sql` answers.
+    fn count<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<i64, sqlx::Error>>;
+
+    /// Runs `sql`, one statement or several.
+    fn execute<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+
+    /// Runs `sql` on a connection (in a transaction).
+    fn execute_on<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+}
+
+impl<DB> Statements for DB
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+{
+    fn count<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<i64, sqlx::Error>> {
+        let row = pool.fetch_one(sqlx::raw_sql(sql));
+        Box::pin(async move { <(i64,)>::from_row(&row.await?).map(|(count,)| count) })
+    }
+
+    fn execute<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        let done = pool.execute(sqlx::raw_sql(sql));
+        Box::pin(async move { done.await.map(drop) })
+    }
+
+    fn execute_on<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        let done = conn.execute(sqlx::raw_sql(sql));
+        Box::pin(async move { done.await.map(drop) })
+    }
+}
+
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl Database for PostgresBackend {
+    type DB = Postgres;
+
+    const BEGIN: &'static str = "BEGIN";
+
+    const LOCK_TABLES: &'static str =
+        "LOCK TABLE idem_locks, idem_tokens, idem_records IN ACCESS EXCLUSIVE MODE";
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    async fn store_with(&self, builder: SqlStoreBuilder<Postgres>) -> PostgresStore {
+        self.server.store_with(builder).await
+    }
+}
+
+impl Database for SqliteBackend {
+    type DB = Sqlite;
+
+    /// Takes the write lock at the start, so no other writer can slip in between the
+    /// transaction's reads and its writes.
+    const BEGIN: &'static str = "BEGIN IMMEDIATE";
+
+    const LOCK_TABLES: &'static str = "SELECT 1";
+
+    fn url(&self) -> String {
+        format!("sqlite://{}", self.path().display())
+    }
+
+    async fn store_with(&self, builder: SqlStoreBuilder<Sqlite>) -> SqliteStore {
+        let store = builder
+            .open(self.path())
+            .await
+            .expect("a store on the file");
+        store.migrate().await.expect("idem's tables");
+        store
+    }
+}
+
+/// A store that purges only when asked.
+fn manual<DB: SqlBackend>() -> SqlStoreBuilder<DB> {
+    SqlStore::<DB>::builder().with_purge_interval(None)
+}
+
+/// Waits until `key`'s lock has expired.
+async fn until_expired<S: Store + Clone>(store: &S, key: &Key) {
+    eventually(Duration::from_secs(5), "the lock expires", || {
+        let (store, key) = (store.clone(), key.clone());
+        async move { store.remaining(&key).await.unwrap().is_none() }
+    })
+    .await;
+}
+
+macro_rules! on_both_databases {
+    ($($case:ident),+ $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::PostgresBackend>().await;
+                }
+            )+
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case::<idem_tests::SqliteBackend>().await;
+                }
+            )+
+        }
+    };
+}
+
+on_both_databases!(
+    migrations_run_twice_and_from_several_instances_at_once,
+    the_purge_deletes_expired_rows_and_keeps_live_ones,
+    a_purge_run_deletes_at_most_a_batch_of_each_table,
+    tokens_past_the_capacity_are_evicted_oldest_first,
+    the_store_purges_by_itself,
+    a_locked_database_is_a_timeout_not_a_hang,
+    a_record_completed_in_a_rolled_back_transaction_stays_in_progress,
+    a_record_completed_in_a_committed_transaction_is_replayed,
+    a_stale_owner_cannot_complete_inside_a_transaction,
+    several_instances_on_one_database_have_one_winner,
+    fencing_tokens_keep_growing_across_a_restart,
+    a_row_the_store_cannot_read_is_an_unexpected_answer,
+);
+
+async fn migrations_run_twice_and_from_several_instances_at_once<D: Database>() {
+    let db = D::start().await;
+    let stores = [
+        db.store_with(manual()).await,
+        db.store_with(manual()).await,
+        db.store_with(manual()).await,
+    ];
+    let results = all_at_once(stores.len(), |i| {
+        let store = stores[i].clone();
+        async move { store.migrate().await }
+    })
+    .await;
+    for result in results {
+        result.expect("migrate");
+    }
+    db.store().migrate().await.expect("and once more");
+    assert_eq!(db.count("idem_migrations").await, 1, "each migration once");
+    let store = db.store();
+    let owner = Owner::random();
+    assert!(matches!(
+        store
+            .acquire(&key("after"), &owner, LONG, Fencing::On)
+            .await,
+        Ok(Acquire::Acquired { fence: Some(_) })
+    ));
+}
+
+async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: Database>() {
+    let db = D::start().await;
+    let store = db.store_with(manual()).await;
+    let (owner, fp, scope) = (Owner::random(), Fingerprint::of(["x"]), key("client"));
+    for i in 0..10 {
+        let ttl = if i < 6 { SHORT } else { LONG };
+        let name = key(&format!("k{i}"));
+        store
+            .acquire(&name, &owner, ttl, Fencing::On)
+            .await
+            .unwrap();
+        store.put_token(&scope, &name, ttl, 100).await.unwrap();
+        store.begin_record(&name, &owner, &fp, ttl).await.unwrap();
+    }
+    until_expired(&store, &key("k5")).await;
+
+    let purged = store.purge().await.expect("purge");
+    assert_eq!(
+        (
+            purged.locks,
+            purged.tokens,
+            purged.records,
+            purged.evicted_tokens
+        ),
+        (6, 6, 6, 0)
+    );
+    for table in ["idem_locks", "idem_tokens", "idem_records"] {
+        assert_eq!(db.count(table).await, 4, "{table}: the live rows are left");
+    }
+    assert!(store.release(&key("k9"), &owner).await.unwrap());
+    assert!(store.consume_token(&scope, &key("k9")).await.unwrap());
+    assert!(
+        store
+            .complete_record(&key("k9"), &owner, Bytes::from_static(b"ok"), LONG)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.purge().await.unwrap(), Default::default());
+}
+
+async fn a_purge_run_deletes_at_most_a_batch_of_each_table<D: Database>() {
+    let db = D::start().await;
+    let store = db.store_with(manual().with_purge_batch(4)).await;
+    let owner = Owner::random();
+    for i in 0..10 {
+        let name = key(&format!("k{i}"));
+        store
+            .acquire(&name, &owner, SHORT, Fencing::Off)
+            .await
+            .unwrap();
+    }
+    until_expired(&store, &key("k9")).await;
+    let mut runs = Vec::new();
+    loop {
+        let locks = store.purge().await.unwrap().locks;
+        runs.push(locks);
+        if locks == 0 {
+            break;
+        }
+    }
+    assert_eq!(runs, [4, 4, 2, 0]);
+}
+
+async fn tokens_past_the_capacity_are_evicted_oldest_first<D: Database>() {
+    let db = D::start().await;
+    let store = db
+        .store_with(manual().with_token_capacity(5).with_purge_batch(100))
+        .await;
+    let token = |i: usize| key(&format!("token-{i}"));
+    let scope = |i: usize| key(&format!("client-{i}"));
+    for i in 0..20 {
+        store
+            .put_token(&scope(i), &token(i), LONG, 16)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.purge().await.unwrap().evicted_tokens, 15);
+    assert_eq!(db.count("idem_tokens").await, 5);
+    for i in 0..15 {
+        assert!(
+            !store.consume_token(&scope(i), &token(i)).await.unwrap(),
+            "{i} evicted"
+        );
+    }
+    for i in 15..20 {
+        assert!(
+            store.consume_token(&scope(i), &token(i)).await.unwrap(),
+            "{i} kept"
+        );
+    }
+}
+
+async fn the_store_purges_by_itself<D: Database>() {
+    let db = D::start().await;
+    let store = db
+        .store_with(
+            SqlStore::<D::DB>::builder().with_purge_interval(Some(Duration::from_millis(10))),
+        )
+        .await;
+    for i in 0..10 {
+        let name = key(&format!("k{i}"));
+        store
+            .acquire(&name, &Owner::random(), SHORT, Fencing::Off)
+            .await
+            .unwrap();
+    }
+    eventually(
+        Duration::from_secs(10),
+        "the expired rows are purged",
+        || async { db.count("idem_locks").await == 0 },
+    )
+    .await;
+}
+
+async fn a_locked_database_is_a_timeout_not_a_hang<D: Database>() {
+    let db = D::start().await;
+    let store = db.store_with(manual().with_timeout(TIMEOUT)).await;
+    let lock = db.lock_tables().await;
+    let started = Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.acquire(&key("blocked"), &Owner::random(), LONG, Fencing::Off),
+    )
+    .await
+    .expect("the store answers; it does not hang");
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(answer, Err(StoreError::Timeout(timeout)) if timeout == TIMEOUT),
+        "{answer:?}"
+    );
+    assert!(elapsed < TIMEOUT + SLACK, "took {elapsed:?}");
+    drop(lock);
+    // The connection the timeout cut off is of use again, or replaced.
+    eventually(Duration::from_secs(5), "the store answers again", || {
+        let store = store.clone();
+        async move {
+            store
+                .acquire(&key("free"), &Owner::random(), LONG, Fencing::Off)
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+}
+
+async fn a_record_completed_in_a_rolled_back_transaction_stays_in_progress<D: Database>() {
+    let db = D::start().await;
+    let store = db.store();
+    let (record, owner, fp) = (key("order-1"), Owner::random(), Fingerprint::of(["order"]));
+    assert_eq!(
+        store
+            .begin_record(&record, &owner, &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Started
+    );
+    let completed = db
+        .order_in_transaction(&record, &owner, Bytes::from_static(b"created"), false)
+        .await;
+    assert!(completed.expect("complete_record_in"), "completed inside");
+    assert!(matches!(
+        store
+            .begin_record(&record, &Owner::random(), &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::InProgress { .. }
+    ));
+    assert_eq!(
+        db.count("orders").await,
+        0,
+        "the order was rolled back with it"
+    );
+    // Still the owner's to complete (or to abandon).
+    assert!(store.abandon_record(&record, &owner).await.unwrap());
+}
+
+async fn a_record_completed_in_a_committed_transaction_is_replayed<D: Database>() {
+    let db = D::start().await;
+    let store = db.store();
+    let (record, owner, fp) = (key("order-2"), Owner::random(), Fingerprint::of(["order"]));
+    store
+        .begin_record(&record, &owner, &fp, LONG)
+        .await
+        .unwrap();
+    // Not UTF-8: stored byte for byte.
+    let response = Bytes::from_static(b"201 \x00\xff created");
+    let completed = db
+        .order_in_transaction(&record, &owner, response.clone(), true)
+        .await;
+    assert!(completed.expect("complete_record_in"));
+    assert_eq!(
+        store
+            .begin_record(&record, &Owner::random(), &fp, LONG)
+            .await
+            .unwrap(),
+        Begin::Completed { response }
+    );
+    assert_eq!(db.count("orders").await, 1);
+    assert!(
+        !store
+            .complete_record(&record, &owner, Bytes::from_static(b"again"), LONG)
+            .await
+            .unwrap(),
+        "completed once"
+    );
+}
+
+async fn a_stale_owner_cannot_complete_inside_a_transaction<D: Database>() {
+    let db = D::start().await;
+    let store = db.store();
+    let (record, stale, fresh) = (key("order-3"), Owner::random(), Owner::random());
+    let fp = Fingerprint::of(["order"]);
+    store
+        .begin_record(&record, &stale, &fp, SHORT)
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the lease runs out and a retry begins",
+        || {
+            let (store, record, fresh) = (store.clone(), record.clone(), fresh.clone());
+            async move {
+                store
+                    .begin_record(&record, &fresh, &fp, LONG)
+                    .await
+                    .unwrap()
+                    == Begin::Started
+            }
+        },
+    )
+    .await;
+    let completed = db
+        .order_in_transaction(&record, &stale, Bytes::from_static(b"stale"), false)
+        .await;
+    assert!(
+        !completed.expect("complete_record_in"),
+        "fenced: the caller rolls back"
+    );
+    assert!(
+        store
+            .complete_record(&record, &fresh, Bytes::from_static(b"fresh"), LONG)
+            .await
+            .unwrap()
+    );
+}
+
+async fn several_instances_on_one_database_have_one_winner<D: Database>() {
+    let db = D::start().await;
+    let stores = [
+        db.store(),
+        db.store_of_another_instance(),
+        db.store_with(SqlStore::<D::DB>::builder()).await,
+        db.store_with(SqlStore::<D::DB>::builder()).await,
+    ];
+    let fp = Fingerprint::of(["race"]);
+    let results = all_at_once(400, |i| {
+        let store = stores[i % stores.len()].clone();
+        async move {
+            let acquired = store
+                .acquire(&key("race"), &Owner::random(), LONG, Fencing::On)
+                .await
+                .expect("acquire");
+            let begun = store
+                .begin_record(&key("race"), &Owner::random(), &fp, LONG)
+                .await
+                .expect("begin_record");
+            (acquired, begun)
+        }
+    })
+    .await;
+    let winners = results
+        .iter()
+        .filter(|(acquired, _)| matches!(acquired, Acquire::Acquired { .. }))
+        .count();
+    let started = results
+        .iter()
+        .filter(|(_, begun)| *begun == Begin::Started)
+        .count();
+    assert_eq!((winners, started), (1, 1));
+}
+
+async fn fencing_tokens_keep_growing_across_a_restart<D: Database>() {
+    let db = D::start().await;
+    let lock = key("fenced");
+    let mut last = 0;
+    for _ in 0..3 {
+        // A new store and pool each time, as a restarted instance has.
+        let store = db.store_with(manual()).await;
+        let owner = Owner::random();
+        let Ok(Acquire::Acquired { fence: Some(fence) }) =
+            store.acquire(&lock, &owner, LONG, Fencing::On).await
+        else {
+            panic!("the lock is free");
+        };
+        assert!(fence.get() > last, "{} after {last}", fence.get());
+        last = fence.get();
+        assert!(store.release(&lock, &owner).await.unwrap());
+    }
+}
+
+async fn a_row_the_store_cannot_read_is_an_unexpected_answer<D: Database>() {
+    let db = D::start().await;
+    let store = db.store();
+    let (lock, owner) = (key("tampered"), Owner::random());
+    store
+        .acquire(&lock, &owner, LONG, Fencing::On)
+        .await
+        .unwrap();
+    db.execute("UPDATE idem_locks SET fence = -5").await;
+    let answer = store.acquire(&lock, &owner, LONG, Fencing::On).await;
+    assert!(
+        matches!(
+            &answer,
+            Err(StoreError::UnexpectedAnswer { operation: "acquire", answer }) if answer.contains("-5")
+        ),
+        "{answer:?}"
+    );
+}
