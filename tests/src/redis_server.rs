@@ -111,19 +111,32 @@ impl RedisServer {
     /// When the new server does not come up.
     pub fn restart(&mut self) {
         self.stop();
+        self.start_again();
+    }
+
+    /// Kills the server (`SIGKILL`, as a crash): clients meet refused connections until
+    /// [`start_again`](Self::start_again). With `--appendonly yes` the data written so far
+    /// is in its append-only file, in its data directory.
+    pub fn stop(&mut self) {
+        // Already gone is fine; there is nothing else to do about it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on its port and data directory, after
+    /// [`stop`](Self::stop): with `--appendonly yes`, from its append-only file.
+    ///
+    /// # Panics
+    ///
+    /// When the new server does not come up.
+    pub fn start_again(&mut self) {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         self.child = launch(self.port, self.dir.path(), &extra);
         assert!(
             self.wait_until_ready(),
-            "redis-server did not restart on port {}",
+            "redis-server did not start again on port {}",
             self.port
         );
-    }
-
-    fn stop(&mut self) {
-        // Already gone is fine; there is nothing else to do about it.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 
     /// Waits for `PING` to answer; `false` if the process exited first (port taken).

@@ -991,6 +991,63 @@ async fn a_response_compressed_inside_the_layer_is_replayed_only_to_requests_tha
 const TIMEOUT: Duration = Duration::from_millis(200);
 const SLACK: Duration = Duration::from_millis(800);
 
+/// The handler has run and committed when Redis crashes, so the response cannot be stored
+/// then; Redis comes back from its append-only file. The response is stored once it is
+/// back, so a retry replays it: the handler does not run a second time once the record's
+/// lease would have run out, and its client was answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_response_redis_could_not_take_is_stored_once_it_is_back() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let lease = Duration::from_secs(3);
+    let store = server.store_with(idem_axum::RedisStore::builder().with_timeout(TIMEOUT));
+    let shop = Shop::new();
+    let idem = Idem::builder()
+        .with_store(store)
+        .with_client_identity(ClientHeader::new(CLIENT))
+        .build();
+    let app = Router::new()
+        .route(
+            "/gated",
+            post(gated).route_layer(IdempotencyLayer::new().with_lease(lease)),
+        )
+        .with_state(shop.clone())
+        .layer(idem.layer());
+
+    let in_flight = tokio::spawn({
+        let app = app.clone();
+        async move { post_key(&app, "/gated", "crash-1").await }
+    });
+    shop.until_runs(1).await;
+    server.stop();
+    let stopped_at = Instant::now();
+    shop.open_gate();
+    let answered = in_flight.await.unwrap();
+    assert_eq!(answered.status(), StatusCode::CREATED);
+    assert!(
+        stopped_at.elapsed() < TIMEOUT + SLACK,
+        "the client is answered within the store's timeout: {:?}",
+        stopped_at.elapsed()
+    );
+
+    server.start_again();
+    // A second run, were there one, would not wait at the gate: it would answer.
+    shop.open_gate();
+    // Retries until the first attempt's lease would have run out three times over: each
+    // is a replay or a 409 while the record is in progress, never a second run.
+    let deadline = Instant::now() + 3 * lease;
+    let replay = loop {
+        let retry = Seen::of(post_key(&app, "/gated", "crash-1").await).await;
+        if retry.replayed() {
+            break retry;
+        }
+        assert_eq!(retry.status, StatusCode::CONFLICT, "{retry:?}");
+        assert!(Instant::now() < deadline, "never replayed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(replay.status, StatusCode::CREATED);
+    assert_eq!(shop.runs(), 1, "the handler ran once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_failing_mid_test_follows_the_policy_without_hanging() {
     let server = RedisServer::start();

@@ -76,12 +76,74 @@ impl Record {
     /// Stores `response`, the encoding of a response with `status`. A store out of room
     /// for it (a full `MemoryStore`) keeps the "too large to replay" note instead, so a
     /// retry is refused rather than run a second time.
+    ///
+    /// A store that cannot answer now (Redis restarting, a network fault) gets the
+    /// completion again, in the background, until it answers: the handler has run, and
+    /// a record left in progress would let a retry run it a second time once its lease
+    /// ran out. The client gets its response meanwhile.
     async fn complete(&self, response: Bytes, status: StatusCode, retention: Duration) {
+        match self.try_complete(response.clone(), status, retention).await {
+            Ok(stored) => self.completed(stored, false),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "idem: the response could not be stored yet; storing it again until the \
+                     store answers"
+                );
+                let Ok(runtime) = Handle::try_current() else {
+                    return;
+                };
+                let record = self.clone();
+                runtime.spawn(async move {
+                    record
+                        .complete_when_the_store_answers(response, status, retention)
+                        .await;
+                });
+            }
+        }
+    }
+
+    /// Completes the record again and again, ever less often (from 50 ms up to 1 s
+    /// apart), until the store answers or `retention` has passed.
+    async fn complete_when_the_store_answers(
+        self,
+        response: Bytes,
+        status: StatusCode,
+        retention: Duration,
+    ) {
+        let deadline = tokio::time::Instant::now() + retention;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+            match self.try_complete(response.clone(), status, retention).await {
+                Ok(stored) => return self.completed(stored, true),
+                Err(_) if tokio::time::Instant::now() < deadline => {}
+                Err(error) => {
+                    tracing::error!(
+                        %error,
+                        "idem: the response could not be stored within its retention; a \
+                         retry runs again once the lease ends"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One attempt at completing the record, falling back to the "too large" note when
+    /// the store has no room for the response.
+    async fn try_complete(
+        &self,
+        response: Bytes,
+        status: StatusCode,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
         let stored = self
             .store
             .complete_record(self.key(), self.owner(), response, retention)
             .await;
-        let stored = match stored {
+        match stored {
             Err(StoreError::Memory { .. }) => {
                 tracing::warn!("idem: no room to store the response; retries get 409");
                 let note = stored_response::encode_too_large(status);
@@ -90,19 +152,28 @@ impl Record {
                     .await
             }
             other => other,
-        };
-        match stored {
-            Ok(true) => tracing::debug!("idem: response stored"),
-            Ok(false) if self.handle.taken_over() => tracing::debug!(
+        }
+    }
+
+    /// Logs what a completion the store answered came to; `again` after an attempt whose
+    /// outcome is unknown (a timeout can strike after the store applied it).
+    fn completed(&self, stored: bool, again: bool) {
+        if stored {
+            tracing::debug!(again, "idem: response stored");
+        } else if again {
+            tracing::info!(
+                "idem: the record was no longer in progress when the store answered again: \
+                 stored by the earlier attempt, or lost when its lease ran out"
+            );
+        } else if self.handle.taken_over() {
+            tracing::debug!(
                 "idem: the handler completed the record itself, in its own transaction"
-            ),
-            Ok(false) => tracing::warn!(
-                "idem: the response was not stored: the attempt lost its record to a newer one"
-            ),
-            Err(error) => tracing::warn!(
-                %error,
-                "idem: the response could not be stored; a retry runs again once the lease ends"
-            ),
+            );
+        } else {
+            tracing::warn!(
+                "idem: the response was not stored: the attempt lost its record to a newer one \
+                 (its lease ran out)"
+            );
         }
     }
 

@@ -148,11 +148,17 @@
 //!   (to `CatchPanicLayer`, say) as it would without this layer.
 //! - **Store failures** follow the runtime's [`StoreFailure`](crate::StoreFailure) policy
 //!   before the handler runs: 503 when failing closed, unguarded when failing open. If
-//!   the store fails when the response is to be stored, the client still gets it; the
-//!   record then expires with its lease and a retry runs the handler again. A
-//!   `MemoryStore` with no room left for the response keeps the "too large to replay" note
-//!   instead, so a retry gets 409 and the handler does not run twice. No request waits
-//!   longer than the store's timeout for the store.
+//!   the store fails when the response is to be stored (Redis restarting, a network
+//!   fault), the client still gets it within the store's timeout, and the response is
+//!   stored again in the background, every 50 ms to 1 s, until the store answers (for at
+//!   most the retention): a retry meanwhile gets 409, and once the store is back, the
+//!   replay — the handler does not run twice. Only a store that loses the record (Redis
+//!   without persistence, or down for longer than the lease) or a process that dies before
+//!   the response is stored lets a retry run the handler again; a record completed in the
+//!   handler's own transaction ([`IdempotencyRecord`]) closes that too. A `MemoryStore`
+//!   with no room left for the response keeps the "too large to replay" note instead, so a
+//!   retry gets 409 and the handler does not run twice. No request waits longer than the
+//!   store's timeout for the store.
 //!
 //! # One client's flood of new keys
 //!
