@@ -6,6 +6,7 @@ use idem_core::{AnyStore, MemoryStore, RedisStore, RedisStoreBuilder};
 use idem_sqlx::{PostgresStore, SqliteStore};
 
 use crate::postgres_server::PostgresServer;
+use crate::redis_sentinel::RedisSentinels;
 use crate::redis_server::{RedisCluster, RedisServer};
 
 /// [`MemoryStore`] with the default settings.
@@ -203,5 +204,32 @@ impl Backend for SqliteBackend {
     /// started.
     fn store_of_another_instance(&self) -> SqliteStore {
         self.other.clone()
+    }
+}
+
+/// [`RedisStore`] through Redis Sentinel, on the master of a set of its own (a master, a
+/// replica, three Sentinels).
+#[derive(Debug)]
+pub struct SentinelBackend {
+    /// The master, the replica and the Sentinels.
+    pub sentinels: RedisSentinels,
+    store: RedisStore,
+}
+
+impl Backend for SentinelBackend {
+    type Store = RedisStore;
+
+    async fn start() -> Self {
+        let sentinels = RedisSentinels::start();
+        let store = sentinels.store();
+        Self { sentinels, store }
+    }
+
+    fn store(&self) -> RedisStore {
+        self.store.clone()
+    }
+
+    fn store_of_another_instance(&self) -> RedisStore {
+        self.sentinels.store()
     }
 }

@@ -15,11 +15,12 @@ mod bench;
 mod forwarder;
 mod http;
 mod postgres_server;
+mod redis_sentinel;
 mod redis_server;
 
 pub use backend::{
     AnyMemoryBackend, ClusterBackend, MemoryBackend, PostgresBackend, RedisBackend,
-    RedisScriptAcquireBackend, SqliteBackend,
+    RedisScriptAcquireBackend, SentinelBackend, SqliteBackend,
 };
 pub use bench::{
     BenchRounds, BenchStores, benching, env_number, http_criterion, one_worker_runtime,
@@ -28,6 +29,7 @@ pub use forwarder::Forwarder;
 pub use http::{Shop, body_text, problem_code, send};
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};
+pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
 
 /// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per

@@ -11,7 +11,7 @@ use idem_core::{
     Acquire, EvictionCheck, Fencing, Fingerprint, Key, Lease, Lock, Owner, RedisSetupError,
     RedisStore, Store, StoreError,
 };
-use idem_tests::{Forwarder, RedisCluster, RedisServer, eventually, unused_port};
+use idem_tests::{Forwarder, RedisCluster, RedisSentinels, RedisServer, eventually, unused_port};
 use redis::RedisError;
 
 const TIMEOUT: Duration = Duration::from_millis(300);
@@ -928,4 +928,67 @@ async fn in_a_cluster_a_token_flood_evicts_within_each_bucket() {
     let late = key("late-client");
     store.put_token(&late, &late, LONG, 16).await.unwrap();
     assert!(store.consume_token(&late, &late).await.unwrap());
+}
+
+/// Through Redis Sentinel the store follows a failover: the master is killed, the
+/// Sentinels promote the replica, the next operations reach the new master, and what the
+/// replica had received before survives there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn through_sentinel_the_store_follows_a_failover() {
+    let mut set = RedisSentinels::start();
+    let store = set.store_with(RedisStore::builder().with_timeout(TIMEOUT));
+    let (held, holder) = (key("held-through-failover"), Owner::random());
+    assert!(matches!(
+        store
+            .acquire(&held, &holder, LONG, Fencing::On)
+            .await
+            .unwrap(),
+        Acquire::Acquired { fence: Some(_) }
+    ));
+    let replicated = |set: &RedisSentinels| {
+        set.replica()
+            .keys()
+            .iter()
+            .any(|key| key.contains("held-through-failover"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !replicated(&set) {
+        assert!(Instant::now() < deadline, "the replica never had the key");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let took = set.fail_over();
+    let probe = Owner::random();
+    eventually(
+        Duration::from_secs(10),
+        "the store reaches the new master",
+        || {
+            let (store, probe) = (store.clone(), probe.clone());
+            async move {
+                matches!(
+                    store
+                        .acquire(&key("after-failover"), &probe, LONG, Fencing::Off)
+                        .await,
+                    Ok(Acquire::Acquired { .. } | Acquire::Reentered { .. })
+                )
+            }
+        },
+    )
+    .await;
+    assert_eq!(set.current_master_port(), Some(set.replica().port()));
+    assert!(
+        matches!(
+            store
+                .acquire(&held, &Owner::random(), LONG, Fencing::Off)
+                .await
+                .unwrap(),
+            Acquire::Held { .. }
+        ),
+        "the replicated lock survived the failover"
+    );
+    assert!(
+        store.release(&held, &holder).await.unwrap(),
+        "and is still its holder's"
+    );
+    println!("failover: the Sentinels promoted the replica {took:?} after the master was killed");
 }

@@ -16,6 +16,10 @@ mod redis {
     idem_core::store_conformance!(idem_tests::RedisBackend);
 }
 
+mod redis_sentinel {
+    idem_core::store_conformance!(idem_tests::SentinelBackend);
+}
+
 mod redis_cluster {
     idem_core::store_conformance!(idem_tests::ClusterBackend);
 }

@@ -45,6 +45,9 @@ pub(super) enum Source {
     Pool(deadpool_redis::Pool),
     /// An application's cluster pool, of which only the manager is used.
     Cluster(deadpool_redis::cluster::Pool),
+    /// The master Redis Sentinel names, asked for each new connection, so that after a
+    /// failover the next connection reaches the new master.
+    Sentinel(Arc<deadpool_redis::sentinel::Manager>),
 }
 
 impl Source {
@@ -54,6 +57,7 @@ impl Source {
             Self::Standalone(manager) => manager.create().await.map(Link::Standalone),
             Self::Pool(pool) => pool.manager().create().await.map(Link::Standalone),
             Self::Cluster(pool) => pool.manager().create().await.map(Link::Cluster),
+            Self::Sentinel(manager) => manager.create().await.map(Link::Standalone),
         }
         .map_err(StoreError::backend)
     }
@@ -62,6 +66,7 @@ impl Source {
         match self {
             Self::Standalone(_) | Self::Pool(_) => "standalone",
             Self::Cluster(_) => "cluster",
+            Self::Sentinel(_) => "sentinel",
         }
     }
 }

@@ -901,6 +901,59 @@ impl RedisStoreBuilder {
         self.build(Source::Cluster(pool))
     }
 
+    /// A store on the master that Redis Sentinel names `master` (the sentinels at
+    /// `sentinels`, `redis://host:port` each). Every new connection asks the sentinels for
+    /// the current master, so after a failover — the old master gone, or demoted and
+    /// answering `READONLY` — the next operation reaches the new one. The connection is
+    /// opened, and the server checked, on first use.
+    ///
+    /// A failover can lose the writes the old master had not yet sent to the replica it
+    /// promoted: a window taken, a record begun or completed, a token spent just before
+    /// the failover may be forgotten, and the duplicate it stood for let through.
+    /// BENCHMARKS.md, "Failover", measures how often.
+    ///
+    /// ```no_run
+    /// let store = idem_core::RedisStore::builder()
+    ///     .build_with_sentinel(&["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"], "mymaster")
+    ///     .unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`RedisSetupError::Url`] when a sentinel URL cannot be read,
+    /// [`RedisSetupError::Namespace`] when the namespace is invalid.
+    pub fn build_with_sentinel(
+        self,
+        sentinels: &[&str],
+        master: &str,
+    ) -> Result<RedisStore, RedisSetupError> {
+        let manager = deadpool_redis::sentinel::Manager::new(
+            sentinels.to_vec(),
+            master.to_owned(),
+            None,
+            deadpool_redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(RedisSetupError::Url)?;
+        self.build(Source::Sentinel(Arc::new(manager)))
+    }
+
+    /// [`build_with_sentinel`](Self::build_with_sentinel), connected and checked at once,
+    /// as [`connect_with_url`](Self::connect_with_url) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`build_with_sentinel`](Self::build_with_sentinel) and
+    /// [`connect_with_url`](Self::connect_with_url).
+    pub async fn connect_with_sentinel(
+        self,
+        sentinels: &[&str],
+        master: &str,
+    ) -> Result<RedisStore, RedisSetupError> {
+        self.build_with_sentinel(sentinels, master)?
+            .connected()
+            .await
+    }
+
     fn build(self, source: Source) -> Result<RedisStore, RedisSetupError> {
         Key::new(self.namespace.as_str()).map_err(RedisSetupError::Namespace)?;
         Ok(RedisStore {
