@@ -51,4 +51,4 @@ pub use store::{
     RELEASE_POLL_INTERVAL, Store, StoreError,
 };
 #[cfg(feature = "redis")]
-pub use store::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
+pub use store::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder, ReplicasBehind};

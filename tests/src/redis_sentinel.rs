@@ -2,6 +2,7 @@
 //! started by the harness: for the store's Sentinel support and its behaviour through a
 //! failover.
 
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -24,6 +25,10 @@ pub struct RedisSentinels {
     master: RedisServer,
     replica: RedisServer,
     sentinels: Vec<Sentinel>,
+    /// The ports of the members this set killed, held so that no other test's server
+    /// starts there while the Sentinels still name them: a Sentinel that finds a server
+    /// where its replica was tells it to replicate its master, which wipes its data.
+    dead_ports: Vec<TcpListener>,
 }
 
 /// One `redis-server --sentinel` process, killed when dropped.
@@ -75,6 +80,7 @@ impl RedisSentinels {
             master,
             replica,
             sentinels,
+            dead_ports: Vec::new(),
         };
         wait_for(
             Duration::from_secs(10),
@@ -133,6 +139,18 @@ impl RedisSentinels {
         &self.replica
     }
 
+    /// Kills the replica (`SIGKILL`): the master goes on without it.
+    pub fn stop_replica(&mut self) {
+        self.replica.stop();
+        self.hold_port(self.replica.port());
+    }
+
+    fn hold_port(&mut self, port: u16) {
+        if let Ok(held) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+            self.dead_ports.push(held);
+        }
+    }
+
     /// The master's port as the first Sentinel answers it now.
     pub fn current_master_port(&self) -> Option<u16> {
         self.sentinels.first().and_then(Sentinel::master_port)
@@ -147,6 +165,7 @@ impl RedisSentinels {
     pub fn fail_over(&mut self) -> Duration {
         let killed_at = Instant::now();
         self.master.stop();
+        self.hold_port(self.master.port());
         let replica = self.replica.port();
         wait_for(
             Duration::from_secs(30),

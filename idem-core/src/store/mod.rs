@@ -33,7 +33,9 @@ use crate::key::{Fingerprint, Key, Owner};
 pub use self::any::AnyStore;
 pub use self::memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
-pub use self::redis::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
+pub use self::redis::{
+    EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder, ReplicasBehind,
+};
 
 /// A shared store of short-lived keys with atomic operations.
 ///

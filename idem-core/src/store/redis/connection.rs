@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use deadpool::managed::Manager;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::{AcquireError, Semaphore, SemaphorePermit};
 
 use super::server::{AcquireCommand, Checks, Refusal, check};
@@ -129,6 +130,29 @@ impl Connection {
     /// How `acquire` without fencing takes a key on this server.
     pub(super) fn acquire_command(&self) -> AcquireCommand {
         self.acquire
+    }
+
+    /// `WAIT replicas within`: how many replicas have acknowledged every write this
+    /// connection sent so far, waiting up to `within_ms` for `replicas` of them. In a
+    /// cluster, asked of the primary that holds `key`.
+    pub(super) async fn wait_for_replicas(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        within_ms: u64,
+    ) -> RedisResult<i64> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(within_ms);
+        match &mut self.link {
+            Link::Standalone(conn) => wait.query_async(conn).await,
+            Link::Cluster(conn) => {
+                let primary = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_key(key, SlotAddr::Master),
+                ));
+                let answer = conn.route_command(wait, primary).await?;
+                Ok(redis::from_redis_value(answer)?)
+            }
+        }
     }
 }
 

@@ -137,6 +137,28 @@ struct Inner {
     timeout: Duration,
     /// Tokens one bucket holds at most.
     token_budget: usize,
+    /// Replicas that must acknowledge a decisive write, and how long to wait for them.
+    replica_acks: Option<ReplicaAcks>,
+}
+
+/// How many replicas must acknowledge a decisive write, within how long
+/// ([`RedisStoreBuilder::with_replica_acks`]).
+#[derive(Debug, Clone, Copy)]
+struct ReplicaAcks {
+    replicas: u32,
+    within: Duration,
+}
+
+/// A decisive write reached fewer replicas than the store was built to wait for
+/// ([`RedisStoreBuilder::with_replica_acks`]): a failover now could forget it. The
+/// source of the [`StoreError::Backend`] the operation returns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{acknowledged} of the {wanted} replicas wanted acknowledged the write in time")]
+pub struct ReplicasBehind {
+    /// The replicas that acknowledged it.
+    pub acknowledged: u32,
+    /// The replicas the store waits for.
+    pub wanted: u32,
 }
 
 /// The kinds of entries, each a suffix of the Redis key.
@@ -265,6 +287,28 @@ impl RedisStore {
             .run(|mut conn| async move { redis::cmd("PTTL").arg(key).query_async(&mut conn).await })
             .await?;
         Ok(remaining_from_pttl(millis))
+    }
+
+    /// After a write that decided something — a key taken, a record begun or completed, a
+    /// token spent — waits until the replicas the store was built to wait for have it
+    /// ([`RedisStoreBuilder::with_replica_acks`]); at once without that setting.
+    async fn replicated(&self, key: &str) -> Result<(), StoreError> {
+        let Some(acks) = self.inner.replica_acks else {
+            return Ok(());
+        };
+        let within = u64::try_from(acks.within.as_millis()).unwrap_or(u64::MAX);
+        let acknowledged = self
+            .run(|mut conn| async move { conn.wait_for_replicas(key, acks.replicas, within).await })
+            .await?;
+        let acknowledged = u32::try_from(acknowledged.max(0)).unwrap_or(u32::MAX);
+        if acknowledged >= acks.replicas {
+            Ok(())
+        } else {
+            Err(StoreError::backend(ReplicasBehind {
+                acknowledged,
+                wanted: acks.replicas,
+            }))
+        }
     }
 
     /// Runs a script whose answer is 0 or 1.
@@ -440,13 +484,17 @@ impl Store for RedisStore {
         fencing: Fencing,
     ) -> Result<Acquire, StoreError> {
         let lock = self.key(key, Kind::Lock);
-        match fencing {
+        let acquired = match fencing {
             Fencing::On => {
                 self.acquire_fenced(&lock, &self.key(key, Kind::Fence), owner, ttl)
-                    .await
+                    .await?
             }
-            Fencing::Off => self.acquire_plain(&lock, owner, ttl).await,
+            Fencing::Off => self.acquire_plain(&lock, owner, ttl).await?,
+        };
+        if let Acquire::Acquired { .. } = acquired {
+            self.replicated(&lock).await?;
         }
+        Ok(acquired)
     }
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
@@ -555,12 +603,17 @@ impl Store for RedisStore {
 
     async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
         let (bucket, scope) = self.token_keys(scope);
-        self.flag(
-            &CONSUME_TOKEN,
-            &[&bucket, &scope],
-            &[token.as_str().as_bytes()],
-        )
-        .await
+        let consumed = self
+            .flag(
+                &CONSUME_TOKEN,
+                &[&bucket, &scope],
+                &[token.as_str().as_bytes()],
+            )
+            .await?;
+        if consumed {
+            self.replicated(&scope).await?;
+        }
+        Ok(consumed)
     }
 
     async fn begin_record(
@@ -589,7 +642,10 @@ impl Store for RedisStore {
             .ok_or_else(|| unexpected("begin_record", &answer))
             .and_then(|value| int("begin_record", value))?;
         match (state, answer.len()) {
-            (1, 1) => Ok(Begin::Started),
+            (1, 1) => {
+                self.replicated(record).await?;
+                Ok(Begin::Started)
+            }
             (2, 2) => Ok(Begin::InProgress {
                 remaining: remaining_from_pttl(int("begin_record", &answer[1])?)
                     .unwrap_or_default(),
@@ -614,12 +670,17 @@ impl Store for RedisStore {
     ) -> Result<bool, StoreError> {
         let record = self.key(key, Kind::Record);
         let millis = ttl_millis(retention).to_string();
-        self.flag(
-            &COMPLETE_RECORD,
-            &[&record],
-            &[owner.as_str().as_bytes(), &response, millis.as_bytes()],
-        )
-        .await
+        let completed = self
+            .flag(
+                &COMPLETE_RECORD,
+                &[&record],
+                &[owner.as_str().as_bytes(), &response, millis.as_bytes()],
+            )
+            .await?;
+        if completed {
+            self.replicated(&record).await?;
+        }
+        Ok(completed)
     }
 
     async fn renew_record(
@@ -654,6 +715,7 @@ pub struct RedisStoreBuilder {
     max_waiting_connections: usize,
     script_acquire: bool,
     token_capacity: usize,
+    replica_acks: Option<ReplicaAcks>,
 }
 
 impl Default for RedisStoreBuilder {
@@ -665,6 +727,7 @@ impl Default for RedisStoreBuilder {
             max_waiting_connections: 64,
             script_acquire: false,
             token_capacity: 250_000,
+            replica_acks: None,
         }
     }
 }
@@ -764,6 +827,30 @@ impl RedisStoreBuilder {
     #[doc(hidden)]
     pub fn with_script_acquire(mut self, always: bool) -> Self {
         self.script_acquire = always;
+        self
+    }
+
+    /// Waits, after each write that decides something — a key taken by `acquire`, a record
+    /// begun or completed, a token spent — until `replicas` replicas have it, for at most
+    /// `within` (default: no waiting). Fewer in time is an error
+    /// ([`StoreError::Backend`] with a [`ReplicasBehind`] source), which the guards answer
+    /// by their store-failure policy: what was written stays, and ends with its TTL.
+    ///
+    /// Redis replicates asynchronously: a master that fails over right after a write can
+    /// take the write with it, and the promoted replica then lets the duplicate it stood
+    /// for through. Waiting for the replicas' acknowledgement (`WAIT`) closes that window
+    /// for every write the guards rely on, at the price of a second round trip per such
+    /// write, and of every operation on the store's connection waiting behind it while a
+    /// replica lags (at most `within`, which should stay well below the store's
+    /// [timeout](Self::with_timeout)). A write acknowledged this way survives a failover
+    /// that promotes one of the acknowledging replicas, as Sentinel does.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = idem_core::RedisStore::builder().with_replica_acks(1, Duration::from_millis(100));
+    /// ```
+    pub fn with_replica_acks(mut self, replicas: u32, within: Duration) -> Self {
+        self.replica_acks = (replicas > 0).then_some(ReplicaAcks { replicas, within });
         self
     }
 
@@ -969,6 +1056,7 @@ impl RedisStoreBuilder {
                 namespace: self.namespace,
                 timeout: self.timeout,
                 token_budget: self.token_capacity.div_ceil(TOKEN_BUCKETS as usize).max(1),
+                replica_acks: self.replica_acks,
             }),
         })
     }
