@@ -95,7 +95,7 @@ pub mod lock {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::avoid_repeat::attribute::{
-        AvoidRepeatContext, Last, LastParts, Payload, Spec, WithContext, run,
+        AvoidRepeatContext, Last, Payload, Spec, Via, WithContext, run,
     };
     pub use crate::avoid_repeat::{Release, RepeatBy};
     pub use axum::response::Response;

@@ -9,13 +9,30 @@ use proc_macro::TokenStream;
 /// of the first one is held: the duplicate gets `409 Conflict` with `Retry-After`, and the
 /// handler body does not run for it.
 ///
-/// ```ignore
-/// use idem_axum::avoid_repeat;
+/// ```
+/// use axum::extract::State;
+/// use axum::routing::post;
+/// use axum::{Form, Router};
+/// use idem_axum::{Idem, avoid_repeat};
+///
+/// #[derive(Clone)]
+/// struct Shop;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order {
+///     product_id: u64,
+/// }
 ///
 /// #[avoid_repeat(timeout = "30s")]
-/// async fn place_order(State(shop): State<Shop>, Form(order): Form<Order>) -> impl IntoResponse {
-///     shop.place(order).await
+/// async fn place_order(State(_shop): State<Shop>, Form(order): Form<Order>) -> String {
+///     format!("ordered {}", order.product_id) // runs once per client per 30 s
 /// }
+///
+/// let idem = Idem::builder().build();
+/// let app: Router = Router::new()
+///     .route("/orders", post(place_order))
+///     .with_state(Shop)
+///     .layer(idem.layer());
 /// ```
 ///
 /// Needs the `Idem` runtime on the router (`.layer(idem.layer())`); without it the
@@ -28,6 +45,7 @@ use proc_macro::TokenStream;
 /// | `timeout` (required) | `"500ms"`, `"30s"`, `"5m"`, `"1h"` (humantime; longer than zero) | — |
 /// | `release` | `"expire"`: the key is held for `timeout` after the request is accepted; `"finish"`: released when the response is produced, `timeout` being only the lease if the process dies | `"expire"` |
 /// | `by` | `"client"`: same client, same handler; `"client+body"`: also the same query and body, so a different payload is not a repeat | `"client"` |
+/// | `crate` | the path `idem-axum` is known by, for a dependency renamed in `Cargo.toml` (`crate = "my_idem"`) | `"::idem_axum"` |
 /// | `message` | the text a refused duplicate gets, e.g. `"请勿重复提交"` | a sentence in English |
 ///
 /// A handler that fails — a 5xx response, a panic under `CatchPanicLayer`, a future
@@ -38,11 +56,12 @@ use proc_macro::TokenStream;
 /// succeeded, so a request refused for bad input takes no key.
 ///
 /// With `by = "client+body"` the body is read whole (within axum's `DefaultBodyLimit`)
-/// and handed on unchanged: the last argument must then be a body extractor (`Json`,
-/// `Form`, `Bytes`, `String`, …) or one of axum's parts extractors (`Path`, `Query`,
-/// `State`, …), in which case the body is read only to fingerprint it.
+/// and handed on unchanged; if the last argument reads no body (`Path`, a parts
+/// extractor of your own), the body is read only to fingerprint it.
 ///
-/// Works with `State`, `Path`, `Query`, `Json`, `Form`, under `#[axum::debug_handler]`,
+/// Works with any extractor, axum's (`State`, `Path`, `Query`, `Json`, `Form`, …) or your
+/// own (a `CurrentUser` implementing `FromRequestParts`, a session), whatever its name and
+/// place, under `#[axum::debug_handler]`,
 /// with `Result<_, _>` and `impl IntoResponse` returns, and in handlers generic over their
 /// state. Misuse — not an `async fn`, an unknown or repeated argument, a zero, negative,
 /// overflowing or malformed duration, a value that is not a string literal — is a compile

@@ -132,9 +132,35 @@ async fn plain_validating(State(shop): State<Shop>, Json(transfer): Json<Transfe
 const CLIENT: HeaderName = HeaderName::from_static("x-client");
 const WINDOW: Duration = Duration::from_secs(30);
 
+/// The signed-in user, an extractor of the application's own, from `x-user-id`.
+struct CurrentUser(String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for CurrentUser {
+    type Rejection = StatusCode;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let user = parts
+            .headers
+            .get("x-user-id")
+            .ok_or(StatusCode::UNAUTHORIZED)?;
+        let user = user.to_str().map_err(|_| StatusCode::BAD_REQUEST)?;
+        Ok(Self(user.to_owned()))
+    }
+}
+
+#[avoid_repeat(timeout = "30s")]
+async fn as_user(State(shop): State<Shop>, user: CurrentUser) -> (StatusCode, String) {
+    shop.ran();
+    (StatusCode::CREATED, user.0)
+}
+
 fn routes(shop: &Shop) -> Router {
     Router::new()
         .route("/orders", post(place_order))
+        .route("/as-user", post(as_user))
         .route("/slow", post(slow_order))
         .route("/short", post(short_window))
         .route("/failing", post(failing))
@@ -762,4 +788,31 @@ async fn over_tcp_concurrent_posts_from_one_peer_run_the_body_once() {
     assert_eq!(shop.runs(), 1);
     assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1);
     assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 199);
+}
+
+#[tokio::test]
+async fn an_extractor_of_the_applications_own_can_be_last() {
+    let shop = Shop::new();
+    let app = app(idem_axum::MemoryStore::new(), &shop);
+    let as_user = |user: &str| {
+        request("/as-user", "alice")
+            .header("x-user-id", user)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = send(&app, as_user("u-1")).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert_eq!(body_text(first).await, "u-1");
+    assert_eq!(
+        send(&app, as_user("u-1")).await.status(),
+        StatusCode::CONFLICT
+    );
+    assert_eq!(shop.runs(), 1);
+    // The extractor's own refusal takes no key.
+    let anonymous = request("/as-user", "bob").body(Body::empty()).unwrap();
+    assert_eq!(
+        send(&app, anonymous).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(shop.runs(), 1);
 }

@@ -9,6 +9,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -123,12 +124,8 @@ where
     }
 }
 
-/// The handler's last extractor, when it reads the body (`Json`, `Form`, `Bytes`, …),
-/// with the context, and with `FINGERPRINT` the fingerprint of the query and body (read
-/// whole first and handed on unchanged).
-///
-/// Parts extractors have their own wrapper, [`LastParts`]: axum's blanket impl for them
-/// rules out one impl for both.
+/// The handler's last extractor, with the context, and with `FINGERPRINT` the fingerprint
+/// of the query and body (read whole first and handed on unchanged).
 #[derive(Debug)]
 pub struct Last<T, const FINGERPRINT: bool> {
     /// The runtime and the client.
@@ -139,10 +136,19 @@ pub struct Last<T, const FINGERPRINT: bool> {
     pub inner: T,
 }
 
-impl<S, T, const FINGERPRINT: bool> FromRequest<S> for Last<T, FINGERPRINT>
+/// The marker of [`Last`]'s extractor impl: `Via<M>` where the handler's own extractor is
+/// one by marker `M`. A marker of its own, so the impl does not overlap axum's blanket one
+/// for parts extractors.
+#[derive(Debug)]
+pub struct Via<M>(PhantomData<M>);
+
+/// Generic over axum's extractor marker `M`, so any extractor can be last — one that
+/// reads the body (`Json`, `Form`, …) or any `FromRequestParts` type (`Path`, a
+/// `CurrentUser` of the application's own, …) — whatever its name.
+impl<S, T, M, const FINGERPRINT: bool> FromRequest<S, Via<M>> for Last<T, FINGERPRINT>
 where
     S: Send + Sync,
-    T: FromRequest<S>,
+    T: FromRequest<S, M>,
 {
     type Rejection = Response;
 
@@ -155,39 +161,6 @@ where
             (context, request, None)
         };
         let inner = T::from_request(request, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        Ok(Self {
-            context,
-            fingerprint,
-            inner,
-        })
-    }
-}
-
-/// The handler's last extractor, when it reads no body (`Path`, `Query`, …), with the
-/// context and the fingerprint of the query and body.
-#[derive(Debug)]
-pub struct LastParts<T> {
-    /// The runtime and the client.
-    pub context: AvoidRepeatContext,
-    /// The fingerprint of the query and body.
-    pub fingerprint: Fingerprint,
-    /// What the handler's own extractor produced.
-    pub inner: T,
-}
-
-impl<S, T> FromRequest<S> for LastParts<T>
-where
-    S: Send + Sync,
-    T: FromRequestParts<S>,
-{
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let (context, request, fingerprint) = AvoidRepeatContext::with_payload(request).await?;
-        let (mut parts, _body) = request.into_parts();
-        let inner = T::from_request_parts(&mut parts, state)
             .await
             .map_err(IntoResponse::into_response)?;
         Ok(Self {

@@ -28,6 +28,8 @@ pub(super) struct Args {
     pub(super) release: Release,
     pub(super) by: RepeatBy,
     pub(super) message: Option<LitStr>,
+    /// The path of the `idem-axum` crate, for a dependency renamed in `Cargo.toml`.
+    pub(super) krate: syn::Path,
 }
 
 impl Parse for Args {
@@ -36,6 +38,7 @@ impl Parse for Args {
         let mut release = None;
         let mut by = None;
         let mut message = None;
+        let mut krate = None;
         while !input.is_empty() {
             let lookahead = input.lookahead1();
             if lookahead.peek(kw::timeout) {
@@ -70,6 +73,13 @@ impl Parse for Args {
                     }
                 };
                 set_once(&mut by, name.span, "by", parsed)?;
+            } else if lookahead.peek(Token![crate]) {
+                let name = input.parse::<Token![crate]>()?;
+                let value = value_of(input, "crate", "\"my_idem\"")?;
+                let path = value.parse::<syn::Path>().map_err(|_| {
+                    syn::Error::new(value.span(), "expected a crate path, e.g. `\"my_idem\"`")
+                })?;
+                set_once(&mut krate, name.span, "crate", path)?;
             } else if lookahead.peek(kw::message) {
                 let name = input.parse::<kw::message>()?;
                 let value = value_of(input, "message", "\"请勿重复提交\"")?;
@@ -94,6 +104,7 @@ impl Parse for Args {
             release: release.unwrap_or(Release::Expire),
             by: by.unwrap_or(RepeatBy::Client),
             message,
+            krate: krate.unwrap_or_else(|| syn::parse_quote!(::idem_axum)),
         })
     }
 }

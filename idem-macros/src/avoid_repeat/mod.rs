@@ -18,12 +18,14 @@
 //! ```
 //! The arity stays the same, because `#[axum::debug_handler]` above this attribute calls
 //! the function with its original number of arguments. Which argument is wrapped:
-//! - key `client`: the first argument before the last that is not a `State` (so
+//! - `by = "client"`: the first argument before the last that is not a `State` (so
 //!   `debug_handler` still infers the state type), as `WithContext<T>`; else the last, as
-//!   `Last<T, false>`, or `WithContext<T>` if it is a parts extractor;
-//! - key `client+body`: the last, as `Last<T, true>`, or `LastParts<T>` if it is a parts
-//!   extractor;
+//!   `Last<T, false>`;
+//! - `by = "client+body"`: the last, as `Last<T, true>`;
 //! - a handler without arguments gains one.
+//!
+//! `Last` is an extractor for whatever axum's marker makes the last argument — one that
+//! reads the body, or any `FromRequestParts` type — so no extractor is known by name.
 //!
 //! The original body keeps its own signature in the inner function, so `?`, early
 //! `return`s and `impl IntoResponse` behave as written.
@@ -37,36 +39,12 @@ use syn::{FnArg, GenericParam, ItemFn, Signature, Type};
 
 use self::args::{Args, Release, RepeatBy};
 
-/// axum extractors that read no body: as the last argument they get a wrapper for parts
-/// extractors, since the one for body extractors cannot take them.
-const PARTS_EXTRACTORS: &[&str] = &[
-    "State",
-    "Path",
-    "Query",
-    "Extension",
-    "HeaderMap",
-    "Method",
-    "Uri",
-    "OriginalUri",
-    "MatchedPath",
-    "ConnectInfo",
-    "TypedHeader",
-    "RawQuery",
-    "RawPathParams",
-    "NestedPath",
-    "Version",
-    "CookieJar",
-    "PrivateCookieJar",
-    "SignedCookieJar",
-    "Host",
-];
-
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let args: Args = syn::parse2(args)?;
     let item: ItemFn = syn::parse2(item)?;
     check_async(&item.sig)?;
     let arg_types = check_inputs(&item.sig)?;
-    let mut outer = Outer::new(arg_types);
+    let mut outer = Outer::new(arg_types, &args.krate);
     let carried = outer.carry_context(args.by);
     Ok(assemble(item, &args, outer, carried))
 }
@@ -97,6 +75,8 @@ fn check_inputs(sig: &Signature) -> syn::Result<Vec<Type>> {
 
 /// The outer function's parameters, and the arguments it calls the original body with.
 struct Outer {
+    /// `<idem-axum>::__private`.
+    private: TokenStream,
     types: Vec<Type>,
     names: Vec<Ident>,
     params: Vec<TokenStream>,
@@ -110,7 +90,7 @@ struct Carried {
 }
 
 impl Outer {
-    fn new(types: Vec<Type>) -> Self {
+    fn new(types: Vec<Type>, krate: &syn::Path) -> Self {
         let names: Vec<Ident> = (0..types.len())
             .map(|i| format_ident!("__idem_arg{i}"))
             .collect();
@@ -121,6 +101,7 @@ impl Outer {
             .collect();
         let call_args = names.iter().map(|name| quote!(#name)).collect();
         Self {
+            private: quote!(#krate::__private),
             types,
             names,
             params,
@@ -133,7 +114,8 @@ impl Outer {
     fn wrap(&mut self, index: usize, wrapper: fn(&Type) -> TokenStream) -> &Ident {
         let (name, ty) = (&self.names[index], &self.types[index]);
         let (span, wrapped) = (ty.span(), wrapper(ty));
-        self.params[index] = quote_spanned!(span=> #name: ::idem_axum::__private::#wrapped);
+        let private = &self.private;
+        self.params[index] = quote_spanned!(span=> #name: #private::#wrapped);
         self.call_args[index] = quote!(#name.inner);
         name
     }
@@ -142,7 +124,7 @@ impl Outer {
     /// keeping the handler's arity; see `idem_axum::__private`. A handler without
     /// arguments gains one.
     fn carry_context(&mut self, by: RepeatBy) -> Carried {
-        let private = quote!(::idem_axum::__private);
+        let private = self.private.clone();
         let none = quote!(::core::option::Option::None);
         let Some(last) = self.types.len().checked_sub(1) else {
             return match by {
@@ -165,25 +147,16 @@ impl Outer {
         };
         match by {
             RepeatBy::Client => {
-                // Not a `State`, so `#[axum::debug_handler]` can still infer the state type.
-                let carrier = (0..last)
-                    .find(|&i| !is_state(&self.types[i]))
-                    .unwrap_or(last);
-                let name = if carrier < last || reads_no_body(&self.types[last]) {
-                    self.wrap(carrier, |ty| quote!(WithContext<#ty>))
-                } else {
-                    self.wrap(carrier, |ty| quote!(Last<#ty, false>))
+                // Not a `State`, so `#[axum::debug_handler]` can still infer the state type;
+                // before the last, so it reads the request's head only.
+                let carrier = (0..last).find(|&i| !is_state(&self.types[i]));
+                let name = match carrier {
+                    Some(carrier) => self.wrap(carrier, |ty| quote!(WithContext<#ty>)),
+                    None => self.wrap(last, |ty| quote!(Last<#ty, false>)),
                 };
                 Carried {
                     context: quote!(#name.context),
                     payload: none,
-                }
-            }
-            RepeatBy::ClientAndBody if reads_no_body(&self.types[last]) => {
-                let name = self.wrap(last, |ty| quote!(LastParts<#ty>));
-                Carried {
-                    context: quote!(#name.context),
-                    payload: quote!(::core::option::Option::Some(#name.fingerprint)),
                 }
             }
             RepeatBy::ClientAndBody => {
@@ -198,7 +171,7 @@ impl Outer {
 }
 
 /// The handler's settings, as the `static` the outer function hands the guard.
-fn spec(args: &Args, name: &Ident) -> TokenStream {
+fn spec(args: &Args, name: &Ident, private: &TokenStream) -> TokenStream {
     let name = name.to_string();
     let release = match args.release {
         Release::Expire => quote!(Expire),
@@ -214,11 +187,11 @@ fn spec(args: &Args, name: &Ident) -> TokenStream {
     };
     let timeout_ms = args.timeout_ms;
     quote! {
-        static __IDEM_SPEC: ::idem_axum::__private::Spec = ::idem_axum::__private::Spec::new(
+        static __IDEM_SPEC: #private::Spec = #private::Spec::new(
             ::core::concat!(::core::module_path!(), "::", #name),
             #timeout_ms,
-            ::idem_axum::__private::Release::#release,
-            ::idem_axum::__private::RepeatBy::#by,
+            #private::Release::#release,
+            #private::RepeatBy::#by,
             #message,
         );
     }
@@ -245,20 +218,23 @@ fn assemble(item: ItemFn, args: &Args, outer: Outer, carried: Carried) -> TokenS
         })
         .collect();
     let turbofish = (!type_args.is_empty()).then(|| quote!(::<#(#type_args),*>));
-    let spec = spec(args, name);
+    let spec = spec(args, name, &outer.private);
     let (inputs, output) = (&sig.inputs, &sig.output);
     let Outer {
-        params, call_args, ..
+        private,
+        params,
+        call_args,
+        ..
     } = outer;
     let Carried { context, payload } = carried;
     quote! {
         #(#attrs)*
-        #vis async fn #name #impl_generics (#(#params),*) -> ::idem_axum::__private::Response #where_clause {
+        #vis async fn #name #impl_generics (#(#params),*) -> #private::Response #where_clause {
             async fn __idem_handler #impl_generics (#inputs) #output #where_clause #block
 
             #spec
 
-            ::idem_axum::__private::run(
+            #private::run(
                 #context,
                 &__IDEM_SPEC,
                 #payload,
@@ -269,24 +245,14 @@ fn assemble(item: ItemFn, args: &Args, outer: Outer, carried: Carried) -> TokenS
     }
 }
 
-/// The name of `ty`'s last path segment: `Json` for `axum::Json<Order>`.
-fn type_name(ty: &Type) -> Option<String> {
+/// Whether `ty` is axum's `State` (by its last path segment's name).
+fn is_state(ty: &Type) -> bool {
     match ty {
         Type::Path(path) => path
             .path
             .segments
             .last()
-            .map(|segment| segment.ident.to_string()),
-        _ => None,
+            .is_some_and(|segment| segment.ident == "State"),
+        _ => false,
     }
-}
-
-/// Whether `ty` is one of axum's extractors that read no body.
-fn reads_no_body(ty: &Type) -> bool {
-    matches!(ty, Type::Tuple(tuple) if tuple.elems.is_empty())
-        || type_name(ty).is_some_and(|name| PARTS_EXTRACTORS.contains(&name.as_str()))
-}
-
-fn is_state(ty: &Type) -> bool {
-    type_name(ty).is_some_and(|name| name == "State")
 }
