@@ -178,21 +178,23 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
     }
 }
 
+/// The fields that always describe one connection (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
 /// Whether `name` describes one connection, not the response (RFC 9110 §7.6.1): one of
 /// the fixed hop-by-hop fields, or one that `Connection` in `headers` names.
 fn is_hop_by_hop(name: &HeaderName, headers: &HeaderMap) -> bool {
-    const FIXED: [&str; 7] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ];
     // Split as bytes, so that bytes that are not text elsewhere in the field do not hide
     // the names beside them.
-    FIXED.contains(&name.as_str())
+    HOP_BY_HOP.contains(&name.as_str())
         || headers
             .get_all(CONNECTION)
             .iter()
@@ -332,20 +334,18 @@ mod tests {
         /// Names a response may carry: hop-by-hop ones, `Set-Cookie`, the replay mark,
         /// and any others.
         fn header_name() -> impl Strategy<Value = HeaderName> {
+            let others = [
+                "content-type",
+                "set-cookie",
+                "idempotent-replayed",
+                "x-per-hop",
+            ];
             let known = prop::sample::select(
-                &[
-                    "content-type",
-                    "set-cookie",
-                    "connection",
-                    "keep-alive",
-                    "proxy-connection",
-                    "te",
-                    "trailer",
-                    "transfer-encoding",
-                    "upgrade",
-                    "idempotent-replayed",
-                    "x-per-hop",
-                ][..],
+                HOP_BY_HOP
+                    .iter()
+                    .chain(&others)
+                    .copied()
+                    .collect::<Vec<_>>(),
             )
             .prop_map(HeaderName::from_static);
             let any = "[a-z0-9!#$%&'*+.^_`|~-]{1,20}"
@@ -401,36 +401,19 @@ mod tests {
         /// describe one connection (RFC 9110 §7.6.1), `Set-Cookie` for a shared key, and
         /// the replay mark, which the replay sets itself.
         fn replayed_headers(parts: &response::Parts, scope: RecordScope) -> Vec<(String, Vec<u8>)> {
-            let trim = |name: &[u8]| {
-                let is_ows = |byte: &u8| *byte == b' ' || *byte == b'\t';
-                let start = name.iter().position(|b| !is_ows(b)).unwrap_or(name.len());
-                let end = name
-                    .iter()
-                    .rposition(|b| !is_ows(b))
-                    .map_or(start, |end| end + 1);
-                name[start..end].to_ascii_lowercase()
-            };
             let listed: Vec<Vec<u8>> = parts
                 .headers
                 .get_all(CONNECTION)
                 .iter()
                 .flat_map(|value| value.as_bytes().split(|byte| *byte == b','))
-                .map(trim)
+                // A field value holds no whitespace but spaces and tabs.
+                .map(|name| name.trim_ascii().to_ascii_lowercase())
                 .collect();
-            let per_hop = [
-                "connection",
-                "keep-alive",
-                "proxy-connection",
-                "te",
-                "trailer",
-                "transfer-encoding",
-                "upgrade",
-            ];
             parts
                 .headers
                 .iter()
                 .filter(|(name, _)| {
-                    !(per_hop.contains(&name.as_str())
+                    !(HOP_BY_HOP.contains(&name.as_str())
                         || listed.contains(&name.as_str().as_bytes().to_vec())
                         || (scope == RecordScope::Shared && *name == SET_COOKIE)
                         || *name == IDEMPOTENT_REPLAYED)
