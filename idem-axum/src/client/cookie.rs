@@ -64,4 +64,74 @@ mod tests {
         let missing = ClientCookie::new("sess").identify(&ClientRequest::from_request(&request));
         assert!(matches!(missing, Err(IdentifyError::Missing(_))));
     }
+
+    mod properties {
+        use http::HeaderValue;
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// The client a cookie named `name` tells for a request with `lines` of `Cookie`.
+        fn identify(name: String, lines: &[Vec<u8>]) -> Result<ClientId, IdentifyError> {
+            let mut request = http::Request::new(());
+            for line in lines {
+                let value = HeaderValue::from_bytes(line).expect("a field value");
+                request.headers_mut().append(COOKIE, value);
+            }
+            ClientCookie::new(name).identify(&ClientRequest::from_request(&request))
+        }
+
+        /// A cookie value (RFC 6265 `cookie-octet`s).
+        fn cookie_value() -> impl Strategy<Value = String> {
+            "[!#-+\\--:<-\\[\\]-~]{1,40}"
+        }
+
+        proptest! {
+            #[test]
+            fn no_cookie_header_makes_it_panic(
+                name in ".{0,10}",
+                lines in prop::collection::vec(
+                    proptest::string::bytes_regex("(?-u:[\\t -~\\x80-\\xff]{0,79})").expect("a regex"),
+                    0..4,
+                ),
+            ) {
+                if let Ok(id) = identify(name, &lines) {
+                    prop_assert!(!id.as_bytes().is_empty());
+                }
+            }
+
+            /// The named cookie's value, quoted or not, among any others on any lines.
+            #[test]
+            fn the_named_cookie_is_found_among_any_others(
+                name in "[a-z_]{1,20}",
+                value in cookie_value(),
+                quote in any::<bool>(),
+                before in prop::collection::vec(("[A-Z0-9-]{1,20}", cookie_value()), 0..4),
+                after in prop::collection::vec(("[A-Z0-9-]{1,20}", cookie_value()), 0..4),
+                line_breaks in prop::collection::vec(any::<bool>(), 9),
+            ) {
+                let ours = if quote { format!("\"{value}\"") } else { value.clone() };
+                let pairs: Vec<String> = before
+                    .into_iter()
+                    .chain([(name.clone(), ours)])
+                    .chain(after)
+                    .map(|(name, value)| format!("{name}={value}"))
+                    .collect();
+                let mut lines = vec![Vec::new()];
+                for (pair, new_line) in pairs.iter().zip(line_breaks) {
+                    let line = lines.last_mut().expect("a line");
+                    if !line.is_empty() {
+                        line.extend_from_slice(b"; ");
+                    }
+                    line.extend_from_slice(pair.as_bytes());
+                    if new_line {
+                        lines.push(Vec::new());
+                    }
+                }
+                lines.retain(|line| !line.is_empty());
+                let id = identify(name, &lines).expect("the cookie");
+                prop_assert_eq!(id.as_bytes(), value.as_bytes());
+            }
+        }
+    }
 }

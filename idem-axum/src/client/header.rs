@@ -37,3 +37,37 @@ impl IdentifyClient for ClientHeader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The first line of the header is the client, unless it is empty; other lines,
+        /// whatever they hold, are not read.
+        #[test]
+        fn the_first_line_is_the_client_whatever_its_bytes(
+            lines in prop::collection::vec(
+                proptest::string::bytes_regex("(?-u:[\\t -~\\x80-\\xff]{0,39})").expect("a regex"),
+                0..3,
+            ),
+        ) {
+            let name = HeaderName::from_static("x-user-id");
+            let mut request = http::Request::new(());
+            for line in &lines {
+                let value = HeaderValue::from_bytes(line).expect("a field value");
+                request.headers_mut().append(&name, value);
+            }
+            let id = ClientHeader::new(name).identify(&ClientRequest::from_request(&request));
+            let first = lines.first().filter(|first| !first.is_empty());
+            let id = id.as_ref().map(ClientId::as_bytes);
+            match first {
+                Some(first) => prop_assert_eq!(id, Ok(first.as_slice())),
+                None => prop_assert!(matches!(id, Err(IdentifyError::Missing(_)))),
+            }
+        }
+    }
+}

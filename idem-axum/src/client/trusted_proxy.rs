@@ -129,8 +129,16 @@ impl TrustedProxyIp {
     }
 
     fn trusted(&self, ip: IpAddr) -> bool {
+        // An IPv4 proxy is one address whether it is seen, or its network written,
+        // IPv4-mapped (as a dual-stack listener reports it) or not.
         let ip = ip.to_canonical();
-        self.proxies.iter().any(|net| net.contains(&ip))
+        let mapped = match ip {
+            IpAddr::V4(v4) => Some(IpAddr::V6(v4.to_ipv6_mapped())),
+            IpAddr::V6(_) => None,
+        };
+        self.proxies
+            .iter()
+            .any(|net| net.contains(&ip) || mapped.is_some_and(|mapped| net.contains(&mapped)))
     }
 
     /// The client of a request that came from a trusted proxy.
@@ -234,16 +242,29 @@ mod tests {
         peer: &str,
         headers: &[(&str, &str)],
     ) -> Result<String, IdentifyError> {
+        let headers = headers
+            .iter()
+            .map(|(name, value)| {
+                (
+                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                )
+            })
+            .collect();
+        identify(key, peer.parse().unwrap(), headers)
+    }
+
+    /// The client `key` tells for a request from `peer` with `headers`, as text.
+    fn identify(
+        key: &TrustedProxyIp,
+        peer: IpAddr,
+        headers: HeaderMap,
+    ) -> Result<String, IdentifyError> {
         let mut request = Request::new(());
+        *request.headers_mut() = headers;
         request
             .extensions_mut()
-            .insert(ConnectInfo(SocketAddr::new(peer.parse().unwrap(), 5555)));
-        for (name, value) in headers {
-            request.headers_mut().append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                value.parse().unwrap(),
-            );
-        }
+            .insert(ConnectInfo(SocketAddr::new(peer, 5555)));
         key.identify(&ClientRequest::from_request(&request))
             .map(|id| String::from_utf8(id.as_bytes().to_vec()).unwrap())
     }
@@ -427,9 +448,270 @@ mod tests {
     }
 
     #[test]
+    fn a_proxy_network_written_ipv4_mapped_is_trusted() {
+        // A dual-stack listener reports IPv4 peers as `::ffff:a.b.c.d`, so that is how an
+        // operator may write the proxies' network.
+        let key = TrustedProxyIp::new(["::ffff:10.0.0.0/104".parse().unwrap()]);
+        let forwarded = [("x-forwarded-for", "198.51.100.4, 10.0.0.2")];
+        for peer in ["::ffff:10.0.0.1", "10.0.0.1"] {
+            assert_eq!(client_of(&key, peer, &forwarded).unwrap(), "198.51.100.4");
+        }
+    }
+
+    #[test]
     fn ipv4_mapped_ipv6_is_one_client() {
         assert_eq!(client("::ffff:203.0.113.9", &[]).unwrap(), "203.0.113.9");
         let mapped = [("x-forwarded-for", "::ffff:198.51.100.4, ::ffff:10.0.0.2")];
         assert_eq!(client("10.0.0.1", &mapped).unwrap(), "198.51.100.4");
+    }
+
+    mod properties {
+        use std::net::{Ipv4Addr, Ipv6Addr};
+
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        use super::*;
+
+        const HEADERS: [&str; 3] = ["x-forwarded-for", "forwarded", "x-real-ip"];
+
+        fn address() -> impl Strategy<Value = IpAddr> {
+            prop_oneof![
+                any::<Ipv4Addr>().prop_map(IpAddr::V4),
+                any::<Ipv6Addr>().prop_map(IpAddr::V6),
+                any::<Ipv4Addr>().prop_map(|ip| IpAddr::V6(ip.to_ipv6_mapped())),
+            ]
+        }
+
+        /// Up to three networks, each at least `/min_len` long (`/min_len * 4` for IPv6).
+        fn networks(min_len: u8) -> impl Strategy<Value = Vec<IpNet>> {
+            prop::collection::vec((address(), any::<u8>()), 1..4).prop_map(move |nets| {
+                nets.into_iter()
+                    .map(|(ip, len)| {
+                        let (min, max) = if ip.is_ipv4() {
+                            (min_len, 32)
+                        } else {
+                            (min_len * 4, 128)
+                        };
+                        IpNet::new(ip, min + len % (max - min + 1)).unwrap().trunc()
+                    })
+                    .collect()
+            })
+        }
+
+        /// The header a key reads: `X-Forwarded-For`, `Forwarded` or `X-Real-IP`.
+        fn forwarding_header() -> impl Strategy<Value = ForwardingHeader> {
+            prop_oneof![
+                Just(ForwardingHeader::XForwardedFor),
+                Just(ForwardingHeader::Forwarded),
+                Just(ForwardingHeader::SingleAddress(HeaderName::from_static(
+                    "x-real-ip"
+                ))),
+            ]
+        }
+
+        /// An address in `net`, with the host bits of `host`.
+        fn inside(net: &IpNet, host: IpAddr) -> IpAddr {
+            let bits = match host {
+                IpAddr::V4(ip) => u128::from(u32::from(ip)),
+                IpAddr::V6(ip) => u128::from(ip),
+            };
+            match net {
+                IpNet::V4(net) => {
+                    let host = u32::from(net.hostmask()) & bits as u32;
+                    IpAddr::V4(Ipv4Addr::from(u32::from(net.network()) | host))
+                }
+                IpNet::V6(net) => {
+                    let host = u128::from(net.hostmask()) & bits;
+                    IpAddr::V6(Ipv6Addr::from(u128::from(net.network()) | host))
+                }
+            }
+        }
+
+        /// `ip`, or failing that the first IPv6 address with another first byte that
+        /// `key` does not trust: networks of at least `/32` cover one first byte each.
+        fn outside(key: &TrustedProxyIp, ip: IpAddr) -> IpAddr {
+            let v6 = match ip {
+                IpAddr::V4(ip) => ip.to_ipv6_mapped(),
+                IpAddr::V6(ip) => ip,
+            };
+            let others = (1..=255_u8).map(|first| {
+                let mut octets = v6.octets();
+                octets[0] ^= first;
+                IpAddr::from(octets)
+            });
+            std::iter::once(ip)
+                .chain(others)
+                .find(|ip| !key.trusted(*ip))
+                .expect("an untrusted address")
+        }
+
+        /// `ip` as an `X-Forwarded-For` entry, with `port` when there is one.
+        fn xff_node(ip: IpAddr, port: Option<u16>) -> String {
+            match (ip, port) {
+                (_, None) => ip.to_string(),
+                (IpAddr::V4(_), Some(port)) => format!("{ip}:{port}"),
+                (IpAddr::V6(_), Some(port)) => format!("[{ip}]:{port}"),
+            }
+        }
+
+        /// `ip` as a `Forwarded` element, with `port` and parameters around `for=`.
+        fn forwarded_element(ip: IpAddr, port: Option<u16>, by_first: bool) -> String {
+            let node = match (ip, port) {
+                (IpAddr::V4(_), None) => ip.to_string(),
+                (IpAddr::V6(_), None) => format!("\"[{ip}]\""),
+                _ => format!("\"{}\"", xff_node(ip, port)),
+            };
+            if by_first {
+                format!("by=_proxy;for={node};proto=https")
+            } else {
+                format!("for={node}")
+            }
+        }
+
+        /// What a client may put in a header of its own: any bytes a field may hold, or
+        /// a list of addresses of its choosing among junk.
+        fn forged_value() -> impl Strategy<Value = Vec<u8>> {
+            let byte = prop_oneof![Just(b'\t'), 0x20_u8..=0x7e, 0x80_u8..=0xff];
+            let entry = prop_oneof![
+                (address(), any::<Option<u16>>()).prop_map(|(ip, port)| xff_node(ip, port)),
+                (address(), any::<Option<u16>>(), any::<bool>())
+                    .prop_map(|(ip, port, by)| forwarded_element(ip, port, by)),
+                prop::sample::select(&["unknown", "_hidden", "\"", "for=", ";", "", " "][..])
+                    .prop_map(str::to_owned),
+            ];
+            prop_oneof![
+                prop::collection::vec(byte, 0..80),
+                prop::collection::vec(entry, 0..6).prop_map(|entries| entries.join(",").into()),
+            ]
+        }
+
+        /// Header lines a client sends: forwarding headers and others, in any order.
+        fn forged_headers() -> impl Strategy<Value = Vec<(HeaderName, Vec<u8>)>> {
+            let name = prop_oneof![
+                prop::sample::select(&HEADERS[..]).prop_map(HeaderName::from_static),
+                Just(HeaderName::from_static("x-other")),
+            ];
+            prop::collection::vec((name, forged_value()), 0..6)
+        }
+
+        fn header_map(lines: Vec<(HeaderName, Vec<u8>)>) -> HeaderMap {
+            let mut headers = HeaderMap::new();
+            for (name, value) in lines {
+                headers.append(
+                    name,
+                    HeaderValue::from_bytes(&value).expect("a field value"),
+                );
+            }
+            headers
+        }
+
+        /// One proxy's hop, taken over the request's header lines: it received the
+        /// request from `from`, and appends that address to the header it writes, at
+        /// the end of the last line or as a line of its own. A one-address header is set
+        /// by the first proxy, replacing the client's, and kept by the others.
+        fn append_hop(
+            lines: &mut Vec<(HeaderName, Vec<u8>)>,
+            header: &ForwardingHeader,
+            hop: (usize, IpAddr, Option<u16>, bool),
+        ) {
+            let (index, from, port, new_line) = hop;
+            let entry = match header {
+                ForwardingHeader::XForwardedFor => xff_node(from, port),
+                ForwardingHeader::Forwarded => forwarded_element(from, port, new_line),
+                ForwardingHeader::SingleAddress(name) => {
+                    if index == 0 {
+                        lines.retain(|(line, _)| line != name);
+                        lines.push((name.clone(), from.to_string().into_bytes()));
+                    }
+                    return;
+                }
+            };
+            let last = lines
+                .iter_mut()
+                .rev()
+                .find(|(name, _)| name == header.name());
+            match last {
+                Some((_, value)) if !new_line => {
+                    value.extend_from_slice(b", ");
+                    value.extend_from_slice(entry.as_bytes());
+                }
+                _ => lines.push((header.name().clone(), entry.into_bytes())),
+            }
+        }
+
+        proptest! {
+            /// Whatever the peer, the networks and the header lines, the answer is an
+            /// address in canonical form that is not a trusted proxy's, or a refusal.
+            #[test]
+            fn no_headers_make_it_panic(
+                peer in address(),
+                proxies in networks(0),
+                header in forwarding_header(),
+                lines in forged_headers(),
+            ) {
+                let key = TrustedProxyIp::new(proxies).with_header(header);
+                match identify(&key, peer, header_map(lines)) {
+                    Ok(client) => {
+                        let ip: IpAddr = client.parse().expect("an address");
+                        prop_assert_eq!(ip, ip.to_canonical());
+                        prop_assert!(!key.trusted(ip) || !key.trusted(peer), "{ip}");
+                    }
+                    Err(error) => prop_assert!(matches!(error, IdentifyError::Missing(_))),
+                }
+            }
+
+            /// A peer that is not a trusted proxy is the client, whatever it wrote.
+            #[test]
+            fn an_untrusted_peer_is_the_client(
+                peer in address(),
+                proxies in networks(8),
+                header in forwarding_header(),
+                lines in forged_headers(),
+            ) {
+                let key = TrustedProxyIp::new(proxies).with_header(header);
+                let peer = outside(&key, peer);
+                let client = identify(&key, peer, header_map(lines));
+                prop_assert_eq!(client, Ok(peer.to_canonical().to_string()));
+            }
+
+            /// The property that makes forwarding headers safe to read. A client at
+            /// address `c`, not a trusted proxy's, sends any header lines it likes —
+            /// forwarding headers naming any addresses, any bytes — to a chain of one or
+            /// more trusted proxies. Each appends the address it received the request
+            /// from to the header the key reads (the first `c`, the others the proxy
+            /// before them), or for a one-address header the first sets it to `c`; the
+            /// last is the TCP peer. Then the client is `c`: nothing the client wrote
+            /// changes it.
+            #[test]
+            fn a_client_behind_trusted_proxies_cannot_choose_its_address(
+                client in address(),
+                proxies in networks(8),
+                header in forwarding_header(),
+                lines in forged_headers(),
+                chain in prop::collection::vec(
+                    (any::<Index>(), address(), any::<Option<u16>>(), any::<bool>()),
+                    1..4,
+                ),
+                mapped_peer in any::<bool>(),
+            ) {
+                let key = TrustedProxyIp::new(proxies.clone()).with_header(header.clone());
+                let client = outside(&key, client);
+                let mut lines = lines;
+                let mut from = client;
+                for (index, (net, host, port, new_line)) in chain.into_iter().enumerate() {
+                    append_hop(&mut lines, &header, (index, from, port, new_line));
+                    from = inside(net.get(&proxies), host);
+                }
+                let peer = match from {
+                    IpAddr::V4(ip) if mapped_peer => IpAddr::V6(ip.to_ipv6_mapped()),
+                    _ => from,
+                };
+                prop_assert_eq!(
+                    identify(&key, peer, header_map(lines)),
+                    Ok(client.to_canonical().to_string())
+                );
+            }
+        }
     }
 }

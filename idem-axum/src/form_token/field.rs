@@ -261,4 +261,240 @@ mod tests {
             assert_eq!(error.kind(), RejectionKind::InvalidBody, "{body:?}");
         }
     }
+
+    mod properties {
+        use futures_util::FutureExt;
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        use super::*;
+
+        /// The token field's value in `body`, as `content_type` announces it.
+        fn token_in(
+            content_type: &[u8],
+            body: Vec<u8>,
+            name: &str,
+        ) -> Result<Option<String>, Rejection> {
+            let mut headers = HeaderMap::new();
+            let content_type = HeaderValue::from_bytes(content_type).expect("a field value");
+            headers.insert(CONTENT_TYPE, content_type);
+            let Some(form) = Form::of(&headers)? else {
+                unreachable!("a content type was sent");
+            };
+            // The body is all there, so reading it never waits.
+            form.field(Bytes::from(body), name)
+                .now_or_never()
+                .expect("a body read at once")
+        }
+
+        fn field_bytes(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<u8>> {
+            prop::collection::vec(
+                prop_oneof![Just(b'\t'), 0x20_u8..=0x7e, 0x80_u8..=0xff],
+                len,
+            )
+        }
+
+        /// `name`, or another name if it is `token`.
+        fn other_than(token: &str, name: String) -> String {
+            if name == token { name + "x" } else { name }
+        }
+
+        /// A urlencoded name or value, in one of the ways clients write one: `+` or
+        /// `%20` for a space, upper- or lowercase hex, or every byte as `%XX`.
+        fn urlencode(text: &str, style: u8) -> String {
+            text.bytes()
+                .map(|byte| match (byte, style) {
+                    (b' ', 0) => "+".to_owned(),
+                    (
+                        b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~',
+                        0..=2,
+                    ) => char::from(byte).to_string(),
+                    (_, 2) => format!("%{byte:02x}"),
+                    _ => format!("%{byte:02X}"),
+                })
+                .collect()
+        }
+
+        /// A multipart part as a browser writes it.
+        #[derive(Debug, Clone)]
+        struct Part {
+            name: String,
+            filename: Option<String>,
+            content_type: Option<String>,
+            data: Vec<u8>,
+        }
+
+        /// A multipart body of `parts` between `boundary`s.
+        fn multipart_body(boundary: &str, parts: &[Part]) -> Vec<u8> {
+            let mut body = Vec::new();
+            for part in parts {
+                let name = &part.name;
+                body.extend_from_slice(
+                    format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"")
+                        .as_bytes(),
+                );
+                if let Some(filename) = &part.filename {
+                    body.extend_from_slice(format!("; filename=\"{filename}\"").as_bytes());
+                }
+                body.extend_from_slice(b"\r\n");
+                if let Some(content_type) = &part.content_type {
+                    body.extend_from_slice(format!("Content-Type: {content_type}\r\n").as_bytes());
+                }
+                body.extend_from_slice(b"\r\n");
+                body.extend_from_slice(&part.data);
+                body.extend_from_slice(b"\r\n");
+            }
+            body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+            body
+        }
+
+        /// A field name or filename as a browser writes it in `Content-Disposition`.
+        fn disposition_text() -> impl Strategy<Value = String> {
+            "[^\\x00-\\x1f\\x7f]{0,20}".prop_map(|text| text.replace('"', "%22"))
+        }
+
+        /// A multipart part other than the token's: any name, maybe a file, any data.
+        fn other_part() -> impl Strategy<Value = Part> {
+            (
+                disposition_text(),
+                prop::option::of(disposition_text()),
+                prop::option::of(
+                    prop::sample::select(
+                        &[
+                            "text/plain",
+                            "application/octet-stream",
+                            "image/png; q=\"x\"",
+                        ][..],
+                    )
+                    .prop_map(str::to_owned),
+                ),
+                prop::collection::vec(any::<u8>(), 0..100),
+            )
+                .prop_map(|(name, filename, content_type, data)| Part {
+                    name,
+                    filename,
+                    content_type,
+                    data,
+                })
+        }
+
+        /// `bytes` with a few runs replaced by others, or cut short.
+        fn spliced(bytes: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+            let splice = (
+                any::<Index>(),
+                any::<Index>(),
+                prop::collection::vec(any::<u8>(), 0..8),
+            );
+            prop::collection::vec(splice, 0..3).prop_map(move |splices| {
+                let mut bytes = bytes.clone();
+                for (start, len, with) in splices {
+                    let start = start.index(bytes.len() + 1);
+                    let end = start + len.index(bytes.len() - start + 1);
+                    bytes.splice(start..end, with);
+                }
+                bytes
+            })
+        }
+
+        /// Content types: any bytes, the two forms with any parameters, and multipart
+        /// with the boundary `XyZ`.
+        fn content_type() -> impl Strategy<Value = Vec<u8>> {
+            let essence = prop::sample::select(
+                &[
+                    "multipart/form-data",
+                    "application/x-www-form-urlencoded",
+                    "MULTIPART/FORM-DATA",
+                ][..],
+            );
+            prop_oneof![
+                field_bytes(0..60),
+                (essence, field_bytes(0..40)).prop_map(|(essence, params)| {
+                    [essence.as_bytes(), b"; boundary=", &params].concat()
+                }),
+                Just(b"multipart/form-data; boundary=XyZ".to_vec()),
+            ]
+        }
+
+        /// Bodies: any bytes, and multipart bodies with the boundary `XyZ` spliced.
+        fn body() -> impl Strategy<Value = Vec<u8>> {
+            let multipart = prop::collection::vec(other_part(), 0..4)
+                .prop_map(|parts| multipart_body("XyZ", &parts))
+                .prop_flat_map(spliced);
+            prop_oneof![prop::collection::vec(any::<u8>(), 0..200), multipart]
+        }
+
+        proptest! {
+            #[test]
+            fn no_body_or_content_type_makes_it_panic(
+                content_type in content_type(),
+                body in body(),
+                name in ".{0,12}",
+            ) {
+                let _ = token_in(&content_type, body, &name);
+            }
+
+            /// Any fields, with the token's anywhere among them, each name and value
+            /// percent-encoded in any way clients do.
+            #[test]
+            fn the_token_is_found_in_any_urlencoded_body(
+                name in "[a-z_]{1,12}",
+                token in ".{1,40}",
+                others in prop::collection::vec((".{0,12}", ".{0,20}", 0_u8..4, any::<bool>()), 0..6),
+                at in any::<Index>(),
+                style in 0_u8..4,
+            ) {
+                let mut pairs: Vec<String> = others
+                    .into_iter()
+                    .map(|(other, value, style, empty)| {
+                        let pair = format!(
+                            "{}={}",
+                            urlencode(&other_than(&name, other), style),
+                            urlencode(&value, style)
+                        );
+                        if empty { pair + "&" } else { pair }
+                    })
+                    .collect();
+                let ours = format!("{}={}", urlencode(&name, style), urlencode(&token, style));
+                pairs.insert(at.index(pairs.len() + 1), ours);
+                let body = pairs.join("&").into_bytes();
+                let found = token_in(b"application/x-www-form-urlencoded", body, &name);
+                prop_assert_eq!(found.expect("a well-formed body"), Some(token));
+            }
+
+            /// Any parts, files among them, with the token's anywhere, between any
+            /// boundary the parts do not hold.
+            #[test]
+            fn the_token_is_found_in_any_multipart_body(
+                name in "[a-z_]{1,12}",
+                token in ".{1,40}",
+                others in prop::collection::vec(other_part(), 0..5),
+                at in any::<Index>(),
+                boundary in "[0-9A-Za-z'()+_,./:=? -]{0,69}[0-9A-Za-z'()+_,./:=?-]",
+            ) {
+                let mut parts: Vec<Part> = others
+                    .into_iter()
+                    .map(|part| Part { name: other_than(&name, part.name), ..part })
+                    .collect();
+                let ours = Part {
+                    name: name.clone(),
+                    filename: None,
+                    content_type: None,
+                    data: token.clone().into_bytes(),
+                };
+                parts.insert(at.index(parts.len() + 1), ours);
+                let mut boundary = boundary;
+                while parts.iter().any(|part| {
+                    part.data
+                        .windows(boundary.len() + 2)
+                        .any(|window| window[2..] == *boundary.as_bytes() && window[..2] == *b"--")
+                }) {
+                    boundary.push('x');
+                }
+                let content_type = format!("multipart/form-data; boundary=\"{boundary}\"");
+                let body = multipart_body(&boundary, &parts);
+                let found = token_in(content_type.as_bytes(), body, &name);
+                prop_assert_eq!(found.expect("a well-formed body"), Some(token));
+            }
+        }
+    }
 }

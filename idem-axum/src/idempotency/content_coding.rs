@@ -178,4 +178,120 @@ mod tests {
         );
         assert_eq!(unaccepted_by(&["gzip, br"], &["br, gzip"]), None);
     }
+
+    mod properties {
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        use super::*;
+
+        const CODINGS: [&str; 5] = ["gzip", "br", "deflate", "zstd", "compress"];
+
+        /// `coding` as a field may spell it: any case, `x-` for the old names.
+        fn spelled(coding: &str, upper: bool, old_name: bool) -> String {
+            let coding = match coding {
+                "gzip" | "compress" if old_name => format!("x-{coding}"),
+                _ => coding.to_owned(),
+            };
+            if upper {
+                coding.to_ascii_uppercase()
+            } else {
+                coding
+            }
+        }
+
+        /// A weight as a field may write it, and whether it is above zero.
+        fn weight() -> impl Strategy<Value = (String, bool)> {
+            prop_oneof![
+                Just((String::new(), true)),
+                prop::sample::select(&["0", "0.000", "0.5", "0.001", "1", "1.000", "1.0"][..])
+                    .prop_map(|q| (format!(";q={q}"), q.bytes().any(|b| b != b'0' && b != b'.'))),
+                prop::sample::select(&["2", "0.5x", "1.5", "0.0001", "", "-1"][..])
+                    .prop_map(|q| (format!("; Q = {q}"), false)),
+            ]
+        }
+
+        fn field_lines() -> impl Strategy<Value = Vec<Vec<u8>>> {
+            prop::collection::vec(
+                proptest::string::bytes_regex("(?-u:[\\t -~\\x80-\\xff]{0,39})").expect("a regex"),
+                0..3,
+            )
+        }
+
+        fn header_map(name: http::HeaderName, lines: &[Vec<u8>]) -> HeaderMap {
+            let mut map = HeaderMap::new();
+            for line in lines {
+                map.append(&name, HeaderValue::from_bytes(line).expect("a field value"));
+            }
+            map
+        }
+
+        proptest! {
+            #[test]
+            fn no_fields_make_it_panic(stored in field_lines(), accept in field_lines()) {
+                let stored = header_map(CONTENT_ENCODING, &stored);
+                let unaccepted = unaccepted(&stored, &header_map(ACCEPT_ENCODING, &accept));
+                prop_assert!(!unaccepted.is_some_and(|c| c.eq_ignore_ascii_case("identity")));
+            }
+
+            /// The first coding applied that the request does not accept is reported: one
+            /// it lists with a weight of zero (or one that is not a qvalue), or one it does
+            /// not list when `*` is not listed with a weight above zero.
+            #[test]
+            fn the_first_coding_not_accepted_is_reported(
+                applied in prop::collection::vec(
+                    (0_usize..6, any::<bool>(), any::<bool>(), any::<bool>()),
+                    0..4,
+                ),
+                listed in prop::collection::vec(
+                    prop::option::of((weight(), any::<bool>(), any::<bool>())),
+                    6,
+                ),
+                order in prop::collection::vec(any::<Index>(), 6),
+            ) {
+                let coding = |index: usize| CODINGS.get(index).copied().unwrap_or("identity");
+                // `*` is the last of the six.
+                let mut elements: Vec<String> = Vec::new();
+                for (index, listing) in listed.iter().enumerate() {
+                    if let Some(((weight, _), upper, old_name)) = listing {
+                        let name = match CODINGS.get(index) {
+                            Some(coding) => spelled(coding, *upper, *old_name),
+                            None => "*".to_owned(),
+                        };
+                        let at = order[index].index(elements.len() + 1);
+                        elements.insert(at, format!("{name}{weight}"));
+                    }
+                }
+                let accepts = |index: usize| {
+                    let weighted = |listing: &Option<((String, bool), bool, bool)>| {
+                        listing.as_ref().map(|((_, above_zero), _, _)| *above_zero)
+                    };
+                    index == CODINGS.len()
+                        || weighted(&listed[index]).or(weighted(&listed[5])).unwrap_or(false)
+                };
+                let mut lines: Vec<String> = vec![String::new()];
+                let mut expected = None;
+                for (index, upper, old_name, new_line) in applied {
+                    let index = index.min(CODINGS.len());
+                    let written = spelled(coding(index), upper, old_name);
+                    if expected.is_none() && !accepts(index) {
+                        expected = Some(written.clone());
+                    }
+                    if new_line {
+                        lines.push(written);
+                    } else {
+                        let line = lines.last_mut().expect("a line");
+                        *line = format!("{line} ,{written}");
+                    }
+                }
+                let lines: Vec<Vec<u8>> = lines.into_iter().map(String::into_bytes).collect();
+                let accept = vec![elements.join(", ").into_bytes()];
+                let found = unaccepted(
+                    &header_map(CONTENT_ENCODING, &lines),
+                    &header_map(ACCEPT_ENCODING, &accept),
+                );
+                prop_assert_eq!(found, expected);
+            }
+        }
+    }
 }

@@ -186,4 +186,122 @@ mod tests {
         assert!(detail.contains("1 to 255"), "{detail}");
         assert!(InvalidKey::Escape(b'\n').to_string().contains("\\\\n"));
     }
+
+    mod properties {
+        use http::{HeaderMap, HeaderValue};
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        use super::*;
+
+        /// Keys of `lengths` characters that may go bare: RFC 9110 `tchar`, `:` and `/`.
+        fn bare_key(lengths: &str) -> impl Strategy<Value = String> + use<> {
+            proptest::string::string_regex(&format!("[0-9A-Za-z!#$%&'*+.^_`|~:/-]{lengths}"))
+                .expect("a regex")
+        }
+
+        /// The bytes a field value may hold.
+        fn field_byte() -> impl Strategy<Value = u8> {
+            prop_oneof![Just(b'\t'), 0x20_u8..=0x7e, 0x80_u8..=0xff]
+        }
+
+        /// Optional whitespace around a value.
+        fn ows() -> impl Strategy<Value = String> {
+            "[ \t]{0,3}"
+        }
+
+        /// `key` as a structured-field string.
+        fn quoted(key: &str) -> String {
+            let escaped = key.replace('\\', "\\\\").replace('"', "\\\"");
+            format!("\"{escaped}\"")
+        }
+
+        fn is_bare(key: &str) -> bool {
+            key.bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+.^_`|~:/-".contains(&byte))
+        }
+
+        /// `bytes` with a few bytes inserted, removed or replaced.
+        fn mutated(bytes: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+            prop::collection::vec((any::<Index>(), 0_u8..3, field_byte()), 0..4).prop_map(
+                move |edits| {
+                    let mut bytes = bytes.clone();
+                    for (at, edit, byte) in edits {
+                        let at = at.index(bytes.len() + 1);
+                        match edit {
+                            0 => bytes.insert(at, byte),
+                            1 if at < bytes.len() => drop(bytes.remove(at)),
+                            _ if at < bytes.len() => bytes[at] = byte,
+                            _ => bytes.push(byte),
+                        }
+                    }
+                    bytes
+                },
+            )
+        }
+
+        /// Field values: any, and keys in either form, cut or spliced.
+        fn field_value() -> impl Strategy<Value = Vec<u8>> {
+            let key = prop_oneof![bare_key("{0,260}"), "[ -~]{0,260}", "[\"\\\\a ]{0,8}",];
+            let form =
+                (key, any::<bool>(), ows(), ows()).prop_map(|(key, quote, before, after)| {
+                    let key = if quote { quoted(&key) } else { key };
+                    format!("{before}{key}{after}").into_bytes()
+                });
+            prop_oneof![
+                prop::collection::vec(field_byte(), 0..300),
+                form.prop_flat_map(mutated),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn no_bytes_make_it_panic(value in prop::collection::vec(any::<u8>(), 0..300)) {
+                let _ = parse(&value);
+            }
+
+            #[test]
+            fn every_printable_key_is_read_quoted_and_bare_alike(
+                key in prop_oneof![bare_key("{1,255}"), "[ -~]{1,255}"],
+                before in ows(),
+                after in ows(),
+            ) {
+                let quoted = format!("{before}{}{after}", quoted(&key));
+                prop_assert_eq!(parse(quoted.as_bytes()), Ok(key.clone()));
+                if is_bare(&key) {
+                    prop_assert_eq!(parse(format!("{before}{key}{after}").as_bytes()), Ok(key));
+                }
+            }
+
+            #[test]
+            fn keys_of_no_or_more_than_255_characters_are_refused(
+                key in prop_oneof![Just(String::new()), "[ -~]{256,400}"],
+                quote in any::<bool>(),
+            ) {
+                let value = if quote || !is_bare(&key) { quoted(&key) } else { key.clone() };
+                prop_assert_eq!(parse(value.as_bytes()), Err(InvalidKey::Length(key.len())));
+            }
+
+            /// Whatever is accepted is a key of 1 to 255 printable characters, and the field
+            /// held it in one of its two forms: the bare key or its one quoted spelling.
+            #[test]
+            fn only_a_key_in_one_of_its_forms_is_accepted(value in field_value()) {
+                let mut headers = HeaderMap::new();
+                let field = HeaderValue::from_bytes(&value).expect("a field value");
+                headers.insert(&IDEMPOTENCY_KEY, field);
+                let Ok(Some(key)) = from_headers(&headers) else {
+                    return Ok(());
+                };
+                prop_assert!((1..=255).contains(&key.len()), "{key:?}");
+                prop_assert!(key.bytes().all(|byte| (0x20..=0x7e).contains(&byte)), "{key:?}");
+                // A field value holds no whitespace but spaces and tabs.
+                let value = value.trim_ascii();
+                prop_assert!(
+                    (is_bare(&key) && value == key.as_bytes()) || value == quoted(&key).as_bytes(),
+                    "{:?} read as {key:?}",
+                    String::from_utf8_lossy(value)
+                );
+            }
+        }
+    }
 }

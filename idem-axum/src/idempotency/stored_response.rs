@@ -178,25 +178,32 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
     }
 }
 
+/// The fields that always describe one connection (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
 /// Whether `name` describes one connection, not the response (RFC 9110 §7.6.1): one of
 /// the fixed hop-by-hop fields, or one that `Connection` in `headers` names.
 fn is_hop_by_hop(name: &HeaderName, headers: &HeaderMap) -> bool {
-    const FIXED: [&str; 7] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ];
-    FIXED.contains(&name.as_str())
+    // Split as bytes, so that bytes that are not text elsewhere in the field do not hide
+    // the names beside them.
+    HOP_BY_HOP.contains(&name.as_str())
         || headers
             .get_all(CONNECTION)
             .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .any(|listed| listed.trim().eq_ignore_ascii_case(name.as_str()))
+            .flat_map(|value| value.as_bytes().split(|byte| *byte == b','))
+            .any(|listed| {
+                listed
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(name.as_str().as_bytes())
+            })
 }
 
 #[cfg(test)]
@@ -251,6 +258,20 @@ mod tests {
     }
 
     #[test]
+    fn a_header_connection_names_is_dropped_beside_bytes_that_are_not_text() {
+        let mut original = parts(StatusCode::OK, &[("x-per-hop", "dropped")]);
+        original.headers.append(
+            CONNECTION,
+            HeaderValue::from_bytes(b"X-Per-Hop, \x80").unwrap(),
+        );
+        let stored = encode_response(&original, b"", RecordScope::Client);
+        let Ok(Replay::Response(replayed)) = decode(&stored) else {
+            panic!("a fresh record decodes");
+        };
+        assert!(!replayed.headers().contains_key("x-per-hop"));
+    }
+
+    #[test]
     fn a_shared_record_keeps_no_cookie() {
         let original = parts(
             StatusCode::OK,
@@ -301,5 +322,190 @@ mod tests {
             .unwrap()
             .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
             .unwrap()
+    }
+
+    mod properties {
+        use futures_util::FutureExt;
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        use super::*;
+
+        /// Names a response may carry: hop-by-hop ones, `Set-Cookie`, the replay mark,
+        /// and any others.
+        fn header_name() -> impl Strategy<Value = HeaderName> {
+            let others = [
+                "content-type",
+                "set-cookie",
+                "idempotent-replayed",
+                "x-per-hop",
+            ];
+            let known = prop::sample::select(
+                HOP_BY_HOP
+                    .iter()
+                    .chain(&others)
+                    .copied()
+                    .collect::<Vec<_>>(),
+            )
+            .prop_map(HeaderName::from_static);
+            let any = "[a-z0-9!#$%&'*+.^_`|~-]{1,20}"
+                .prop_map(|name| HeaderName::from_bytes(name.as_bytes()).expect("a token"));
+            prop_oneof![known, any]
+        }
+
+        fn field_bytes() -> impl Strategy<Value = Vec<u8>> {
+            prop::collection::vec(
+                prop_oneof![Just(b'\t'), 0x20_u8..=0x7e, 0x80_u8..=0xff],
+                0..40,
+            )
+        }
+
+        /// A header value; for `Connection`, often a list of names.
+        fn header_value(name: &HeaderName) -> BoxedStrategy<Vec<u8>> {
+            if name != CONNECTION {
+                return field_bytes().boxed();
+            }
+            let listed = prop_oneof![
+                header_name().prop_map(|name| name.as_str().to_ascii_uppercase().into_bytes()),
+                field_bytes(),
+            ];
+            prop_oneof![
+                field_bytes(),
+                prop::collection::vec(listed, 1..4).prop_map(|names| names.join(&b" , "[..])),
+            ]
+            .boxed()
+        }
+
+        /// A response's head: any status, any headers in any order, repeats included.
+        fn response_parts() -> impl Strategy<Value = response::Parts> {
+            let header = header_name().prop_flat_map(|name| {
+                let value = header_value(&name);
+                (Just(name), value)
+            });
+            (100_u16..1000, prop::collection::vec(header, 0..10)).prop_map(|(status, headers)| {
+                let mut response = Response::new(());
+                *response.status_mut() = StatusCode::from_u16(status).expect("a status");
+                for (name, value) in headers {
+                    let value = HeaderValue::from_bytes(&value).expect("a field value");
+                    response.headers_mut().append(name, value);
+                }
+                response.into_parts().0
+            })
+        }
+
+        fn scope() -> impl Strategy<Value = RecordScope> {
+            prop_oneof![Just(RecordScope::Client), Just(RecordScope::Shared)]
+        }
+
+        /// The headers a replay of `parts` carries, in order: all but the ones that
+        /// describe one connection (RFC 9110 §7.6.1), `Set-Cookie` for a shared key, and
+        /// the replay mark, which the replay sets itself.
+        fn replayed_headers(parts: &response::Parts, scope: RecordScope) -> Vec<(String, Vec<u8>)> {
+            let listed: Vec<Vec<u8>> = parts
+                .headers
+                .get_all(CONNECTION)
+                .iter()
+                .flat_map(|value| value.as_bytes().split(|byte| *byte == b','))
+                // A field value holds no whitespace but spaces and tabs.
+                .map(|name| name.trim_ascii().to_ascii_lowercase())
+                .collect();
+            parts
+                .headers
+                .iter()
+                .filter(|(name, _)| {
+                    !(HOP_BY_HOP.contains(&name.as_str())
+                        || listed.contains(&name.as_str().as_bytes().to_vec())
+                        || (scope == RecordScope::Shared && *name == SET_COOKIE)
+                        || *name == IDEMPOTENT_REPLAYED)
+                })
+                .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
+                .collect()
+        }
+
+        /// Records as the layer writes them, then cut short and with bytes flipped.
+        fn damaged_record() -> impl Strategy<Value = Vec<u8>> {
+            let record = prop_oneof![
+                (
+                    response_parts(),
+                    prop::collection::vec(any::<u8>(), 0..64),
+                    scope()
+                )
+                    .prop_map(|(parts, body, scope)| encode_response(&parts, &body, scope)),
+                (100_u16..1000).prop_map(|status| {
+                    encode_too_large(StatusCode::from_u16(status).expect("a status"))
+                }),
+            ];
+            let flips = prop::collection::vec((any::<Index>(), 1_u8..=255), 0..3);
+            (record, flips, prop::option::of(any::<Index>())).prop_map(|(record, flips, cut)| {
+                let mut bytes = record.to_vec();
+                for (at, mask) in flips {
+                    let at = at.index(bytes.len());
+                    bytes[at] ^= mask;
+                }
+                if let Some(cut) = cut {
+                    bytes.truncate(cut.index(bytes.len() + 1));
+                }
+                bytes
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn no_stored_bytes_make_the_decoder_panic(
+                stored in prop_oneof![
+                    prop::collection::vec(any::<u8>(), 0..100),
+                    prop::collection::vec(any::<u8>(), 0..100).prop_map(|mut bytes| {
+                        bytes.insert(0, FORMAT);
+                        bytes
+                    }),
+                    damaged_record(),
+                ],
+            ) {
+                if let Ok(Replay::Response(response)) = decode(&Bytes::from(stored)) {
+                    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                        .now_or_never()
+                        .expect("a body in memory");
+                    prop_assert!(body.is_ok());
+                }
+            }
+
+            /// Encoding then decoding gives the status, every header kept in order with
+            /// its repeats, the body, and the replay mark.
+            #[test]
+            fn a_response_round_trips(
+                parts in response_parts(),
+                body in prop::collection::vec(any::<u8>(), 0..200),
+                scope in scope(),
+            ) {
+                let stored = encode_response(&parts, &body, scope);
+                let Ok(Replay::Response(replayed)) = decode(&stored) else {
+                    panic!("a fresh record decodes");
+                };
+                prop_assert_eq!(replayed.status(), parts.status);
+                let headers: Vec<_> = replayed
+                    .headers()
+                    .iter()
+                    .filter(|(name, _)| *name != IDEMPOTENT_REPLAYED)
+                    .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
+                    .collect();
+                prop_assert_eq!(headers, replayed_headers(&parts, scope));
+                let marks: Vec<_> = replayed.headers().get_all(&IDEMPOTENT_REPLAYED).iter().collect();
+                prop_assert_eq!(marks, ["true"]);
+                let replayed_body = axum::body::to_bytes(replayed.into_body(), usize::MAX)
+                    .now_or_never()
+                    .expect("a body in memory")
+                    .expect("the body");
+                prop_assert_eq!(replayed_body, body);
+            }
+
+            #[test]
+            fn a_too_large_marker_round_trips(status in 100_u16..1000) {
+                let status = StatusCode::from_u16(status).expect("a status");
+                let Ok(Replay::TooLarge { status: decoded }) = decode(&encode_too_large(status)) else {
+                    panic!("a fresh marker decodes");
+                };
+                prop_assert_eq!(decoded, status);
+            }
+        }
     }
 }

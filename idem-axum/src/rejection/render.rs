@@ -82,10 +82,14 @@ pub(crate) fn prefers_html(headers: &HeaderMap) -> bool {
         for range in value.split(',') {
             let mut params = range.split(';');
             let media = params.next().unwrap_or("").trim().to_ascii_lowercase();
-            // A malformed weight counts as 0: such a range prefers nothing.
+            // A malformed weight, or one outside 0 to 1, counts as 0: such a range prefers
+            // nothing. The parameter's name is case-insensitive.
             let q = params
-                .find_map(|p| p.trim().strip_prefix("q="))
-                .map_or(1.0, |q| q.trim().parse::<f32>().unwrap_or(0.0));
+                .find_map(|p| p.trim().strip_prefix(['q', 'Q'])?.strip_prefix('='))
+                .map_or(1.0, |q| {
+                    let q = q.trim().parse::<f32>().unwrap_or(0.0);
+                    if (0.0..=1.0).contains(&q) { q } else { 0.0 }
+                });
             match media.as_str() {
                 "text/html" | "application/xhtml+xml" => html = html.max(q),
                 "application/json" | "application/problem+json" | "*/*" => json = json.max(q),
@@ -114,6 +118,17 @@ mod tests {
         assert!(!prefers_html(&HeaderMap::new()));
         assert!(!prefers_html(&accept("text/html;q=0.5, application/json")));
         assert!(!prefers_html(&accept("garbage;;q=x, text/html;q=abc")));
+    }
+
+    #[test]
+    fn a_weight_that_is_no_qvalue_counts_as_zero() {
+        for weight in ["2", "inf", "NaN", "-1"] {
+            let value = format!("text/html;q={weight}, application/json;q=0.5");
+            assert!(!prefers_html(&accept(&value)), "{value}");
+        }
+        assert!(!prefers_html(&accept(
+            "text/html;Q=0.1, application/json;q=0.5"
+        )));
     }
 
     #[test]
@@ -159,5 +174,95 @@ mod tests {
             .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
             .unwrap();
         String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// A weight as a client may write it, and its value.
+        fn weight() -> impl Strategy<Value = (String, f32)> {
+            prop_oneof![
+                Just((String::new(), 1.0)),
+                (0_u16..=1000, any::<bool>(), 0_usize..3).prop_map(
+                    |(thousandths, upper, digits)| {
+                        let q = if upper { "Q" } else { "q" };
+                        let text = match thousandths {
+                            1000 => format!("1.{}", "0".repeat(digits)),
+                            _ => format!("{:.3}", f32::from(thousandths) / 1000.0),
+                        };
+                        let value = text.parse::<f32>().expect("a number");
+                        (format!(";{q}={text}"), value)
+                    }
+                ),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn no_accept_field_makes_it_panic(
+                lines in prop::collection::vec(
+                    proptest::string::bytes_regex("(?-u:[\\t -~\\x80-\\xff]{0,59})").expect("a regex"),
+                    0..3,
+                ),
+            ) {
+                let mut headers = HeaderMap::new();
+                for line in lines {
+                    headers.append(ACCEPT, HeaderValue::from_bytes(&line).expect("a field value"));
+                }
+                let _ = prefers_html(&headers);
+            }
+
+            /// HTML is preferred exactly when the highest weight of an HTML range is above
+            /// the highest of a JSON one (`*/*` included).
+            #[test]
+            fn html_is_preferred_when_it_weighs_more(
+                ranges in prop::collection::vec(
+                    (
+                        prop::sample::select(
+                            &[
+                                "text/html",
+                                "application/xhtml+xml",
+                                "application/json",
+                                "application/problem+json",
+                                "*/*",
+                                "image/png",
+                            ][..],
+                        ),
+                        weight(),
+                    ),
+                    0..5,
+                ),
+            ) {
+                let (mut html, mut json) = (0.0_f32, 0.0_f32);
+                for (media, (_, q)) in &ranges {
+                    match *media {
+                        "text/html" | "application/xhtml+xml" => html = html.max(*q),
+                        "image/png" => {}
+                        _ => json = json.max(*q),
+                    }
+                }
+                let value: Vec<String> = ranges
+                    .iter()
+                    .map(|(media, (weight, _))| format!("{media}{weight}"))
+                    .collect();
+                prop_assert_eq!(prefers_html(&accept(&value.join(", "))), html > json);
+            }
+
+            /// Escaped text holds no markup character, and unescapes to itself.
+            #[test]
+            fn escaped_text_is_inert_and_lossless(text in any::<String>()) {
+                let escaped = escape_html(&text);
+                prop_assert!(!escaped.contains(['<', '>', '"', '\'']), "{escaped}");
+                let unescaped = escaped
+                    .replace("&lt;", "<")
+                    .replace("&gt;", ">")
+                    .replace("&quot;", "\"")
+                    .replace("&#39;", "'")
+                    .replace("&amp;", "&");
+                prop_assert_eq!(unescaped, text);
+            }
+        }
     }
 }
