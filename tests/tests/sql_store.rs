@@ -233,8 +233,7 @@ async fn taken_over<S: Store + Clone>(store: &S, record: &Key, stale: &Owner, fr
         Duration::from_secs(5),
         "the lease runs out and a retry begins",
         || {
-            let (store, record, fresh, fp) =
-                (store.clone(), record.clone(), fresh.clone(), fp.clone());
+            let (store, record, fresh) = (store.clone(), record.clone(), fresh.clone());
             async move {
                 store
                     .begin_record(&record, &fresh, &fp, LONG)
@@ -319,12 +318,13 @@ async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: Database>() {
     for i in 0..10 {
         let ttl = if i < 6 { SHORT } else { LONG };
         let name = key(&format!("k{i}"));
+        store.put_token(&scope, &name, ttl, 100).await.unwrap();
+        store.begin_record(&name, &owner, &fp, ttl).await.unwrap();
+        // Last, so that once this lock has expired every short-lived row has.
         store
             .acquire(&name, &owner, ttl, Fencing::On)
             .await
             .unwrap();
-        store.put_token(&scope, &name, ttl, 100).await.unwrap();
-        store.begin_record(&name, &owner, &fp, ttl).await.unwrap();
     }
     until_expired(&store, &key("k5")).await;
 
