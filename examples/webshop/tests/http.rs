@@ -1,8 +1,9 @@
 //! The shop's HTTP contract, on `MemoryStore` and on a real Redis (the harness starts
 //! `redis-server`): every route and every duplicate path, counted in the database —
-//! orders rows, payments, balances, stock — not only in status codes. Then two shop
-//! instances on one store and one SQLite file, as two processes behind a load balancer
-//! would be.
+//! orders rows, payments, balances, stock — not only in status codes. The records of API
+//! orders and payment callbacks are in the shop's SQLite database whatever the store:
+//! they commit with the order or the payment, or not at all. Then two shop instances on
+//! one store and one SQLite file, as two processes behind a load balancer would be.
 //!
 //! These tests live beside the shop (not in `tests/`) because they drive its router
 //! (`Shop::router`, no sockets) and read its database; they borrow only the workspace's
@@ -33,6 +34,8 @@ idem_tests::on_every_store!(
     payment_callbacks_pay_once_per_source_and_seq,
     a_string_seq_of_any_length_is_paid_once,
     malformed_callbacks_are_refused_naming_the_field_and_leave_nothing,
+    an_order_or_a_payment_and_its_record_commit_together_or_not_at_all,
+    a_restarted_shop_on_a_fresh_store_replays_from_its_database,
     withdrawals_deduct_once_per_ticket,
     insufficient_funds_is_the_tickets_recorded_outcome,
     seckill_sells_one_voucher_per_user_and_stops_at_zero,
@@ -73,6 +76,23 @@ impl<B: Backend> TestShop<B> {
             .await
             .expect("the database");
         Shop::new(db, self.backend.store_of_another_instance()).router()
+    }
+
+    /// The shop restarted on the same database file, its main store a fresh one (a new
+    /// `MemoryStore`, an empty Redis): what it still knows, it knows from the database.
+    async fn restarted(&self) -> (Router, B) {
+        let backend = B::start().await;
+        let db = example_webshop::connect(&self.url)
+            .await
+            .expect("the database");
+        (Shop::new(db, backend.store()).router(), backend)
+    }
+
+    async fn execute(&self, sql: &str) {
+        sqlx::query(sql)
+            .execute(&self.db)
+            .await
+            .expect("the test's statement");
     }
 
     async fn count(&self, sql: &str) -> i64 {
@@ -635,12 +655,96 @@ async fn malformed_callbacks_are_refused_naming_the_field_and_leave_nothing<
 
     assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 0);
     assert_eq!(shop.backend.stored_entries(), before, "no record was left");
+    assert_eq!(
+        shop.count(RECORDS).await,
+        1,
+        "the order's record, and no callback's"
+    );
 
     // The provider corrects the delivery and sends it again: it is the first.
     let corrected = json!({ "source": "alipay", "seq": "9", "order_id": 1, "amount": 2400 });
     let paid = send(&shop.router, callback(&corrected, "10.0.0.1")).await;
     assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
     assert_eq!(paid.json(), json!({ "payment_id": 1, "status": "paid" }));
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 1);
+}
+
+/// The idempotency records of API orders and payment callbacks, in the shop's database.
+const RECORDS: &str = "SELECT COUNT(*) FROM idem_records";
+
+/// Those of them that are completed: a stored response, no attempt owning them.
+const COMPLETED_RECORDS: &str =
+    "SELECT COUNT(*) FROM idem_records WHERE response IS NOT NULL AND owner IS NULL";
+
+/// Makes every completion of a record fail inside its transaction, after the handler's
+/// writes and before the commit, until [`HEAL`].
+const BREAK_COMPLETION: &str = "CREATE TRIGGER fail_completion BEFORE UPDATE ON idem_records \
+     BEGIN SELECT RAISE(ABORT, 'injected failure'); END";
+const HEAL: &str = "DROP TRIGGER fail_completion";
+
+async fn an_order_or_a_payment_and_its_record_commit_together_or_not_at_all<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let order = json!({ "product_id": 1, "quantity": 1 });
+    let paid = json!({ "source": "alipay", "seq": "t1", "order_id": 1, "amount": 2400 });
+
+    shop.execute(BREAK_COMPLETION).await;
+    let failed = send(&shop.router, api_order("k", "7", &order)).await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 0);
+    assert_eq!(shop.count(RECORDS).await, 0, "a 5xx keeps no record");
+    shop.execute(HEAL).await;
+
+    // The retry runs the handler once, and commits the order and its record.
+    let placed = send(&shop.router, api_order("k", "7", &order)).await;
+    assert_eq!(placed.status, StatusCode::CREATED, "{}", placed.text());
+    assert!(!placed.headers.contains_key("idempotent-replayed"));
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 1);
+    assert_eq!(shop.count(COMPLETED_RECORDS).await, 1);
+    let replayed = send(&shop.router, api_order("k", "7", &order)).await;
+    assert_eq!(replayed.headers["idempotent-replayed"], "true");
+    assert_eq!(replayed.body, placed.body);
+
+    // The same for a payment callback.
+    shop.execute(BREAK_COMPLETION).await;
+    let failed = send(&shop.router, callback(&paid, "10.0.0.1")).await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 0);
+    assert_eq!(shop.count(RECORDS).await, 1, "the order's only");
+    shop.execute(HEAL).await;
+    let recorded = send(&shop.router, callback(&paid, "10.0.0.2")).await;
+    assert_eq!(recorded.status, StatusCode::OK, "{}", recorded.text());
+    assert_eq!(
+        recorded.json(),
+        json!({ "payment_id": 1, "status": "paid" })
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 1);
+    assert_eq!(shop.count(COMPLETED_RECORDS).await, 2);
+    let replayed = send(&shop.router, callback(&paid, "10.0.0.1")).await;
+    assert_eq!(replayed.headers["idempotent-replayed"], "true");
+    assert_eq!(replayed.body, recorded.body);
+}
+
+async fn a_restarted_shop_on_a_fresh_store_replays_from_its_database<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let order = json!({ "product_id": 2, "quantity": 1 });
+    let placed = send(&shop.router, api_order("k", "7", &order)).await;
+    assert_eq!(placed.status, StatusCode::CREATED);
+    let paid = json!({ "source": "wechat", "seq": 5, "order_id": 1, "amount": 4900 });
+    let recorded = send(&shop.router, callback(&paid, "10.0.0.1")).await;
+    assert_eq!(recorded.status, StatusCode::OK);
+
+    let (restarted, _store) = shop.restarted().await;
+    let replayed = send(&restarted, api_order("k", "7", &order)).await;
+    assert_eq!(replayed.headers["idempotent-replayed"], "true");
+    assert_eq!(replayed.body, placed.body);
+    let replayed = send(&restarted, callback(&paid, "10.0.0.2")).await;
+    assert_eq!(replayed.headers["idempotent-replayed"], "true");
+    assert_eq!(replayed.body, recorded.body);
+    assert_eq!(
+        shop.count("SELECT COUNT(*) FROM orders").await,
+        1,
+        "the handlers did not run again"
+    );
     assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 1);
 }
 
