@@ -277,7 +277,6 @@ on_both_databases!(
     a_record_completed_in_a_rolled_back_transaction_stays_in_progress,
     a_record_completed_in_a_committed_transaction_is_replayed,
     a_stale_owner_cannot_complete_inside_a_transaction,
-    commit_with_record_commits_the_writes_and_the_response_together,
     commit_with_record_rolls_back_the_writes_of_an_attempt_that_lost_its_record,
     several_instances_on_one_database_have_one_winner,
     fencing_tokens_keep_growing_across_a_restart,
@@ -491,32 +490,42 @@ async fn a_record_completed_in_a_rolled_back_transaction_stays_in_progress<D: Da
 async fn a_record_completed_in_a_committed_transaction_is_replayed<D: Database>() {
     let db = D::start().await;
     let store = db.store();
-    let (record, owner, fp) = (key("order-2"), Owner::random(), Fingerprint::of(["order"]));
-    store
-        .begin_record(&record, &owner, &fp, LONG)
-        .await
-        .unwrap();
-    // Not UTF-8: stored byte for byte.
-    let response = Bytes::from_static(b"201 \x00\xff created");
-    let completed = db
-        .order_in_transaction(&record, &owner, response.clone(), true)
-        .await;
-    assert!(completed.expect("complete_record_in"));
-    assert_eq!(
+    // Completed and committed in two calls, then with `commit_with_record`.
+    for (orders, in_one_call) in [(1, false), (2, true)] {
+        let (record, owner) = (key(&format!("order-{orders}")), Owner::random());
+        let fp = Fingerprint::of(["order"]);
         store
-            .begin_record(&record, &Owner::random(), &fp, LONG)
+            .begin_record(&record, &owner, &fp, LONG)
             .await
-            .unwrap(),
-        Begin::Completed { response }
-    );
-    assert_eq!(db.count("orders").await, 1);
-    assert!(
-        !store
-            .complete_record(&record, &owner, Bytes::from_static(b"again"), LONG)
-            .await
-            .unwrap(),
-        "completed once"
-    );
+            .unwrap();
+        // Not UTF-8: stored byte for byte.
+        let response = Bytes::from_static(b"201 \x00\xff created");
+        if in_one_call {
+            db.order_committed_with_record(&record, &owner, response.clone())
+                .await
+                .expect("commit_with_record");
+        } else {
+            let completed = db
+                .order_in_transaction(&record, &owner, response.clone(), true)
+                .await;
+            assert!(completed.expect("complete_record_in"));
+        }
+        assert_eq!(
+            store
+                .begin_record(&record, &Owner::random(), &fp, LONG)
+                .await
+                .unwrap(),
+            Begin::Completed { response }
+        );
+        assert_eq!(db.count("orders").await, orders);
+        assert!(
+            !store
+                .complete_record(&record, &owner, Bytes::from_static(b"again"), LONG)
+                .await
+                .unwrap(),
+            "completed once"
+        );
+    }
 }
 
 async fn a_stale_owner_cannot_complete_inside_a_transaction<D: Database>() {
@@ -539,34 +548,12 @@ async fn a_stale_owner_cannot_complete_inside_a_transaction<D: Database>() {
     );
 }
 
-async fn commit_with_record_commits_the_writes_and_the_response_together<D: Database>() {
-    let db = D::start().await;
-    let store = db.store();
-    let (record, owner, fp) = (key("order-4"), Owner::random(), Fingerprint::of(["order"]));
-    store
-        .begin_record(&record, &owner, &fp, LONG)
-        .await
-        .unwrap();
-    let response = Bytes::from_static(b"201 order 1");
-    db.order_committed_with_record(&record, &owner, response.clone())
-        .await
-        .expect("committed");
-    assert_eq!(db.count("orders").await, 1);
-    assert_eq!(
-        store
-            .begin_record(&record, &Owner::random(), &fp, LONG)
-            .await
-            .unwrap(),
-        Begin::Completed { response }
-    );
-}
-
 async fn commit_with_record_rolls_back_the_writes_of_an_attempt_that_lost_its_record<
     D: Database,
 >() {
     let db = D::start().await;
     let store = db.store();
-    let (record, stale, fresh) = (key("order-5"), Owner::random(), Owner::random());
+    let (record, stale, fresh) = (key("order-4"), Owner::random(), Owner::random());
     taken_over(&store, &record, &stale, &fresh).await;
     let lost = db
         .order_committed_with_record(&record, &stale, Bytes::from_static(b"stale"))
