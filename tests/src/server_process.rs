@@ -7,13 +7,14 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::http::{Request, Response};
+use axum::body::Body;
+use axum::http::Request;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::eventually;
+use crate::http::Answer;
 
 /// How long a server may take to print its URL.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -121,10 +122,8 @@ pub fn http_client() -> HttpClient {
 pub async fn send_over_tcp(
     client: &HttpClient,
     request: Request<Body>,
-) -> Result<Response<Bytes>, Box<dyn std::error::Error + Send + Sync>> {
-    let (parts, body) = client.request(request).await?.into_parts();
-    let body = axum::body::to_bytes(Body::new(body), usize::MAX).await?;
-    Ok(Response::from_parts(parts, body))
+) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
+    Ok(Answer::read(client.request(request).await?).await?)
 }
 
 #[cfg(test)]

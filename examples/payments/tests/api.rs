@@ -6,12 +6,12 @@ use std::net::SocketAddr;
 
 use axum::Extension;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, Request, StatusCode, header};
+use axum::http::{Request, StatusCode, header};
 use example_payments::{Payments, Records};
-use idem_tests::{RedisServer, all_at_once};
-use serde_json::{Value, json};
+use idem_tests::{Answer, RedisServer, all_at_once, answer};
+use serde_json::json;
 use tempfile::TempDir;
 use tower::ServiceExt;
 
@@ -103,39 +103,7 @@ impl TestApp {
     }
 
     async fn send(&self, request: Request<Body>) -> Answer {
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("infallible");
-        let (parts, body) = response.into_parts();
-        let body = axum::body::to_bytes(body, usize::MAX)
-            .await
-            .expect("a whole body");
-        Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
-    }
-}
-
-/// A response, read whole.
-#[derive(Debug)]
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn replayed(&self) -> bool {
-        self.headers.contains_key("idempotent-replayed")
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("a JSON body")
+        answer(&self.router, request).await
     }
 }
 

@@ -24,13 +24,15 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
-use axum::http::{Request, Response, StatusCode, header};
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
 use example_payments::CRASH_AFTER_COMMIT;
 use idem_sqlx::sqlx::SqlitePool;
 use idem_sqlx::sqlx::sqlite::SqliteConnectOptions;
-use idem_tests::{HttpClient, RedisServer, ServerProcess, eventually, http_client, send_over_tcp};
-use serde_json::{Value, json};
+use idem_tests::{
+    Answer, HttpClient, RedisServer, ServerProcess, eventually, http_client, send_over_tcp,
+};
+use serde_json::json;
 
 /// How long an attempt holds its key: what a retry waits for after a crash, with the
 /// records in Redis.
@@ -113,27 +115,23 @@ async fn crash_and_retry(redis: Option<&RedisServer>) -> Crashes {
             Some(SIGKILL),
             "killed by its switch: {ended:?}"
         );
-        assert_eq!(
-            payments_of(&db, &account).await,
-            1,
-            "it died after the commit"
-        );
+        let (paid, first) = payments_of(&db, &account).await;
+        assert_eq!(paid, 1, "it died after the commit");
         drop(crashing);
 
         let server = start(&db, redis, false);
         let answer = retry(&http, &server, &account, &body).await;
-        assert_eq!(answer.status(), StatusCode::CREATED, "{answer:?}");
-        let paid = payments_of(&db, &account).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
+        let (paid, _) = payments_of(&db, &account).await;
         assert!(paid <= 2, "{paid} payments for one request");
         if paid == 2 {
             result.paid_twice += 1;
         }
-        if answer.headers().contains_key("idempotent-replayed") {
+        if answer.replayed() {
             result.replayed += 1;
-            let replayed: Value = serde_json::from_slice(answer.body()).expect("JSON");
             assert_eq!(
-                replayed["payment_id"],
-                json!(first_payment_of(&db, &account).await),
+                answer.json()["payment_id"],
+                json!(first),
                 "the answer the crashed server never sent"
             );
         }
@@ -171,12 +169,7 @@ fn payment(server: &ServerProcess, account: &str, body: &str) -> Request<Body> {
 
 /// Retries the payment until it is answered otherwise than `409` (which says the crashed
 /// attempt's lease still holds the key), for at most 15 s.
-async fn retry(
-    http: &HttpClient,
-    server: &ServerProcess,
-    account: &str,
-    body: &str,
-) -> Response<Bytes> {
+async fn retry(http: &HttpClient, server: &ServerProcess, account: &str, body: &str) -> Answer {
     let last = Arc::new(Mutex::new(None));
     eventually(Duration::from_secs(15), "an answer other than 409", || {
         let (http, last) = (http.clone(), Arc::clone(&last));
@@ -185,7 +178,7 @@ async fn retry(
             let answer = send_over_tcp(&http, request)
                 .await
                 .expect("the restarted server answers");
-            let settled = answer.status() != StatusCode::CONFLICT;
+            let settled = answer.status != StatusCode::CONFLICT;
             *last.lock().expect("not poisoned") = Some(answer);
             settled
         }
@@ -201,20 +194,11 @@ async fn database(db: &Path) -> SqlitePool {
         .expect("the payments database")
 }
 
-/// The payments of `account`.
-async fn payments_of(db: &Path, account: &str) -> i64 {
-    idem_sqlx::sqlx::query_scalar("SELECT COUNT(*) FROM payments WHERE account = ?")
+/// How many payments `account` has, and the id of its first.
+async fn payments_of(db: &Path, account: &str) -> (i64, Option<i64>) {
+    idem_sqlx::sqlx::query_as("SELECT COUNT(*), MIN(id) FROM payments WHERE account = ?")
         .bind(account)
         .fetch_one(&database(db).await)
         .await
         .expect("a count")
-}
-
-/// The id of the first payment of `account`.
-async fn first_payment_of(db: &Path, account: &str) -> i64 {
-    idem_sqlx::sqlx::query_scalar("SELECT MIN(id) FROM payments WHERE account = ?")
-        .bind(account)
-        .fetch_one(&database(db).await)
-        .await
-        .expect("an id")
 }

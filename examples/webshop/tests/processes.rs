@@ -23,10 +23,10 @@ fn start_shop(db: &str, redis: &str) -> ServerProcess {
 
 /// Sends `request` and returns the status and the body.
 async fn send(http: &HttpClient, request: Request<Body>) -> (StatusCode, Vec<u8>) {
-    let response = send_over_tcp(http, request)
+    let answer = send_over_tcp(http, request)
         .await
         .expect("the shop answers");
-    (response.status(), response.into_body().to_vec())
+    (answer.status, answer.body.to_vec())
 }
 
 async fn get_json(http: &HttpClient, url: String) -> Value {
