@@ -7,8 +7,9 @@
 //! form tokens, `Idempotency-Key` records, the distributed [`Lock`](idem_core::Lock)), and
 //! they pass the same conformance suite as the memory and Redis stores. What they add is
 //! [`commit_with_record`](SqlStore::commit_with_record): completing a record inside a
-//! transaction of the caller's and committing it ([`complete_record_in`](SqlStore::complete_record_in)
-//! for the completing statement alone).
+//! transaction of the caller's, and committing both
+//! ([`complete_record_in`](SqlStore::complete_record_in) is the completing statement
+//! alone).
 //!
 //! Why that matters: with a store apart from the business data, a handler commits its
 //! order and *then* stores the response. A crash between the two leaves an order and a
