@@ -6,8 +6,10 @@
 //! [`idem_core::Store`], so every guard of idem runs on them (anti-repeat windows, one-time
 //! form tokens, `Idempotency-Key` records, the distributed [`Lock`](idem_core::Lock)), and
 //! they pass the same conformance suite as the memory and Redis stores. What they add is
-//! [`complete_record_in`](SqlStore::complete_record_in): completing a record inside a
-//! transaction of the caller's.
+//! [`commit_with_record`](SqlStore::commit_with_record): completing a record inside a
+//! transaction of the caller's, and committing both
+//! ([`complete_record_in`](SqlStore::complete_record_in) is the completing statement
+//! alone).
 //!
 //! Why that matters: with a store apart from the business data, a handler commits its
 //! order and *then* stores the response. A crash between the two leaves an order and a
@@ -38,14 +40,13 @@
 //! let (attempt, lease) = (Owner::random(), Duration::from_secs(30));
 //! assert_eq!(store.begin_record(&key, &attempt, &fingerprint, lease).await?, Begin::Started);
 //!
-//! // The handler: the order and the stored response in one transaction.
+//! // The handler: the order and the stored response in one transaction. Were the record
+//! // lost (its lease ran out, a retry began the key), the order would be rolled back.
 //! let response = Bytes::from_static(b"201 Created: order 1");
 //! let mut tx = shop.begin_with("BEGIN IMMEDIATE").await?;
 //! sqlx::query("INSERT INTO orders (item) VALUES ('book')").execute(&mut *tx).await?;
 //! let retention = Duration::from_secs(24 * 3600);
-//! if SqliteStore::complete_record_in(&mut *tx, &key, &attempt, response.clone(), retention).await? {
-//!     tx.commit().await?;
-//! } // else another attempt owns the key now: dropping `tx` rolls the order back
+//! SqliteStore::commit_with_record(tx, &key, &attempt, response.clone(), retention).await?;
 //!
 //! // The client retries: it gets the stored response, and there is one order.
 //! let retry = store.begin_record(&key, &Owner::random(), &fingerprint, lease).await?;
@@ -57,11 +58,31 @@
 //!
 //! # Which store
 //!
-//! | store | for | a decision costs |
-//! |---|---|---|
-//! | `MemoryStore` (idem-core) | one process | a mutex |
-//! | `RedisStore` (idem-core) | many instances, guards in the sub-millisecond | one Redis round trip |
-//! | [`PostgresStore`], [`SqliteStore`] | exactly-once with the business data | one SQL statement (see the table below), a write to the database's log |
+//! | store | for | a decision costs | a crash after the business commit, before the response is stored |
+//! |---|---|---|---|
+//! | `MemoryStore` (idem-core) | one process | a mutex | the record dies with the process: a retry runs the handler again |
+//! | `RedisStore` (idem-core) | many instances, guards in the sub-millisecond | one Redis round trip | the record stays in progress; once its lease runs out a retry runs the handler again |
+//! | [`PostgresStore`], [`SqliteStore`] | exactly-once with the business data | one SQL statement (see the table below), a write to the database's log | cannot happen: the record commits with the writes ([`commit_with_record`](SqlStore::commit_with_record)), and a retry replays the stored response |
+//!
+//! Every store makes each decision atomically and fences completion; what sets the SQL
+//! stores apart is only that last column. `BENCHMARKS.md` in the repository counts it: a
+//! server killed right after its commit, then retried, ran the handler twice on every
+//! crash with the records in Redis and never with them in SQLite.
+//!
+//! With idem-axum, a handler behind `IdempotencyLayer` takes the record the layer began
+//! (`IdempotencyRecord`) and commits it with its writes; the layer, on a runtime whose
+//! store is this one, then finds the record completed and leaves it:
+//!
+//! ```rust,ignore
+//! async fn create_order(State(db): State<SqlitePool>, record: IdempotencyRecord, Json(order): Json<NewOrder>)
+//!     -> Result<Response, AppError> {
+//!     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+//!     let id = insert_order(&mut tx, &order).await?;
+//!     let (stored, response) = record.stored_response((StatusCode::CREATED, Json(id))).await?;
+//!     SqliteStore::commit_with_record(tx, record.key(), record.owner(), stored, record.retention()).await?;
+//!     Ok(response)
+//! }
+//! ```
 //!
 //! # What this store guarantees, and what it does not
 //!
@@ -188,6 +209,7 @@
 
 mod backend;
 mod builder;
+mod commit;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod purge;
@@ -197,6 +219,7 @@ mod store;
 
 pub use backend::SqlBackend;
 pub use builder::SqlStoreBuilder;
+pub use commit::CommitError;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use purge::Purged;

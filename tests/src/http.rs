@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::http::{self, HeaderMap, Request, StatusCode};
 use axum::response::Response;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -24,6 +24,71 @@ pub async fn send(app: &Router, request: Request<Body>) -> Response {
         .oneshot(request)
         .await
         .expect("routers are infallible")
+}
+
+/// A response read whole, for a test that looks at its status, headers and body.
+#[derive(Debug)]
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// Every header.
+    pub headers: HeaderMap,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// A response, its body read whole.
+    ///
+    /// # Errors
+    ///
+    /// The body broke off.
+    pub async fn read<B>(response: http::Response<B>) -> Result<Self, axum::Error>
+    where
+        B: HttpBody<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        let (parts, body) = response.into_parts();
+        let body = axum::body::to_bytes(Body::new(body), usize::MAX).await?;
+        Ok(Self {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
+    /// The body, as JSON.
+    ///
+    /// # Panics
+    ///
+    /// When it is not JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|error| panic!("not a JSON body ({error}): {}", self.text()))
+    }
+
+    /// The body, as text (what is not UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Whether it is a stored response replayed (`Idempotent-Replayed: true`).
+    pub fn replayed(&self) -> bool {
+        self.headers
+            .get("idempotent-replayed")
+            .is_some_and(|value| value == "true")
+    }
+}
+
+/// Sends `request` through `app` and reads the response whole.
+///
+/// # Panics
+///
+/// When the body breaks off.
+pub async fn answer(app: &Router, request: Request<Body>) -> Answer {
+    Answer::read(send(app, request).await)
+        .await
+        .expect("a whole body")
 }
 
 /// The body of `response`, as text.

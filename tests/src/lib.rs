@@ -8,7 +8,8 @@
 //! it; nothing is skipped.
 //!
 //! [`Backend`] gives a suite one store of each kind, so the same test runs against every
-//! store.
+//! store. [`ServerProcess`] runs a server binary (an example's) as a process of its own,
+//! for tests that kill it.
 
 mod backend;
 mod bench;
@@ -17,6 +18,7 @@ mod http;
 mod postgres_server;
 mod redis_sentinel;
 mod redis_server;
+mod server_process;
 
 pub use backend::{
     AnyMemoryBackend, ClusterBackend, MemoryBackend, PostgresBackend, RedisBackend,
@@ -26,11 +28,12 @@ pub use bench::{
     BenchRounds, BenchStores, benching, env_number, http_criterion, one_worker_runtime,
 };
 pub use forwarder::Forwarder;
-pub use http::{Shop, body_text, problem_code, send};
+pub use http::{Answer, Shop, answer, body_text, problem_code, send};
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
+pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp};
 
 /// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per
 /// store, as a `#[tokio::test]` in a module named after the store (`memory`, `redis`), so

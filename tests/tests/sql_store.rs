@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store, StoreError};
-use idem_sqlx::{PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
+use idem_sqlx::{CommitError, PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
 use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually};
-use sqlx::{Executor, FromRow, Pool, Postgres, Sqlite};
+use sqlx::{Executor, FromRow, Pool, Postgres, Sqlite, Transaction};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(20);
@@ -81,6 +81,18 @@ trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
         Box::new(tx)
     }
 
+    /// A transaction of the application's own on `pool` that has inserted an order.
+    async fn order<'p>(&self, pool: &'p Pool<Self::DB>) -> Transaction<'p, Self::DB> {
+        Self::DB::execute(pool, "CREATE TABLE IF NOT EXISTS orders (item TEXT)")
+            .await
+            .expect("the orders table");
+        let mut tx = pool.begin_with(Self::BEGIN).await.expect("a transaction");
+        Self::DB::execute_on(&mut tx, "INSERT INTO orders (item) VALUES ('book')")
+            .await
+            .expect("the order");
+        tx
+    }
+
     /// Inserts an order and completes `key`'s record in one transaction of the
     /// application's own, then commits it or rolls it back: what `complete_record_in`
     /// answered.
@@ -92,13 +104,7 @@ trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
         commit: bool,
     ) -> Result<bool, StoreError> {
         let pool = self.pool().await;
-        Self::DB::execute(&pool, "CREATE TABLE IF NOT EXISTS orders (item TEXT)")
-            .await
-            .expect("the orders table");
-        let mut tx = pool.begin_with(Self::BEGIN).await.expect("a transaction");
-        Self::DB::execute_on(&mut tx, "INSERT INTO orders (item) VALUES ('book')")
-            .await
-            .expect("the order");
+        let mut tx = self.order(&pool).await;
         let completed =
             SqlStore::<Self::DB>::complete_record_in(&mut tx, key, owner, response, LONG).await;
         if commit {
@@ -107,6 +113,18 @@ trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
             tx.rollback().await.expect("rollback");
         }
         completed
+    }
+
+    /// Inserts an order and commits it with `key`'s record (`commit_with_record`).
+    async fn order_committed_with_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+    ) -> Result<(), CommitError> {
+        let pool = self.pool().await;
+        let tx = self.order(&pool).await;
+        SqlStore::<Self::DB>::commit_with_record(tx, key, owner, response, LONG).await
     }
 }
 
@@ -206,6 +224,28 @@ async fn until_expired<S: Store + Clone>(store: &S, key: &Key) {
     .await;
 }
 
+/// Begins `record` as `stale` with a short lease, and waits until a retry, `fresh`, has
+/// begun it again once the lease ran out.
+async fn taken_over<S: Store + Clone>(store: &S, record: &Key, stale: &Owner, fresh: &Owner) {
+    let fp = Fingerprint::of(["order"]);
+    store.begin_record(record, stale, &fp, SHORT).await.unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the lease runs out and a retry begins",
+        || {
+            let (store, record, fresh) = (store.clone(), record.clone(), fresh.clone());
+            async move {
+                store
+                    .begin_record(&record, &fresh, &fp, LONG)
+                    .await
+                    .unwrap()
+                    == Begin::Started
+            }
+        },
+    )
+    .await;
+}
+
 macro_rules! on_both_databases {
     ($($case:ident),+ $(,)?) => {
         mod postgres {
@@ -237,6 +277,7 @@ on_both_databases!(
     a_record_completed_in_a_rolled_back_transaction_stays_in_progress,
     a_record_completed_in_a_committed_transaction_is_replayed,
     a_stale_owner_cannot_complete_inside_a_transaction,
+    commit_with_record_rolls_back_the_writes_of_an_attempt_that_lost_its_record,
     several_instances_on_one_database_have_one_winner,
     fencing_tokens_keep_growing_across_a_restart,
     a_row_the_store_cannot_read_is_an_unexpected_answer,
@@ -276,12 +317,13 @@ async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: Database>() {
     for i in 0..10 {
         let ttl = if i < 6 { SHORT } else { LONG };
         let name = key(&format!("k{i}"));
+        store.put_token(&scope, &name, ttl, 100).await.unwrap();
+        store.begin_record(&name, &owner, &fp, ttl).await.unwrap();
+        // Last, so that once this lock has expired every short-lived row has.
         store
             .acquire(&name, &owner, ttl, Fencing::On)
             .await
             .unwrap();
-        store.put_token(&scope, &name, ttl, 100).await.unwrap();
-        store.begin_record(&name, &owner, &fp, ttl).await.unwrap();
     }
     until_expired(&store, &key("k5")).await;
 
@@ -448,58 +490,49 @@ async fn a_record_completed_in_a_rolled_back_transaction_stays_in_progress<D: Da
 async fn a_record_completed_in_a_committed_transaction_is_replayed<D: Database>() {
     let db = D::start().await;
     let store = db.store();
-    let (record, owner, fp) = (key("order-2"), Owner::random(), Fingerprint::of(["order"]));
-    store
-        .begin_record(&record, &owner, &fp, LONG)
-        .await
-        .unwrap();
-    // Not UTF-8: stored byte for byte.
-    let response = Bytes::from_static(b"201 \x00\xff created");
-    let completed = db
-        .order_in_transaction(&record, &owner, response.clone(), true)
-        .await;
-    assert!(completed.expect("complete_record_in"));
-    assert_eq!(
+    // Completed and committed in two calls, then with `commit_with_record`.
+    for (orders, in_one_call) in [(1, false), (2, true)] {
+        let (record, owner) = (key(&format!("order-{orders}")), Owner::random());
+        let fp = Fingerprint::of(["order"]);
         store
-            .begin_record(&record, &Owner::random(), &fp, LONG)
+            .begin_record(&record, &owner, &fp, LONG)
             .await
-            .unwrap(),
-        Begin::Completed { response }
-    );
-    assert_eq!(db.count("orders").await, 1);
-    assert!(
-        !store
-            .complete_record(&record, &owner, Bytes::from_static(b"again"), LONG)
-            .await
-            .unwrap(),
-        "completed once"
-    );
+            .unwrap();
+        // Not UTF-8: stored byte for byte.
+        let response = Bytes::from_static(b"201 \x00\xff created");
+        if in_one_call {
+            db.order_committed_with_record(&record, &owner, response.clone())
+                .await
+                .expect("commit_with_record");
+        } else {
+            let completed = db
+                .order_in_transaction(&record, &owner, response.clone(), true)
+                .await;
+            assert!(completed.expect("complete_record_in"));
+        }
+        assert_eq!(
+            store
+                .begin_record(&record, &Owner::random(), &fp, LONG)
+                .await
+                .unwrap(),
+            Begin::Completed { response }
+        );
+        assert_eq!(db.count("orders").await, orders);
+        assert!(
+            !store
+                .complete_record(&record, &owner, Bytes::from_static(b"again"), LONG)
+                .await
+                .unwrap(),
+            "completed once"
+        );
+    }
 }
 
 async fn a_stale_owner_cannot_complete_inside_a_transaction<D: Database>() {
     let db = D::start().await;
     let store = db.store();
     let (record, stale, fresh) = (key("order-3"), Owner::random(), Owner::random());
-    let fp = Fingerprint::of(["order"]);
-    store
-        .begin_record(&record, &stale, &fp, SHORT)
-        .await
-        .unwrap();
-    eventually(
-        Duration::from_secs(5),
-        "the lease runs out and a retry begins",
-        || {
-            let (store, record, fresh) = (store.clone(), record.clone(), fresh.clone());
-            async move {
-                store
-                    .begin_record(&record, &fresh, &fp, LONG)
-                    .await
-                    .unwrap()
-                    == Begin::Started
-            }
-        },
-    )
-    .await;
+    taken_over(&store, &record, &stale, &fresh).await;
     let completed = db
         .order_in_transaction(&record, &stale, Bytes::from_static(b"stale"), false)
         .await;
@@ -513,6 +546,28 @@ async fn a_stale_owner_cannot_complete_inside_a_transaction<D: Database>() {
             .await
             .unwrap()
     );
+}
+
+async fn commit_with_record_rolls_back_the_writes_of_an_attempt_that_lost_its_record<
+    D: Database,
+>() {
+    let db = D::start().await;
+    let store = db.store();
+    let (record, stale, fresh) = (key("order-4"), Owner::random(), Owner::random());
+    taken_over(&store, &record, &stale, &fresh).await;
+    let lost = db
+        .order_committed_with_record(&record, &stale, Bytes::from_static(b"stale"))
+        .await;
+    assert!(matches!(lost, Err(CommitError::RecordLost)), "{lost:?}");
+    assert_eq!(
+        db.count("orders").await,
+        0,
+        "the stale attempt's order is gone"
+    );
+    db.order_committed_with_record(&record, &fresh, Bytes::from_static(b"fresh"))
+        .await
+        .expect("the retry commits its own");
+    assert_eq!(db.count("orders").await, 1);
 }
 
 async fn several_instances_on_one_database_have_one_winner<D: Database>() {

@@ -11,28 +11,35 @@ use idem_axum::{
 };
 use sqlx::SqlitePool;
 
-use crate::client;
 use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
+use crate::{client, records};
 
-/// One shop instance: its database and its idem runtime.
+/// One shop instance: its database and its two idem runtimes.
 ///
 /// Instances built on the same database and the same store (a `RedisStore` on one Redis)
-/// behave as one shop: a duplicate is refused whichever instance it reaches.
+/// behave as one shop: a duplicate is refused whichever instance it reaches. The records
+/// of API orders and payment callbacks are in the database, so those two act as one shop
+/// on any store.
 #[derive(Debug, Clone)]
 pub struct Shop {
     db: SqlitePool,
     idem: Idem,
+    /// For the routes whose records commit with their writes ([`records`]).
+    records: Idem,
 }
 
 impl Shop {
-    /// A shop on `db` whose guards keep their keys in `store`.
+    /// A shop on `db` (opened with [`connect`](crate::connect)) whose guards keep their keys
+    /// in `store`, but for the idempotency records of API orders and payment callbacks,
+    /// which are rows of `db`.
     pub fn new<S: Store>(db: SqlitePool, store: S) -> Self {
         let idem = Idem::builder()
             .with_store(store)
             .with_client_identity(client::client_identity())
             .with_namespace("shop")
             .build();
-        Self { db, idem }
+        let records = records::runtime(&db);
+        Self { db, idem, records }
     }
 
     /// The database.
@@ -61,16 +68,19 @@ impl Shop {
             .route("/orders/{id}", get(orders::show))
             .route(
                 "/api/orders",
-                // GET passes the layer untouched: only POST is guarded.
+                // GET passes the layer untouched: only POST is guarded. The inner runtime
+                // overrides the outer one: the records are in the database.
                 get(orders::list)
                     .post(orders::create)
-                    .route_layer(IdempotencyLayer::new().with_required(true)),
+                    .route_layer(IdempotencyLayer::new().with_required(true))
+                    .route_layer(self.records.layer()),
             )
             .route(
                 "/api/payments/callback",
                 // The shape check outside the guard: a malformed callback leaves no record.
                 post(payments::callback)
                     .route_layer(payments::idempotency())
+                    .route_layer(self.records.layer())
                     .route_layer(middleware::from_fn(payments::canonical_callback)),
             )
             .route("/api/tickets", post(tickets::create))

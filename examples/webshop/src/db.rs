@@ -1,14 +1,18 @@
 //! The SQLite database: connecting, migrating, and the rows the shop reads.
 
+use std::error::Error;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{SqliteExecutor, SqlitePool};
+
+use crate::records;
 
 /// Connects to the SQLite database at `url` (`sqlite://path/to/shop.db`, created when
-/// missing) and brings its schema up to date.
+/// missing) and brings its schema up to date: the shop's tables, and idem's, which hold
+/// the idempotency records of API orders and payment callbacks.
 ///
 /// Write-ahead logging lets readers run beside the writer, and the busy timeout makes a
 /// writer wait for another — from this process or another instance on the same file —
@@ -17,7 +21,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 /// # Errors
 ///
 /// The URL is malformed, the file cannot be opened, or a migration fails.
-pub async fn connect(url: &str) -> Result<SqlitePool, sqlx::Error> {
+pub async fn connect(url: &str) -> Result<SqlitePool, Box<dyn Error + Send + Sync>> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -28,6 +32,7 @@ pub async fn connect(url: &str) -> Result<SqlitePool, sqlx::Error> {
         .connect_with(options)
         .await?;
     sqlx::migrate!("./migrations").run(&pool).await?;
+    records::migrate(&pool).await?;
     Ok(pool)
 }
 
@@ -53,7 +58,10 @@ impl Product {
     }
 
     /// The product `id`, if there is one.
-    pub(crate) async fn find(db: &SqlitePool, id: i64) -> Result<Option<Self>, sqlx::Error> {
+    pub(crate) async fn find(
+        db: impl SqliteExecutor<'_>,
+        id: i64,
+    ) -> Result<Option<Self>, sqlx::Error> {
         sqlx::query_as("SELECT id, name, price FROM products WHERE id = ?")
             .bind(id)
             .fetch_optional(db)
@@ -73,7 +81,7 @@ pub(crate) struct Order {
 impl Order {
     /// Places an order.
     pub(crate) async fn insert(
-        db: &SqlitePool,
+        db: impl SqliteExecutor<'_>,
         product_id: i64,
         quantity: i64,
         client: &str,

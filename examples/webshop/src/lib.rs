@@ -6,8 +6,8 @@
 //! | route | the duplicate | the guard |
 //! |---|---|---|
 //! | `POST /orders` | double click, re-POST on refresh, back and submit again | one-time form token ([`idem_axum::VerifyFormTokenLayer`]) + `#[avoid_repeat]` window |
-//! | `POST /api/orders` | a client's retry after a timeout | `Idempotency-Key` replay ([`idem_axum::IdempotencyLayer`]) |
-//! | `POST /api/payments/callback` | the provider's front- and back-channel notification | idempotency keyed by the body's `source` + `seq`, shared by every caller; unique index |
+//! | `POST /api/orders` | a client's retry after a timeout, or after the shop died before answering | `Idempotency-Key` replay ([`idem_axum::IdempotencyLayer`]), the record committed with the order |
+//! | `POST /api/payments/callback` | the provider's front- and back-channel notification | idempotency keyed by the body's `source` + `seq`, shared by every caller, the record committed with the payment; unique index |
 //! | `PUT /api/accounts/{id}/withdrawals/{ticket_id}` | a retried withdrawal | the ticket is the idempotency key; one outcome row per ticket |
 //! | `POST /api/vouchers/{id}/seckill` | a flash-sale buyer's repeated clicks, many buyers at once | a [`idem_axum::lock::Lock`] per user + a conditional `UPDATE` on stock; unique index |
 //!
@@ -39,13 +39,23 @@
 //! first page a browser opens, and that request already counts as the new session's, so
 //! the form token it issues is the browser's.
 //!
-//! [`Shop`] holds the database and the idem runtime; [`Shop::router`] is the whole app.
+//! **Where the keys live.** The idempotency records of `POST /api/orders` and
+//! `POST /api/payments/callback` are rows of the shop's own database (idem-sqlx's
+//! `SqliteStore`, its tables created by [`connect`]), and each handler completes its
+//! record in the transaction that writes the order or the payment: a shop that dies
+//! after committing an order leaves its stored response committed too, and the client's
+//! retry gets that response instead of a second order. Every other guard keeps its keys
+//! in the store the shop is given (memory, or Redis), which decides in a fraction of a
+//! millisecond and has nothing to commit with.
+//!
+//! [`Shop`] holds the database and the idem runtimes; [`Shop::router`] is the whole app.
 //! Several `Shop`s on one database and one Redis behave as one shop (the tests run two).
 
 mod app;
 mod client;
 mod db;
 mod error;
+mod records;
 mod routes;
 
 pub use app::Shop;

@@ -12,6 +12,8 @@
 //!
 //! An option wins over its variable. With `--redis`, the guards' keys and the flash
 //! sale's locks live in Redis, so several instances on one database behave as one shop.
+//! The idempotency records of API orders and payment callbacks are always in the
+//! database, committed with the order or the payment.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -33,7 +35,7 @@ struct Config {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let config = Config::from_args_and_env()?;
     let db = example_webshop::connect(&config.db).await?;
     let shop = match &config.redis {
@@ -43,7 +45,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener =
         tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, config.port))).await?;
     let store = config.redis.as_deref().unwrap_or("the in-memory store");
-    println!("database {}, guards on {store}", config.db);
+    println!(
+        "database {} (with the records of API orders and payments), guards on {store}",
+        config.db
+    );
     println!("idem example shop: open http://{}/", listener.local_addr()?);
     axum::serve(listener, shop.router())
         .with_graceful_shutdown(async {

@@ -1,8 +1,9 @@
 //! The shop's HTTP contract, on `MemoryStore` and on a real Redis (the harness starts
 //! `redis-server`): every route and every duplicate path, counted in the database —
-//! orders rows, payments, balances, stock — not only in status codes. Then two shop
-//! instances on one store and one SQLite file, as two processes behind a load balancer
-//! would be.
+//! orders rows, payments, balances, stock — not only in status codes. The records of API
+//! orders and payment callbacks are in the shop's SQLite database whatever the store:
+//! they commit with the order or the payment, or not at all. Then two shop instances on
+//! one store and one SQLite file, as two processes behind a load balancer would be.
 //!
 //! These tests live beside the shop (not in `tests/`) because they drive its router
 //! (`Shop::router`, no sockets) and read its database; they borrow only the workspace's
@@ -11,14 +12,13 @@
 mod support;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
 use example_webshop::Shop;
-use idem_tests::{Backend, MemoryBackend, RedisBackend, all_at_once};
+use idem_tests::{Backend, MemoryBackend, RedisBackend, all_at_once, answer};
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
 use tempfile::TempDir;
-use tower::ServiceExt;
 
 idem_tests::on_every_store!(
     pages_show_products_and_hand_out_a_session,
@@ -33,6 +33,8 @@ idem_tests::on_every_store!(
     payment_callbacks_pay_once_per_source_and_seq,
     a_string_seq_of_any_length_is_paid_once,
     malformed_callbacks_are_refused_naming_the_field_and_leave_nothing,
+    an_order_or_a_payment_and_its_record_commit_together_or_not_at_all,
+    a_restarted_shop_on_a_fresh_store_replays_from_its_database,
     withdrawals_deduct_once_per_ticket,
     insufficient_funds_is_the_tickets_recorded_outcome,
     seckill_sells_one_voucher_per_user_and_stops_at_zero,
@@ -75,6 +77,23 @@ impl<B: Backend> TestShop<B> {
         Shop::new(db, self.backend.store_of_another_instance()).router()
     }
 
+    /// The shop restarted on the same database file, its main store a fresh one (a new
+    /// `MemoryStore`, an empty Redis): what it still knows, it knows from the database.
+    async fn restarted(&self) -> (Router, B) {
+        let backend = B::start().await;
+        let db = example_webshop::connect(&self.url)
+            .await
+            .expect("the database");
+        (Shop::new(db, backend.store()).router(), backend)
+    }
+
+    async fn execute(&self, sql: &str) {
+        sqlx::query(sql)
+            .execute(&self.db)
+            .await
+            .expect("the test's statement");
+    }
+
     async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql)
             .fetch_one(&self.db)
@@ -101,39 +120,9 @@ impl StoredEntries for RedisBackend {
     }
 }
 
-/// A response, read whole.
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("a JSON body")
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-async fn send(router: &Router, request: Request<Body>) -> Answer {
-    let response = router.clone().oneshot(request).await.expect("infallible");
-    let (parts, body) = response.into_parts();
-    let body = axum::body::to_bytes(body, usize::MAX)
-        .await
-        .expect("a whole body");
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
-}
-
 /// Only the status of the answer to `request`.
 async fn status(router: &Router, request: Request<Body>) -> StatusCode {
-    send(router, request).await.status
+    answer(router, request).await.status
 }
 
 fn get(uri: &str, cookie: Option<&str>) -> Request<Body> {
@@ -173,7 +162,7 @@ fn form_post(session: &str, form: &str) -> Request<Body> {
 
 /// Opens the order form of product 1 as `session` and returns its one-time token.
 async fn form_token(router: &Router, session: &str) -> String {
-    let page = send(router, get("/orders/new?product_id=1", Some(session))).await;
+    let page = answer(router, get("/orders/new?product_id=1", Some(session))).await;
     assert_eq!(page.status, StatusCode::OK);
     token_in(&page.text())
 }
@@ -192,7 +181,7 @@ fn order_form(token: &str) -> String {
 
 async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
     let shop = TestShop::<B>::start().await;
-    let front = send(&shop.router, get("/", None)).await;
+    let front = answer(&shop.router, get("/", None)).await;
     assert_eq!(front.status, StatusCode::OK);
     assert!(front.text().contains("Hand grinder"), "{}", front.text());
     let cookie = front.headers[header::SET_COOKIE].to_str().unwrap();
@@ -200,11 +189,11 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
     assert!(cookie.contains("HttpOnly"), "{cookie}");
 
     // A browser that has its session gets no new one.
-    let again = send(&shop.router, get("/", Some("s1"))).await;
+    let again = answer(&shop.router, get("/", Some("s1"))).await;
     assert!(again.headers.get(header::SET_COOKIE).is_none());
 
     // The first page a browser opens is the order form: its token is that new session's.
-    let form = send(&shop.router, get("/orders/new?product_id=1", None)).await;
+    let form = answer(&shop.router, get("/orders/new?product_id=1", None)).await;
     assert_eq!(form.status, StatusCode::OK);
     let session = form.headers[header::SET_COOKIE].to_str().unwrap();
     let session = session
@@ -214,12 +203,12 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
         .unwrap()
         .to_owned();
     let token = token_in(&form.text());
-    let placed = send(&shop.router, form_post(&session, &order_form(&token))).await;
+    let placed = answer(&shop.router, form_post(&session, &order_form(&token))).await;
     assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
 
-    let missing = send(&shop.router, get("/orders/new?product_id=99", Some("s1"))).await;
+    let missing = answer(&shop.router, get("/orders/new?product_id=99", Some("s1"))).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    let bad = send(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
+    let bad = answer(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         status(&shop.router, get("/orders/99", Some("s1"))).await,
@@ -231,14 +220,14 @@ async fn an_unknown_product_has_no_form_and_costs_no_token<B: Backend + StoredEn
     let shop = TestShop::<B>::start().await;
     let before = shop.backend.stored_entries();
     for uri in ["/orders/new?product_id=99", "/orders/new?product_id=-1"] {
-        let missing = send(&shop.router, get(uri, Some("s1"))).await;
+        let missing = answer(&shop.router, get(uri, Some("s1"))).await;
         assert_eq!(missing.status, StatusCode::NOT_FOUND, "{uri}");
         assert!(!missing.text().contains("form_token"), "{uri}");
     }
-    let bad = send(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
+    let bad = answer(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     // A browser without a session yet gets none stored either.
-    let fresh = send(&shop.router, get("/orders/new?product_id=99", None)).await;
+    let fresh = answer(&shop.router, get("/orders/new?product_id=99", None)).await;
     assert_eq!(fresh.status, StatusCode::NOT_FOUND);
     assert_eq!(shop.backend.stored_entries(), before);
 
@@ -250,24 +239,24 @@ async fn an_unknown_product_has_no_form_and_costs_no_token<B: Backend + StoredEn
 async fn a_form_places_one_order_however_often_it_is_posted<B: Backend>() {
     let shop = TestShop::<B>::start().await;
     let token = form_token(&shop.router, "s1").await;
-    let placed = send(&shop.router, form_post("s1", &order_form(&token))).await;
+    let placed = answer(&shop.router, form_post("s1", &order_form(&token))).await;
     assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
     assert_eq!(placed.headers[header::LOCATION], "/orders/1");
 
     // Back and submit again, or the browser's re-POST: the token is spent.
     for _ in 0..3 {
-        let repeat = send(&shop.router, form_post("s1", &order_form(&token))).await;
+        let repeat = answer(&shop.router, form_post("s1", &order_form(&token))).await;
         assert_eq!(repeat.status, StatusCode::CONFLICT);
         assert!(repeat.text().contains("请勿重复提交"), "{}", repeat.text());
     }
     // The page the redirect leads to; reloading it is a GET and places nothing.
     for _ in 0..2 {
-        let page = send(&shop.router, get("/orders/1", Some("s1"))).await;
+        let page = answer(&shop.router, get("/orders/1", Some("s1"))).await;
         assert_eq!(page.status, StatusCode::OK);
         assert!(page.text().contains("Order 1"));
     }
     assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 1);
-    let orders = send(&shop.router, get("/api/orders", None)).await.json();
+    let orders = answer(&shop.router, get("/api/orders", None)).await.json();
     assert_eq!(orders[0]["product_id"], 1);
     assert_eq!(orders[0]["quantity"], 2);
     assert!(
@@ -327,12 +316,12 @@ async fn a_second_form_inside_the_window_is_refused_for_that_browser_only<B: Bac
 
 async fn form_posts_without_token_or_session_are_refused_and_place_nothing<B: Backend>() {
     let shop = TestShop::<B>::start().await;
-    let no_token = send(&shop.router, form_post("s1", "product_id=1&quantity=1")).await;
+    let no_token = answer(&shop.router, form_post("s1", "product_id=1&quantity=1")).await;
     assert_eq!(no_token.status, StatusCode::BAD_REQUEST);
-    let forged = send(&shop.router, form_post("s1", &order_form("forged"))).await;
+    let forged = answer(&shop.router, form_post("s1", &order_form("forged"))).await;
     assert_eq!(forged.status, StatusCode::CONFLICT);
     let token = form_token(&shop.router, "s1").await;
-    let bad_quantity = send(
+    let bad_quantity = answer(
         &shop.router,
         form_post("s1", &format!("product_id=1&quantity=0&form_token={token}")),
     )
@@ -353,14 +342,14 @@ fn api_order(key: &str, user: &str, body: &Value) -> Request<Body> {
 async fn api_order_retries_replay_the_first_order<B: Backend>() {
     let shop = TestShop::<B>::start().await;
     let body = json!({ "product_id": 2, "quantity": 3 });
-    let first = send(&shop.router, api_order("k1", "7", &body)).await;
+    let first = answer(&shop.router, api_order("k1", "7", &body)).await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert_eq!(
         first.json(),
         json!({ "id": 1, "product_id": 2, "quantity": 3, "client": "user:7" })
     );
     for _ in 0..3 {
-        let retry = send(&shop.router, api_order("k1", "7", &body)).await;
+        let retry = answer(&shop.router, api_order("k1", "7", &body)).await;
         assert_eq!(retry.status, StatusCode::CREATED);
         assert_eq!(retry.body, first.body);
         assert_eq!(retry.headers["idempotent-replayed"], "true");
@@ -376,7 +365,7 @@ async fn api_order_retries_replay_the_first_order<B: Backend>() {
         StatusCode::CREATED
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);
-    let orders = send(&shop.router, get("/api/orders", None)).await;
+    let orders = answer(&shop.router, get("/api/orders", None)).await;
     assert_eq!(orders.status, StatusCode::OK);
     assert_eq!(orders.json().as_array().unwrap().len(), 2);
 }
@@ -450,12 +439,12 @@ async fn payment_callbacks_pay_once_per_source_and_seq<B: Backend>() {
     );
 
     let paid = json!({ "source": "alipay", "seq": 42, "order_id": 1, "amount": 2400 });
-    let first = send(&shop.router, callback(&paid, "10.0.0.1")).await;
+    let first = answer(&shop.router, callback(&paid, "10.0.0.1")).await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(first.json(), json!({ "payment_id": 1, "status": "paid" }));
     // The back channel, from another address, and the provider's retries.
     for caller in ["10.0.0.2", "10.0.0.1"] {
-        let repeat = send(&shop.router, callback(&paid, caller)).await;
+        let repeat = answer(&shop.router, callback(&paid, caller)).await;
         assert_eq!(repeat.status, StatusCode::OK);
         assert_eq!(repeat.body, first.body);
     }
@@ -508,11 +497,11 @@ async fn a_string_seq_of_any_length_is_paid_once<B: Backend>() {
     // A trade number longer than any integer type holds.
     let trade = "2013112011001004330000121536";
     let paid = json!({ "source": "alipay", "seq": trade, "order_id": 1, "amount": 2400 });
-    let first = send(&shop.router, callback(&paid, "10.0.0.1")).await;
+    let first = answer(&shop.router, callback(&paid, "10.0.0.1")).await;
     assert_eq!(first.status, StatusCode::OK, "{}", first.text());
     assert_eq!(first.json(), json!({ "payment_id": 1, "status": "paid" }));
     for caller in ["10.0.0.2", "10.0.0.1", "10.0.0.3"] {
-        let repeat = send(&shop.router, callback(&paid, caller)).await;
+        let repeat = answer(&shop.router, callback(&paid, caller)).await;
         assert_eq!(repeat.status, StatusCode::OK);
         assert_eq!(repeat.body, first.body);
     }
@@ -521,7 +510,7 @@ async fn a_string_seq_of_any_length_is_paid_once<B: Backend>() {
     let reworded = format!(
         r#"{{ "amount": 2400, "order_id": 1, "seq": "{trade}", "source": "alipay", "sign": "x" }}"#
     );
-    let repeat = send(&shop.router, raw_callback(&reworded)).await;
+    let repeat = answer(&shop.router, raw_callback(&reworded)).await;
     assert_eq!(repeat.status, StatusCode::OK);
     assert_eq!(repeat.body, first.body);
     let stored: String = sqlx::query_scalar("SELECT seq FROM payments WHERE id = 1")
@@ -533,16 +522,16 @@ async fn a_string_seq_of_any_length_is_paid_once<B: Backend>() {
     // A number and its digits as a string are one delivery; a string is kept exactly,
     // leading zeros and all.
     let number = json!({ "source": "wechat", "seq": 7, "order_id": 1, "amount": 100 });
-    let as_number = send(&shop.router, callback(&number, "10.0.0.1")).await;
+    let as_number = answer(&shop.router, callback(&number, "10.0.0.1")).await;
     assert_eq!(as_number.status, StatusCode::OK);
     assert_eq!(as_number.json()["payment_id"], 2);
     let text = json!({ "source": "wechat", "seq": "7", "order_id": 1, "amount": 100 });
-    let as_text = send(&shop.router, callback(&text, "10.0.0.2")).await;
+    let as_text = answer(&shop.router, callback(&text, "10.0.0.2")).await;
     assert_eq!(as_text.status, StatusCode::OK);
     assert_eq!(as_text.body, as_number.body);
     assert_eq!(as_text.headers["idempotent-replayed"], "true");
     let padded = json!({ "source": "wechat", "seq": "007", "order_id": 1, "amount": 100 });
-    let other = send(&shop.router, callback(&padded, "10.0.0.1")).await;
+    let other = answer(&shop.router, callback(&padded, "10.0.0.1")).await;
     assert_eq!(other.json()["payment_id"], 3);
     // And the same number with another amount is the same delivery, refused.
     let changed = json!({ "source": "wechat", "seq": "7", "order_id": 1, "amount": 1 });
@@ -607,7 +596,7 @@ async fn malformed_callbacks_are_refused_naming_the_field_and_leave_nothing<
         ("", "JSON"),
     ];
     for (body, field) in bad {
-        let refused = send(&shop.router, raw_callback(body)).await;
+        let refused = answer(&shop.router, raw_callback(body)).await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{body}");
         let error = refused.json()["error"].as_str().map(str::to_owned);
         assert!(
@@ -617,7 +606,7 @@ async fn malformed_callbacks_are_refused_naming_the_field_and_leave_nothing<
         );
     }
     let unpaid = r#"{"source": "alipay", "seq": "9", "order_id": 1, "amount": 0}"#;
-    let refused = send(&shop.router, raw_callback(unpaid)).await;
+    let refused = answer(&shop.router, raw_callback(unpaid)).await;
     assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(refused.text().contains("`amount`"), "{}", refused.text());
     let untyped = Request::post("/api/payments/callback")
@@ -625,7 +614,7 @@ async fn malformed_callbacks_are_refused_naming_the_field_and_leave_nothing<
             r#"{"source": "alipay", "seq": "9", "order_id": 1, "amount": 2400}"#,
         ))
         .unwrap();
-    let refused = send(&shop.router, untyped).await;
+    let refused = answer(&shop.router, untyped).await;
     assert_eq!(refused.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert!(
         refused.text().contains("Content-Type"),
@@ -635,17 +624,101 @@ async fn malformed_callbacks_are_refused_naming_the_field_and_leave_nothing<
 
     assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 0);
     assert_eq!(shop.backend.stored_entries(), before, "no record was left");
+    assert_eq!(
+        shop.count(RECORDS).await,
+        1,
+        "the order's record, and no callback's"
+    );
 
     // The provider corrects the delivery and sends it again: it is the first.
     let corrected = json!({ "source": "alipay", "seq": "9", "order_id": 1, "amount": 2400 });
-    let paid = send(&shop.router, callback(&corrected, "10.0.0.1")).await;
+    let paid = answer(&shop.router, callback(&corrected, "10.0.0.1")).await;
     assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
     assert_eq!(paid.json(), json!({ "payment_id": 1, "status": "paid" }));
     assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 1);
 }
 
+/// The idempotency records of API orders and payment callbacks, in the shop's database.
+const RECORDS: &str = "SELECT COUNT(*) FROM idem_records";
+
+/// Those of them that are completed: a stored response, no attempt owning them.
+const COMPLETED_RECORDS: &str =
+    "SELECT COUNT(*) FROM idem_records WHERE response IS NOT NULL AND owner IS NULL";
+
+/// Makes every completion of a record fail inside its transaction, after the handler's
+/// writes and before the commit, until [`HEAL`].
+const BREAK_COMPLETION: &str = "CREATE TRIGGER fail_completion BEFORE UPDATE ON idem_records \
+     BEGIN SELECT RAISE(ABORT, 'injected failure'); END";
+const HEAL: &str = "DROP TRIGGER fail_completion";
+
+async fn an_order_or_a_payment_and_its_record_commit_together_or_not_at_all<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let order = json!({ "product_id": 1, "quantity": 1 });
+    let paid = json!({ "source": "alipay", "seq": "t1", "order_id": 1, "amount": 2400 });
+
+    shop.execute(BREAK_COMPLETION).await;
+    let failed = answer(&shop.router, api_order("k", "7", &order)).await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 0);
+    assert_eq!(shop.count(RECORDS).await, 0, "a 5xx keeps no record");
+    shop.execute(HEAL).await;
+
+    // The retry runs the handler once, and commits the order and its record.
+    let placed = answer(&shop.router, api_order("k", "7", &order)).await;
+    assert_eq!(placed.status, StatusCode::CREATED, "{}", placed.text());
+    assert!(!placed.headers.contains_key("idempotent-replayed"));
+    assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 1);
+    assert_eq!(shop.count(COMPLETED_RECORDS).await, 1);
+    let replayed = answer(&shop.router, api_order("k", "7", &order)).await;
+    assert_eq!(replayed.headers["idempotent-replayed"], "true");
+    assert_eq!(replayed.body, placed.body);
+
+    // The same for a payment callback.
+    shop.execute(BREAK_COMPLETION).await;
+    let failed = answer(&shop.router, callback(&paid, "10.0.0.1")).await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 0);
+    assert_eq!(shop.count(RECORDS).await, 1, "the order's only");
+    shop.execute(HEAL).await;
+    let recorded = answer(&shop.router, callback(&paid, "10.0.0.2")).await;
+    assert_eq!(recorded.status, StatusCode::OK, "{}", recorded.text());
+    assert_eq!(
+        recorded.json(),
+        json!({ "payment_id": 1, "status": "paid" })
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 1);
+    assert_eq!(shop.count(COMPLETED_RECORDS).await, 2);
+    let replayed = answer(&shop.router, callback(&paid, "10.0.0.1")).await;
+    assert_eq!(replayed.headers["idempotent-replayed"], "true");
+    assert_eq!(replayed.body, recorded.body);
+}
+
+async fn a_restarted_shop_on_a_fresh_store_replays_from_its_database<B: Backend>() {
+    let shop = TestShop::<B>::start().await;
+    let order = json!({ "product_id": 2, "quantity": 1 });
+    let placed = answer(&shop.router, api_order("k", "7", &order)).await;
+    assert_eq!(placed.status, StatusCode::CREATED);
+    let paid = json!({ "source": "wechat", "seq": 5, "order_id": 1, "amount": 4900 });
+    let recorded = answer(&shop.router, callback(&paid, "10.0.0.1")).await;
+    assert_eq!(recorded.status, StatusCode::OK);
+
+    let (restarted, _store) = shop.restarted().await;
+    let replayed = answer(&restarted, api_order("k", "7", &order)).await;
+    assert_eq!(replayed.headers["idempotent-replayed"], "true");
+    assert_eq!(replayed.body, placed.body);
+    let replayed = answer(&restarted, callback(&paid, "10.0.0.2")).await;
+    assert_eq!(replayed.headers["idempotent-replayed"], "true");
+    assert_eq!(replayed.body, recorded.body);
+    assert_eq!(
+        shop.count("SELECT COUNT(*) FROM orders").await,
+        1,
+        "the handlers did not run again"
+    );
+    assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 1);
+}
+
 async fn new_ticket(router: &Router) -> String {
-    let ticket = send(
+    let ticket = answer(
         router,
         Request::post("/api/tickets").body(Body::empty()).unwrap(),
     )
@@ -667,7 +740,7 @@ fn withdraw(account: i64, ticket: &str, amount: i64) -> Request<Body> {
 }
 
 async fn balance(router: &Router) -> i64 {
-    let account = send(router, get("/api/accounts/1", None)).await;
+    let account = answer(router, get("/api/accounts/1", None)).await;
     assert_eq!(account.status, StatusCode::OK);
     assert_eq!(account.json()["id"], 1);
     account.json()["balance"].as_i64().unwrap()
@@ -677,14 +750,14 @@ async fn withdrawals_deduct_once_per_ticket<B: Backend>() {
     let shop = TestShop::<B>::start().await;
     assert_eq!(balance(&shop.router).await, 1000);
     let ticket = new_ticket(&shop.router).await;
-    let first = send(&shop.router, withdraw(1, &ticket, 300)).await;
+    let first = answer(&shop.router, withdraw(1, &ticket, 300)).await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(
         first.json(),
         json!({ "ticket_id": ticket, "amount": 300, "balance": 700 })
     );
     for _ in 0..3 {
-        let retry = send(&shop.router, withdraw(1, &ticket, 300)).await;
+        let retry = answer(&shop.router, withdraw(1, &ticket, 300)).await;
         assert_eq!(retry.status, StatusCode::OK);
         assert_eq!(retry.body, first.body);
     }
@@ -734,7 +807,7 @@ async fn withdrawals_deduct_once_per_ticket<B: Backend>() {
 async fn insufficient_funds_is_the_tickets_recorded_outcome<B: Backend>() {
     let shop = TestShop::<B>::start().await;
     let ticket = new_ticket(&shop.router).await;
-    let refused = send(&shop.router, withdraw(1, &ticket, 5000)).await;
+    let refused = answer(&shop.router, withdraw(1, &ticket, 5000)).await;
     assert_eq!(refused.status, StatusCode::CONFLICT);
     assert_eq!(refused.json()["balance"], 1000);
     assert_eq!(refused.json()["ticket_id"], ticket.as_str());
@@ -743,7 +816,7 @@ async fn insufficient_funds_is_the_tickets_recorded_outcome<B: Backend>() {
         .execute(&shop.db)
         .await
         .unwrap();
-    let retry = send(&shop.router, withdraw(1, &ticket, 5000)).await;
+    let retry = answer(&shop.router, withdraw(1, &ticket, 5000)).await;
     assert_eq!(retry.status, StatusCode::CONFLICT);
     assert_eq!(retry.body, refused.body);
     assert_eq!(balance(&shop.router).await, 10000);
@@ -758,7 +831,7 @@ fn seckill(voucher: i64, user: Option<&str>) -> Request<Body> {
 }
 
 async fn voucher(router: &Router) -> Value {
-    let voucher = send(router, get("/api/vouchers/1", None)).await;
+    let voucher = answer(router, get("/api/vouchers/1", None)).await;
     assert_eq!(voucher.status, StatusCode::OK);
     voucher.json()
 }
@@ -859,7 +932,7 @@ async fn two_instances_place_one_order_for_duplicates_split_across_them<B: Backe
     })
     .await;
     assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);
-    let retry = send(
+    let retry = answer(
         &instances[1],
         api_order("k", "7", &json!({ "product_id": 1, "quantity": 1 })),
     )

@@ -7,65 +7,29 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use idem_tests::{RedisServer, all_at_once};
+use idem_tests::{HttpClient, RedisServer, ServerProcess, all_at_once, http_client, send_over_tcp};
 use serde_json::{Value, json};
 
-/// One running shop process, killed when dropped.
-struct ShopProcess {
-    child: Child,
-    base: String,
+/// Starts the shop on a port of its choosing, on `db` and `redis`.
+fn start_shop(db: &str, redis: &str) -> ServerProcess {
+    let mut shop = Command::new(env!("CARGO_BIN_EXE_example-webshop"));
+    shop.args(["--port", "0", "--db", db, "--redis", redis]);
+    ServerProcess::start(shop)
 }
-
-impl ShopProcess {
-    /// Starts the shop on a port of its choosing and waits for the URL it prints.
-    fn start(db: &str, redis: &str) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_example-webshop"))
-            .args(["--port", "0", "--db", db, "--redis", redis])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the shop starts");
-        let stdout = child.stdout.take().expect("its stdout");
-        let base = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let url = line.split("open ").nth(1)?;
-                Some(url.trim().trim_end_matches('/').to_owned())
-            })
-            .expect("the shop prints its URL");
-        Self { child, base }
-    }
-}
-
-impl Drop for ShopProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-type Http = Client<HttpConnector, Body>;
 
 /// Sends `request` and returns the status and the body.
-async fn send(http: &Http, request: Request<Body>) -> (StatusCode, Vec<u8>) {
-    let response = http.request(request).await.expect("the shop answers");
-    let status = response.status();
-    let body = axum::body::to_bytes(Body::new(response.into_body()), usize::MAX)
+async fn send(http: &HttpClient, request: Request<Body>) -> (StatusCode, Vec<u8>) {
+    let answer = send_over_tcp(http, request)
         .await
-        .expect("a whole body");
-    (status, body.to_vec())
+        .expect("the shop answers");
+    (answer.status, answer.body.to_vec())
 }
 
-async fn get_json(http: &Http, url: String) -> Value {
+async fn get_json(http: &HttpClient, url: String) -> Value {
     let (status, body) = send(http, Request::get(url).body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     serde_json::from_slice(&body).expect("JSON")
@@ -77,10 +41,10 @@ async fn two_processes_on_one_redis_and_one_database_act_as_one_shop() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let db = format!("sqlite://{}", dir.path().join("shop.db").display());
     // One after the other, so the second finds the schema the first made.
-    let first = ShopProcess::start(&db, &redis.url());
-    let second = ShopProcess::start(&db, &redis.url());
-    let bases = [first.base.clone(), second.base.clone()];
-    let http: Http = Client::builder(TokioExecutor::new()).build_http();
+    let first = start_shop(&db, &redis.url());
+    let second = start_shop(&db, &redis.url());
+    let bases = [first.base().to_owned(), second.base().to_owned()];
+    let http = http_client();
 
     // An API client's retries, spread over both.
     let statuses = all_at_once(20, |i| {

@@ -30,14 +30,21 @@ use crate::rejection::{Rejection, RejectionKind};
 /// commit together or not at all, and a retry after any crash either replays the stored
 /// response or runs a handler whose first run left nothing behind.
 ///
+/// Which store, then: `MemoryStore` for one process, `RedisStore` for many instances
+/// (guards decided in the sub-millisecond; a record completed after the business commit,
+/// so the window above stays open), and the SQL stores of `idem-sqlx` (`PostgresStore`,
+/// `SqliteStore`) where a record must commit with the business data. Guards with nothing
+/// to commit can stay on Redis: an [`Idem`](crate::Idem) runtime on the SQL store, layered
+/// on just the routes whose handlers complete their records, is the one their layer uses.
+///
 /// The handler:
 /// 1. does its writes in its transaction;
 /// 2. turns its response into the bytes the layer would store, with
 ///    [`stored_response`](Self::stored_response);
-/// 3. completes the record with them in the same transaction (for the SQL stores of
-///    `idem-sqlx`, `complete_record_in`), and rolls back if that reports the record lost
-///    (its lease ran out and a retry took the key over);
-/// 4. commits, and returns the response.
+/// 3. completes the record with them in the same transaction and commits (for the SQL
+///    stores of `idem-sqlx`, `commit_with_record`, which rolls back instead if the
+///    record was lost: its lease ran out and a retry took the key over);
+/// 4. returns the response.
 ///
 /// The layer then finds the record completed and leaves it as it is. A handler that
 /// fails before committing returns its error as usual: by the layer's policy (a 5xx is
@@ -60,8 +67,7 @@ use crate::rejection::{Rejection, RejectionKind};
 ///     let Ok((stored, response)) = record.stored_response(response).await else {
 ///         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
 ///     };
-///     // store.complete_record_in(&mut tx, record.key(), record.owner(), stored, record.retention()).await?;
-///     // tx.commit().await?;
+///     // SqliteStore::commit_with_record(tx, record.key(), record.owner(), stored, record.retention()).await?;
 ///     # let _ = stored;
 ///     response
 /// }

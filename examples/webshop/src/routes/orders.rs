@@ -7,6 +7,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::{Form, Json};
+use idem_axum::idempotency::IdempotencyRecord;
 use idem_axum::{FormToken, avoid_repeat};
 use serde::Deserialize;
 use sqlx::SqlitePool;
@@ -15,6 +16,7 @@ use crate::app::Shop;
 use crate::client::Client;
 use crate::db::{Order, Product};
 use crate::error::{ApiError, PageError};
+use crate::records;
 
 /// The most of one product one order may hold.
 const MAX_QUANTITY: i64 = 99;
@@ -161,11 +163,16 @@ pub(crate) async fn list(State(shop): State<Shop>) -> Result<Json<Vec<Order>>, A
 
 /// `POST /api/orders`: places an order; the route's `IdempotencyLayer` makes a retry with
 /// the same `Idempotency-Key` get this response again instead of a second order.
+///
+/// The order and its idempotency record commit in one transaction ([`records`]): a retry
+/// after a crash at any point finds both (and gets this response) or neither (and places
+/// the order).
 pub(crate) async fn create(
     State(shop): State<Shop>,
     headers: HeaderMap,
+    record: IdempotencyRecord,
     Json(order): Json<NewOrder>,
-) -> Result<(StatusCode, Json<Order>), ApiError> {
+) -> Result<Response, ApiError> {
     // The runtime's client identity already required one of the two.
     let client = Client::of(&headers).ok_or(ApiError::new(
         StatusCode::BAD_REQUEST,
@@ -177,9 +184,10 @@ pub(crate) async fn create(
             "quantity must be between 1 and 99",
         ));
     }
-    if Product::find(shop.db(), order.product_id).await?.is_none() {
+    let mut tx = records::begin(shop.db()).await?;
+    if Product::find(&mut *tx, order.product_id).await?.is_none() {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "no such product"));
     }
-    let order = Order::insert(shop.db(), order.product_id, order.quantity, &client.label()).await?;
-    Ok((StatusCode::CREATED, Json(order)))
+    let order = Order::insert(&mut *tx, order.product_id, order.quantity, &client.label()).await?;
+    records::commit_with_response(tx, &record, (StatusCode::CREATED, Json(order))).await
 }

@@ -9,7 +9,8 @@
 //!   the same delivery is a first attempt;
 //! - the guard ([`idempotency`]), which keys the delivery by `source` and `seq` and
 //!   replays the first answer to every repeat;
-//! - [`callback`], which records the payment.
+//! - [`callback`], which records the payment and completes the guard's record in one
+//!   transaction.
 //!
 //! Providers send trade numbers as strings, often longer than any integer type holds,
 //! and some send small ones as JSON numbers, so `seq` is either and is kept as text: a
@@ -27,13 +28,15 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use idem_axum::IdempotencyLayer;
-use idem_axum::idempotency::RecordScope;
+use idem_axum::idempotency::{IdempotencyRecord, RecordScope};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use sqlx::SqliteConnection;
 
 use crate::app::Shop;
 use crate::db::is_unique_violation;
 use crate::error::ApiError;
+use crate::records;
 
 /// The provider's notification, checked field by field.
 ///
@@ -205,17 +208,29 @@ pub(crate) fn idempotency() -> IdempotencyLayer {
 /// `POST /api/payments/callback`: records the payment once per (`source`, `seq`):
 /// `200 {"payment_id", "status": "paid"}`, and the same body for every repeat.
 ///
-/// The route's guard replays repeats and refuses the pair with another payload (422);
-/// the unique index on `payments (source, seq)` holds the line behind it, for a repeat
-/// that comes after the guard's record expired.
+/// The route's guard replays repeats and refuses the pair with another payload (422).
+/// The payment and the guard's record commit in one transaction ([`records`]), so a
+/// repeat after a crash at any point finds both or neither; the unique index on
+/// `payments (source, seq)` holds the line behind them, for a repeat that comes after the
+/// record expired.
 pub(crate) async fn callback(
     State(shop): State<Shop>,
+    record: IdempotencyRecord,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let callback = Callback::from_json(&body)?;
+    let mut tx = records::begin(shop.db()).await?;
+    let payment_id = pay(&mut tx, &callback).await?;
+    let paid = Json(json!({ "payment_id": payment_id, "status": "paid" }));
+    records::commit_with_response(tx, &record, paid).await
+}
+
+/// Records the payment `callback` reports, or finds the one its delivery recorded
+/// already: its id.
+async fn pay(tx: &mut SqliteConnection, callback: &Callback) -> Result<i64, ApiError> {
     let order: Option<i64> = sqlx::query_scalar("SELECT id FROM orders WHERE id = ?")
         .bind(callback.order_id)
-        .fetch_optional(shop.db())
+        .fetch_optional(&mut *tx)
         .await?;
     if order.is_none() {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "no such order"));
@@ -227,17 +242,18 @@ pub(crate) async fn callback(
     .bind(&callback.seq)
     .bind(callback.order_id)
     .bind(callback.amount)
-    .fetch_one(shop.db())
+    .fetch_one(&mut *tx)
     .await;
-    let payment_id = match inserted {
-        Ok(id) => id,
+    match inserted {
+        Ok(id) => Ok(id),
+        // SQLite fails the statement, not the transaction: it goes on.
         Err(error) if is_unique_violation(&error) => {
             let (id, order_id, amount): (i64, i64, i64) = sqlx::query_as(
                 "SELECT id, order_id, amount FROM payments WHERE source = ? AND seq = ?",
             )
             .bind(&callback.source)
             .bind(&callback.seq)
-            .fetch_one(shop.db())
+            .fetch_one(&mut *tx)
             .await?;
             if (order_id, amount) != (callback.order_id, callback.amount) {
                 return Err(ApiError::new(
@@ -245,9 +261,8 @@ pub(crate) async fn callback(
                     "this delivery was already recorded with another payload",
                 ));
             }
-            id
+            Ok(id)
         }
-        Err(error) => return Err(error.into()),
-    };
-    Ok(Json(json!({ "payment_id": payment_id, "status": "paid" })))
+        Err(error) => Err(error.into()),
+    }
 }

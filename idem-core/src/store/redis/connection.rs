@@ -28,6 +28,7 @@ use deadpool::managed::Manager;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::{AcquireError, Semaphore, SemaphorePermit};
 
@@ -36,6 +37,14 @@ use crate::store::StoreError;
 
 /// How long a refused server stays refused before a new connection asks it again.
 const RECHECK_REFUSED_AFTER: Duration = Duration::from_secs(1);
+
+/// A connection's settings that leave every bound to the store's own timeout, so that the
+/// client's limits do not cut in first with another error (or cut off a `WAIT`).
+pub(super) fn unbounded_responses() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(None)
+}
 
 /// What opens the store's connections: a manager, never a pool's own connections.
 #[derive(Clone)]
@@ -48,7 +57,7 @@ pub(super) enum Source {
     Cluster(deadpool_redis::cluster::Pool),
     /// The master Redis Sentinel names, asked for each new connection, so that after a
     /// failover the next connection reaches the new master.
-    Sentinel(Arc<deadpool_redis::sentinel::Manager>),
+    Sentinel(Arc<tokio::sync::Mutex<SentinelClient>>),
 }
 
 impl Source {
@@ -58,7 +67,12 @@ impl Source {
             Self::Standalone(manager) => manager.create().await.map(Link::Standalone),
             Self::Pool(pool) => pool.manager().create().await.map(Link::Standalone),
             Self::Cluster(pool) => pool.manager().create().await.map(Link::Cluster),
-            Self::Sentinel(manager) => manager.create().await.map(Link::Standalone),
+            Self::Sentinel(sentinels) => sentinels
+                .lock()
+                .await
+                .get_async_connection_with_config(&unbounded_responses())
+                .await
+                .map(Link::Standalone),
         }
         .map_err(StoreError::backend)
     }

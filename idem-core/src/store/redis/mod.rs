@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
-use self::connection::{Connection, Connections, Source, WaitingConnections};
+use self::connection::{Connection, Connections, Source, WaitingConnections, unbounded_responses};
 use self::server::{AcquireCommand, Checks};
 use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
 use crate::key::{Fingerprint, Key, KeyError, Owner};
@@ -933,11 +933,8 @@ impl RedisStoreBuilder {
     pub fn build_with_url(self, url: &str) -> Result<RedisStore, RedisSetupError> {
         // The store's own timeout bounds every operation, opening a connection included,
         // so the client's limits must not cut in first with another error.
-        let config = redis::AsyncConnectionConfig::new()
-            .set_response_timeout(None)
-            .set_connection_timeout(None);
-        let manager =
-            deadpool_redis::Manager::new_with_config(url, config).map_err(RedisSetupError::Url)?;
+        let manager = deadpool_redis::Manager::new_with_config(url, unbounded_responses())
+            .map_err(RedisSetupError::Url)?;
         self.build(Source::Standalone(Arc::new(manager)))
     }
 
@@ -1014,14 +1011,14 @@ impl RedisStoreBuilder {
         sentinels: &[&str],
         master: &str,
     ) -> Result<RedisStore, RedisSetupError> {
-        let manager = deadpool_redis::sentinel::Manager::new(
+        let client = redis::sentinel::SentinelClient::build(
             sentinels.to_vec(),
             master.to_owned(),
             None,
-            deadpool_redis::sentinel::SentinelServerType::Master,
+            redis::sentinel::SentinelServerType::Master,
         )
         .map_err(RedisSetupError::Url)?;
-        self.build(Source::Sentinel(Arc::new(manager)))
+        self.build(Source::Sentinel(Arc::new(tokio::sync::Mutex::new(client))))
     }
 
     /// [`build_with_sentinel`](Self::build_with_sentinel), connected and checked at once,

@@ -1,0 +1,204 @@
+//! Proof by crash. The server is killed with `SIGKILL` right after a payment's
+//! transaction commits and before its response is sent — the one moment a record kept
+//! apart from the data cannot cover — and the request is retried against a restarted
+//! server on the same database:
+//!
+//! - records in the database: the retry gets the stored answer (`Idempotent-Replayed:
+//!   true`) and the handler does not run again, one payment per crash;
+//! - records in Redis (a real `redis-server` the harness starts, with an append-only file
+//!   written with `appendfsync always`, so Redis loses nothing it acknowledged: the window
+//!   is not about Redis' durability): the record stays in progress, and once its lease
+//!   runs out the retry runs the handler again, two payments per crash.
+//!
+//! Payments are counted in their table, which has no unique index but the id: every run
+//! of the handler that committed is a row. The server kills itself at that point through
+//! its test-only switch (`IDEM_EXAMPLE_CRASH_AFTER_COMMIT=1`); every process is started
+//! and stopped by the test, by its pid. `IDEM_CRASHES` sets the crashes per set-up
+//! (default 3); `scripts/crash.sh` runs 100 and prints the figures.
+
+#![cfg(unix)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use example_payments::CRASH_AFTER_COMMIT;
+use idem_sqlx::sqlx::SqlitePool;
+use idem_sqlx::sqlx::sqlite::SqliteConnectOptions;
+use idem_tests::{
+    Answer, HttpClient, RedisServer, ServerProcess, eventually, http_client, send_over_tcp,
+};
+use serde_json::json;
+
+/// How long an attempt holds its key: what a retry waits for after a crash, with the
+/// records in Redis.
+const LEASE_MS: &str = "1000";
+
+const SIGKILL: i32 = 9;
+
+/// What a run of crashes came to.
+#[derive(Debug)]
+struct Crashes {
+    crashes: usize,
+    /// Crashes after which the retry paid a second time.
+    paid_twice: usize,
+    /// Retries answered with the stored response.
+    replayed: usize,
+    took: Duration,
+}
+
+impl std::fmt::Display for Crashes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} crashes paid twice, {} retries replayed the stored answer ({:.1} s)",
+            self.paid_twice,
+            self.crashes,
+            self.replayed,
+            self.took.as_secs_f64()
+        )
+    }
+}
+
+/// The crashes each set-up runs: `IDEM_CRASHES`, else 3.
+fn crashes() -> usize {
+    std::env::var("IDEM_CRASHES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_records_in_the_database_a_retry_after_a_crash_is_replayed_and_pays_nothing() {
+    let result = crash_and_retry(None).await;
+    println!("records in SQLite, committed with the payments: {result}");
+    assert_eq!(result.paid_twice, 0, "{result:?}");
+    assert_eq!(result.replayed, result.crashes, "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_records_in_redis_a_retry_after_a_crash_pays_again_once_the_lease_runs_out() {
+    let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let result = crash_and_retry(Some(&redis)).await;
+    println!("records in Redis (AOF, appendfsync always), stored after the commit: {result}");
+    assert_eq!(result.paid_twice, result.crashes, "{result:?}");
+    assert_eq!(result.replayed, 0, "{result:?}");
+}
+
+/// Crashes the server after a payment's commit [`crashes`] times, each time retrying the
+/// payment against a restarted server, with the records in `redis` or in the database.
+async fn crash_and_retry(redis: Option<&RedisServer>) -> Crashes {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let db = dir.path().join("payments.db");
+    let http = http_client();
+    let started = Instant::now();
+    let mut result = Crashes {
+        crashes: crashes(),
+        paid_twice: 0,
+        replayed: 0,
+        took: Duration::ZERO,
+    };
+    for run in 0..result.crashes {
+        let account = format!("crash-{run}");
+        let body = json!({ "account": account, "amount": 100 }).to_string();
+
+        let mut crashing = start(&db, redis, true);
+        let lost = send_over_tcp(&http, payment(&crashing, &account, &body)).await;
+        assert!(lost.is_err(), "the server died before answering: {lost:?}");
+        let ended = crashing.ended(Duration::from_secs(10)).await;
+        assert_eq!(
+            ended.signal(),
+            Some(SIGKILL),
+            "killed by its switch: {ended:?}"
+        );
+        let (paid, first) = payments_of(&db, &account).await;
+        assert_eq!(paid, 1, "it died after the commit");
+        drop(crashing);
+
+        let server = start(&db, redis, false);
+        let answer = retry(&http, &server, &account, &body).await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
+        let (paid, _) = payments_of(&db, &account).await;
+        assert!(paid <= 2, "{paid} payments for one request");
+        if paid == 2 {
+            result.paid_twice += 1;
+        }
+        if answer.replayed() {
+            result.replayed += 1;
+            assert_eq!(
+                answer.json()["payment_id"],
+                json!(first),
+                "the answer the crashed server never sent"
+            );
+        }
+    }
+    result.took = started.elapsed();
+    result
+}
+
+/// Starts the server on `db`, its records in `redis` or in `db`, with the crash switch
+/// on or off.
+fn start(db: &Path, redis: Option<&RedisServer>, crash: bool) -> ServerProcess {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_example-payments"));
+    server
+        .args(["--port", "0", "--lease-ms", LEASE_MS, "--db"])
+        .arg(db)
+        .env_remove("IDEM_REDIS_URL")
+        .env_remove(CRASH_AFTER_COMMIT);
+    if let Some(redis) = redis {
+        server.args(["--redis", &redis.url()]);
+    }
+    if crash {
+        server.env(CRASH_AFTER_COMMIT, "1");
+    }
+    ServerProcess::start(server)
+}
+
+/// `POST /payments` of `body`, its idempotency key the account's name.
+fn payment(server: &ServerProcess, account: &str, body: &str) -> Request<Body> {
+    Request::post(server.url("/payments"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header("idempotency-key", account)
+        .body(Body::from(body.to_owned()))
+        .expect("a request")
+}
+
+/// Retries the payment until it is answered otherwise than `409` (which says the crashed
+/// attempt's lease still holds the key), for at most 15 s.
+async fn retry(http: &HttpClient, server: &ServerProcess, account: &str, body: &str) -> Answer {
+    let last = Arc::new(Mutex::new(None));
+    eventually(Duration::from_secs(15), "an answer other than 409", || {
+        let (http, last) = (http.clone(), Arc::clone(&last));
+        let request = payment(server, account, body);
+        async move {
+            let answer = send_over_tcp(&http, request)
+                .await
+                .expect("the restarted server answers");
+            let settled = answer.status != StatusCode::CONFLICT;
+            *last.lock().expect("not poisoned") = Some(answer);
+            settled
+        }
+    })
+    .await;
+    let answer = last.lock().expect("not poisoned").take();
+    answer.expect("an answer")
+}
+
+async fn database(db: &Path) -> SqlitePool {
+    SqlitePool::connect_with(SqliteConnectOptions::new().filename(db))
+        .await
+        .expect("the payments database")
+}
+
+/// How many payments `account` has, and the id of its first.
+async fn payments_of(db: &Path, account: &str) -> (i64, Option<i64>) {
+    idem_sqlx::sqlx::query_as("SELECT COUNT(*), MIN(id) FROM payments WHERE account = ?")
+        .bind(account)
+        .fetch_one(&database(db).await)
+        .await
+        .expect("a count")
+}
