@@ -48,6 +48,9 @@
 //! [`client`] (who the client is), [`guard`] (for a guard of your own), and the modules of
 //! each guard with its service and settings.
 
+// On docs.rs, items behind a feature say which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[macro_use]
 mod macros;
 
@@ -100,3 +103,8 @@ pub mod __private {
     pub use crate::avoid_repeat::{Release, RepeatBy};
     pub use axum::response::Response;
 }
+
+/// The README's examples, compiled (and run where they can be) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

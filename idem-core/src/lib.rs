@@ -38,6 +38,9 @@
 //! # Ok(()) }
 //! ```
 
+// On docs.rs, items behind a feature say which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod key;
@@ -52,3 +55,8 @@ pub use store::{
 };
 #[cfg(feature = "redis")]
 pub use store::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder, ReplicasBehind};
+
+/// The README's examples, compiled (and run where they can be) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

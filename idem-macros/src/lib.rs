@@ -79,3 +79,8 @@ fn compile_errors(expanded: syn::Result<proc_macro2::TokenStream>) -> TokenStrea
     }
     tokens.into()
 }
+
+/// The README's examples, compiled (and run where they can be) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -4,8 +4,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use sqlx::Connection;
-use sqlx::pool::{Pool, PoolOptions};
+use sqlx::pool::Pool;
 
 use crate::backend::SqlBackend;
 use crate::store::SqlStore;
@@ -133,10 +132,11 @@ impl<DB: SqlBackend> SqlStoreBuilder<DB> {
     /// The pool does not ping a connection before handing it out (sqlx's default): that
     /// would cost every operation a second round trip. sqlx still checks each connection
     /// when it comes back, after the operation, and drops one that broke.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) async fn connect_with(
         self,
-        pool: PoolOptions<DB>,
-        options: <DB::Connection as Connection>::Options,
+        pool: sqlx::pool::PoolOptions<DB>,
+        options: <DB::Connection as sqlx::Connection>::Options,
     ) -> Result<SqlStore<DB>, sqlx::Error> {
         let pool = pool
             .acquire_timeout(self.settings.timeout)

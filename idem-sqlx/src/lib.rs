@@ -18,6 +18,9 @@
 //! stored response commit together or not at all: a retry finds either both (and gets the
 //! stored response) or neither (and runs afresh).
 //!
+
+// On docs.rs, items behind a feature say which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(feature = "sqlite", doc = "```")]
 #![cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
 //! use std::time::Duration;
@@ -228,3 +231,8 @@ pub use sqlite::SqliteStore;
 /// The sqlx this crate is built on, for pools and transactions of the same version.
 pub use sqlx;
 pub use store::SqlStore;
+
+/// The README's examples, compiled (and run where they can be) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

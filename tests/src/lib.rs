@@ -59,3 +59,8 @@ macro_rules! on_every_store {
         }
     };
 }
+
+/// The repository README's examples, its quick start among them, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct RepositoryReadme;
