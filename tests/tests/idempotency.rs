@@ -1164,3 +1164,42 @@ async fn a_response_the_store_has_no_room_for_never_runs_again() {
     assert_eq!(retry.problem(), "response-not-replayable");
     assert_eq!(shop.runs(), 1);
 }
+
+#[tokio::test]
+async fn the_key_and_replay_headers_can_be_named_otherwise() {
+    let shop = Shop::new();
+    let key_header = HeaderName::from_static("x-idempotency-key");
+    let layer = IdempotencyLayer::new()
+        .with_key_header(key_header.clone())
+        .with_replayed_header(HeaderName::from_static("x-replayed"))
+        .with_required(true);
+    let idem = Idem::builder()
+        .with_client_identity(ClientHeader::new(CLIENT))
+        .build();
+    let app = Router::new()
+        .route("/pay", post(pay).route_layer(layer))
+        .with_state(shop.clone())
+        .layer(idem.layer());
+    let with_key = |name: &HeaderName| {
+        Request::post("/pay")
+            .header(&CLIENT, "alice")
+            .header(name, "renamed-1")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = Seen::of(send(&app, with_key(&key_header)).await).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let replay = send(&app, with_key(&key_header)).await;
+    assert_eq!(replay.headers()["x-replayed"], "true");
+    assert!(!replay.headers().contains_key(REPLAYED));
+    assert_eq!(shop.runs(), 1);
+
+    // The usual header is not the key here: the key this route requires is missing.
+    let missing = Seen::of(send(&app, with_key(&KEY)).await).await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert!(
+        String::from_utf8_lossy(&missing.body).contains("x-idempotency-key"),
+        "{missing:?}"
+    );
+    assert_eq!(shop.runs(), 1);
+}

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::request::Parts;
@@ -86,18 +86,39 @@ impl fmt::Debug for FormToken {
     }
 }
 
+/// Why a [`FormToken`] could not be issued — no `Idem` layer on the router, a client the
+/// runtime cannot tell, a store that failed while the runtime fails closed — as the
+/// response every idem refusal is rendered to (the runtime's responder's, where there is
+/// a runtime).
+#[derive(Debug)]
+pub struct FormTokenRejection(Response);
+
+impl FormTokenRejection {
+    /// The response's status.
+    pub fn status(&self) -> http::StatusCode {
+        self.0.status()
+    }
+}
+
+impl IntoResponse for FormTokenRejection {
+    fn into_response(self) -> Response {
+        self.0
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for FormToken {
-    type Rejection = Response;
+    type Rejection = FormTokenRejection;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         if let Some(token) = parts.extensions.get::<Self>() {
             return Ok(token.clone());
         }
-        let (guard, client) = GuardContext::open(&ClientRequest::from_parts(parts))?;
+        let (guard, client) =
+            GuardContext::open(&ClientRequest::from_parts(parts)).map_err(FormTokenRejection)?;
         let config = FormTokenConfig::from_extensions(&parts.extensions);
         let token = issue(&guard, &client, &config)
             .await
-            .map_err(|rejection| guard.refuse(rejection))?;
+            .map_err(|rejection| FormTokenRejection(guard.refuse(rejection)))?;
         parts.extensions.insert(token.clone());
         Ok(token)
     }

@@ -109,5 +109,5 @@ mod field;
 mod layer;
 
 pub use self::config::FormTokenConfig;
-pub use self::extract::FormToken;
+pub use self::extract::{FormToken, FormTokenRejection};
 pub use self::layer::{VerifyFormToken, VerifyFormTokenLayer};

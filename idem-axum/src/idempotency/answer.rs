@@ -100,7 +100,9 @@ pub(super) fn answer<S: Inner>(
                     Err(rejection) => Ok(guard.refuse(rejection)),
                 }
             }
-            Ok(Begin::Completed { response }) => Ok(replay(&guard, &response, &parts)),
+            Ok(Begin::Completed { response }) => {
+                Ok(replay(&guard, &response, &parts, &settings.replayed_header))
+            }
             Ok(Begin::InProgress { remaining }) => {
                 tracing::debug!(idem.outcome = "conflict");
                 Ok(guard.refuse(in_progress(remaining)))
@@ -137,7 +139,7 @@ fn key_in_header(
     let KeySource::Header = settings.key else {
         return Ok(Some(None));
     };
-    match key_header::from_headers(request.headers()) {
+    match key_header::from_headers(request.headers(), &settings.key_header) {
         Ok(Some(key)) => Ok(Some(Some(key))),
         Ok(None) if settings.requires_key(request.method()) => Err(missing_key(settings)),
         Ok(None) => Ok(None),
@@ -190,9 +192,20 @@ fn record_key(
 
 /// The response an earlier request with this key stored, or the refusal that says why it
 /// cannot be given.
-fn replay(guard: &GuardContext, stored: &Bytes, request: &Parts) -> Response {
+fn replay(
+    guard: &GuardContext,
+    stored: &Bytes,
+    request: &Parts,
+    replayed_header: &HeaderName,
+) -> Response {
     let rejection = match stored_response::decode(stored) {
-        Ok(Replay::Response(response)) => {
+        Ok(Replay::Response(mut response)) => {
+            if *replayed_header != stored_response::IDEMPOTENT_REPLAYED {
+                let headers = response.headers_mut();
+                if let Some(marker) = headers.remove(&stored_response::IDEMPOTENT_REPLAYED) {
+                    headers.insert(replayed_header.clone(), marker);
+                }
+            }
             match content_coding::unaccepted(response.headers(), &request.headers) {
                 None => {
                     tracing::debug!(idem.outcome = "replayed");

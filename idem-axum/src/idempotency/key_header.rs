@@ -60,9 +60,12 @@ impl fmt::Display for InvalidKey {
     }
 }
 
-/// The key in `headers`, unquoted: `Ok(None)` when there is none.
-pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Option<String>, InvalidKey> {
-    let mut values = headers.get_all(&IDEMPOTENCY_KEY).iter();
+/// The key in the header `name` of `headers`, unquoted: `Ok(None)` when there is none.
+pub(crate) fn from_headers(
+    headers: &HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<String>, InvalidKey> {
+    let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
     };
@@ -173,11 +176,14 @@ mod tests {
     #[test]
     fn a_repeated_field_is_refused() {
         let mut headers = HeaderMap::new();
-        assert_eq!(from_headers(&headers), Ok(None));
+        assert_eq!(from_headers(&headers, &IDEMPOTENCY_KEY), Ok(None));
         headers.append(&IDEMPOTENCY_KEY, "a".parse().unwrap());
-        assert!(from_headers(&headers).is_ok());
+        assert!(from_headers(&headers, &IDEMPOTENCY_KEY).is_ok());
         headers.append(&IDEMPOTENCY_KEY, "a".parse().unwrap());
-        assert_eq!(from_headers(&headers), Err(InvalidKey::Repeated));
+        assert_eq!(
+            from_headers(&headers, &IDEMPOTENCY_KEY),
+            Err(InvalidKey::Repeated)
+        );
     }
 
     #[test]
@@ -289,7 +295,7 @@ mod tests {
                 let mut headers = HeaderMap::new();
                 let field = HeaderValue::from_bytes(&value).expect("a field value");
                 headers.insert(&IDEMPOTENCY_KEY, field);
-                let Ok(Some(key)) = from_headers(&headers) else {
+                let Ok(Some(key)) = from_headers(&headers, &IDEMPOTENCY_KEY) else {
                     return Ok(());
                 };
                 prop_assert!((1..=255).contains(&key.len()), "{key:?}");

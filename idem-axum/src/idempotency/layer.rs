@@ -10,7 +10,7 @@ use http::{HeaderName, Method, StatusCode};
 use tower_layer::Layer;
 
 use super::answer::answer;
-use super::{KeySource, RecordScope, Required, Settings};
+use super::{KeySource, RecordScope, Required, Settings, key_header, stored_response};
 
 /// Makes the requests of the routes below it idempotent with the `Idempotency-Key`
 /// header; see the [module docs](crate::idempotency).
@@ -57,6 +57,8 @@ impl IdempotencyLayer {
                 max_stored_response: 1024 * 1024,
                 stores_status: Arc::new(|status: StatusCode| !status.is_server_error()),
                 missing_key_message: None,
+                key_header: key_header::IDEMPOTENCY_KEY.clone(),
+                replayed_header: stored_response::IDEMPOTENT_REPLAYED.clone(),
             }),
         }
     }
@@ -211,6 +213,29 @@ impl IdempotencyLayer {
         F: Fn(StatusCode) -> bool + Send + Sync + 'static,
     {
         self.settings().stores_status = Arc::new(stores);
+        self
+    }
+
+    /// The header a request's key is read from (default `Idempotency-Key`), for an API
+    /// that already names it otherwise (`X-Idempotency-Key`, `Idempotent-Key`).
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new()
+    ///     .with_key_header(http::HeaderName::from_static("x-idempotency-key"));
+    /// ```
+    pub fn with_key_header(mut self, name: HeaderName) -> Self {
+        self.settings().key_header = name;
+        self
+    }
+
+    /// The header that marks a replayed response (default `Idempotent-Replayed: true`).
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new()
+    ///     .with_replayed_header(http::HeaderName::from_static("x-idempotent-replayed"));
+    /// ```
+    pub fn with_replayed_header(mut self, name: HeaderName) -> Self {
+        self.settings().replayed_header = name;
         self
     }
 

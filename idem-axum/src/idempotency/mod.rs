@@ -257,6 +257,8 @@ struct Settings {
     max_stored_response: usize,
     stores_status: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
     missing_key_message: Option<Cow<'static, str>>,
+    key_header: HeaderName,
+    replayed_header: HeaderName,
 }
 
 impl Settings {
@@ -273,6 +275,13 @@ impl Settings {
             return message.clone();
         }
         Cow::Borrowed(match self.key {
+            KeySource::Header if self.key_header != key_header::IDEMPOTENCY_KEY => {
+                return Cow::Owned(format!(
+                    "this request needs a `{}` header: a value unique to this operation, 1 to \
+                     255 printable ASCII characters, sent unchanged with every retry",
+                    self.key_header
+                ));
+            }
             KeySource::Header => {
                 "this request needs an `Idempotency-Key` header: a value unique to this \
                  operation, 1 to 255 printable ASCII characters, sent unchanged with every \
@@ -302,6 +311,8 @@ impl fmt::Debug for Settings {
             .field("retention", &self.retention)
             .field("max_stored_response", &self.max_stored_response)
             .field("missing_key_message", &self.missing_key_message)
+            .field("key_header", &self.key_header)
+            .field("replayed_header", &self.replayed_header)
             .finish_non_exhaustive()
     }
 }

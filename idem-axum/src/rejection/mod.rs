@@ -250,8 +250,30 @@ impl Rejection {
     }
 }
 
+/// The title and the detail: `Duplicate request: 请勿重复提交`.
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.title(), self.detail)
+    }
+}
+
+impl std::error::Error for Rejection {}
+
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
         render::render(&self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rejection_is_an_error_that_says_what_and_why() {
+        let rejection = Rejection::new(RejectionKind::Duplicate, "请勿重复提交");
+        assert_eq!(rejection.to_string(), "Duplicate request: 请勿重复提交");
+        let error: Box<dyn std::error::Error + Send + Sync> = Box::new(rejection);
+        assert!(error.source().is_none());
     }
 }

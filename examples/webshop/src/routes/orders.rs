@@ -77,7 +77,9 @@ pub(crate) async fn new_form(
             ))
         })
         .map_err(IntoResponse::into_response)?;
-    let token = FormToken::from_request_parts(&mut parts, &shop).await?;
+    let token = FormToken::from_request_parts(&mut parts, &shop)
+        .await
+        .map_err(IntoResponse::into_response)?;
     let page = OrderFormPage {
         product,
         token_input: token.hidden_input(),
