@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{Multipart, State};
 use axum::http::{Request, StatusCode, header};
-use axum::response::{Html, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Json, Router};
 use idem_axum::client::ClientCookie;
@@ -19,6 +19,8 @@ use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, problem_code
 
 idem_tests::on_every_store!(
     two_hundred_posts_with_one_token_run_the_handler_once,
+    with_replay_every_post_of_one_token_lands_where_the_first_did,
+    with_replay_another_clients_or_an_unknown_token_is_still_refused,
     two_instances_on_one_store_accept_a_token_once,
     a_token_is_refused_from_another_client_and_stays_usable,
     an_expired_token_is_refused,
@@ -75,6 +77,16 @@ async fn keep_editing(
     token.value().to_owned()
 }
 
+/// Places the order and sends the browser to its page, as a shop's form does.
+async fn place_and_redirect(State(shop): State<Shop>, Form(_order): Form<Order>) -> Response {
+    let order = shop.ran();
+    (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, format!("/orders/{order}"))],
+    )
+        .into_response()
+}
+
 #[avoid_repeat(timeout = "30s")]
 async fn guarded_twice(State(shop): State<Shop>, Form(_order): Form<Order>) -> StatusCode {
     shop.ran();
@@ -105,6 +117,10 @@ fn routes(shop: &Shop) -> Router {
         .route(
             "/editing",
             post(keep_editing).route_layer(VerifyFormTokenLayer::new().with_rotation(true)),
+        )
+        .route(
+            "/replayed",
+            post(place_and_redirect).route_layer(VerifyFormTokenLayer::new().with_replay(true)),
         )
         .route(
             "/localized",
@@ -888,5 +904,51 @@ async fn a_store_outage_follows_the_policy_without_hanging() {
     assert_eq!(token.len(), 22, "the page still renders, with a token");
     let post = post_form(&open, "/orders", "alice", order(&token)).await;
     assert_eq!(post.status(), StatusCode::CREATED, "let through unverified");
+    assert_eq!(shop.runs(), 1);
+}
+
+/// A double click — and a hundred — with replay on: the handler runs once, and every post
+/// of the token, concurrent or later, gets the first one's redirect.
+async fn with_replay_every_post_of_one_token_lands_where_the_first_did<B: Backend>() {
+    let (_backend, shop, app) = shop_on::<B>().await;
+    let token = issue(&app, "alice").await;
+    let answers = all_at_once(100, |_| {
+        let (app, body) = (app.clone(), order(&token));
+        async move { post_form(&app, "/replayed", "alice", body).await }
+    })
+    .await;
+    assert_eq!(shop.runs(), 1, "the handler ran once");
+    let mut replayed = 0;
+    for answer in &answers {
+        assert_eq!(answer.status(), StatusCode::SEE_OTHER, "{answer:?}");
+        assert_eq!(answer.headers()[header::LOCATION], "/orders/1");
+        replayed += usize::from(answer.headers().contains_key("idempotent-replayed"));
+    }
+    assert_eq!(replayed, 99, "all but the first are replays");
+    // Later, too, for the token's life.
+    let later = post_form(&app, "/replayed", "alice", order(&token)).await;
+    assert_eq!(later.headers()[header::LOCATION], "/orders/1");
+    assert_eq!(shop.runs(), 1);
+}
+
+/// Replay does not open the door to other clients' tokens or to made-up ones.
+async fn with_replay_another_clients_or_an_unknown_token_is_still_refused<B: Backend>() {
+    let (_backend, shop, app) = shop_on::<B>().await;
+    let token = issue(&app, "alice").await;
+    let stolen = post_form(&app, "/replayed", "mallory", order(&token)).await;
+    assert_eq!(stolen.status(), StatusCode::CONFLICT);
+    let made_up = post_form(&app, "/replayed", "alice", order("A".repeat(22).as_str())).await;
+    assert_eq!(made_up.status(), StatusCode::CONFLICT);
+    assert_eq!(shop.runs(), 0);
+    // Neither refusal spent alice's token or left a submission behind.
+    let first = post_form(&app, "/replayed", "alice", order(&token)).await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert!(!first.headers().contains_key("idempotent-replayed"));
+    let stolen_again = post_form(&app, "/replayed", "mallory", order(&token)).await;
+    assert_eq!(
+        stolen_again.status(),
+        StatusCode::CONFLICT,
+        "not mallory's replay either"
+    );
     assert_eq!(shop.runs(), 1);
 }

@@ -12,6 +12,7 @@ use tower_layer::Layer;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
 use super::field::Form;
+use super::replay::replaying;
 use super::{FormToken, FormTokenConfig};
 use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
@@ -53,10 +54,11 @@ pub struct VerifyFormTokenLayer {
 }
 
 #[derive(Debug, Clone, Default)]
-struct Settings {
+pub(super) struct Settings {
     body_limit: Option<usize>,
     rotation: bool,
     message: Option<Cow<'static, str>>,
+    replay: bool,
 }
 
 impl VerifyFormTokenLayer {
@@ -97,6 +99,30 @@ impl VerifyFormTokenLayer {
     /// ```
     pub fn with_rotation(mut self, rotation: bool) -> Self {
         Arc::make_mut(&mut self.settings).rotation = rotation;
+        self
+    }
+
+    /// Whether a repeat of a spent token from its own client gets the first submission's
+    /// response (default `false`: it gets the 409 every refused token gets).
+    ///
+    /// The token then also serves as an idempotency key: the first submission's response
+    /// — status, headers, body; for a form, typically the `303` to the page it created — is
+    /// kept for the token's life and given again, marked `Idempotent-Replayed: true`, to
+    /// every later post of the same token by the same client. The user who double-clicks
+    /// lands on the page the first click produced instead of an error. A repeat that
+    /// arrives while the first submission still runs waits for it (up to 5 s, then 409).
+    /// Another client's token, or an unknown or expired one, is still refused with 409.
+    ///
+    /// It costs a store operation more per submission (the kept response), and the
+    /// response is kept only if it is not a 5xx: a failed submission can be posted again
+    /// with the same page. With [rotation](Self::with_rotation) on, a replay carries no
+    /// new token.
+    ///
+    /// ```
+    /// let layer = idem_axum::VerifyFormTokenLayer::new().with_replay(true);
+    /// ```
+    pub fn with_replay(mut self, replay: bool) -> Self {
+        Arc::make_mut(&mut self.settings).replay = replay;
         self
     }
 
@@ -149,7 +175,7 @@ impl_guard_service!(VerifyFormToken, verify_form_token);
 /// Answers one request to a guarded route.
 async fn verify_form_token<S: Inner>(
     settings: Arc<Settings>,
-    mut inner: S,
+    inner: S,
     request: Request,
 ) -> Result<Response, S::Error> {
     let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
@@ -157,17 +183,116 @@ async fn verify_form_token<S: Inner>(
         Err(refusal) => return Ok(refusal),
     };
     let config = FormTokenConfig::from_extensions(request.extensions());
-    let (request, rotated) = match verify(&guard, &client, &config, &settings, request).await {
-        Ok(verified) => verified,
+    let (request, token) = match find_token(&config, &settings, request).await {
+        Ok((request, Some(token))) => (request, token),
+        Ok((_, None)) => return Ok(guard.refuse(missing_token(&config))),
         Err(rejection) => return Ok(guard.refuse(rejection)),
     };
+    if settings.replay {
+        return replaying(guard, client, config, settings, inner, request, token).await;
+    }
+    match spend(&guard, &client, &token).await {
+        Ok(Spent::Yes) => {}
+        Ok(Spent::No) => return Ok(guard.refuse(refused_token(&settings))),
+        // Failing open: the request goes through unverified, and spends nothing.
+        Ok(Spent::Unknown) => return run_to_end(&guard, inner, request).await,
+        Err(rejection) => return Ok(guard.refuse(rejection)),
+    }
+    let (request, rotated) = rotate(&guard, &client, &config, &settings, request).await;
     // The token is spent: the handler runs to its end even if the client goes away
     // meanwhile (a browser abandoning the first POST of a double click), or the
     // submission would be lost while its token says it was made.
-    let mut response = match run_to_completion(inner.call(request)).await {
-        Ok(answered) => answered?,
-        Err(rejection) => return Ok(guard.refuse(rejection)),
-    };
+    let response = run_to_end(&guard, inner, request).await?;
+    Ok(with_rotated(response, &config, rotated))
+}
+
+/// Runs the handler to its end even if the request is dropped.
+pub(super) async fn run_to_end<S: Inner>(
+    guard: &GuardContext,
+    mut inner: S,
+    request: Request,
+) -> Result<Response, S::Error> {
+    match run_to_completion(inner.call(request)).await {
+        Ok(answered) => answered,
+        Err(rejection) => Ok(guard.refuse(rejection)),
+    }
+}
+
+/// What spending a token came to.
+pub(super) enum Spent {
+    /// It was this client's, live and unspent: it is spent now.
+    Yes,
+    /// It was not (unknown, expired, spent, another client's): nothing changed.
+    No,
+    /// The store failed and the runtime fails open: nothing was spent.
+    Unknown,
+}
+
+/// Spends `token` of `client` with one atomic delete.
+///
+/// # Errors
+///
+/// The 503 of a store that failed while the runtime fails closed.
+pub(super) async fn spend(
+    guard: &GuardContext,
+    client: &ClientId,
+    token: &str,
+) -> Result<Spent, Rejection> {
+    if !well_formed(token) {
+        return Ok(Spent::No);
+    }
+    let consumed = guard
+        .store()
+        .consume_token(&scope_key(guard, client), &token_key(guard, client, token))
+        .await;
+    match consumed {
+        Ok(true) => {
+            tracing::debug!(idem.outcome = "accepted", "idem: form token spent");
+            Ok(Spent::Yes)
+        }
+        Ok(false) => {
+            tracing::debug!(idem.outcome = "duplicate", "idem: form token refused");
+            Ok(Spent::No)
+        }
+        Err(error) => {
+            guard.store_failed(&error, "form token not verified")?;
+            Ok(Spent::Unknown)
+        }
+    }
+}
+
+/// With rotation on, a fresh token for `client`, put in the request for the handler's
+/// [`FormToken`] extractor.
+pub(super) async fn rotate(
+    guard: &GuardContext,
+    client: &ClientId,
+    config: &FormTokenConfig,
+    settings: &Settings,
+    mut request: Request,
+) -> (Request, Option<FormToken>) {
+    if !settings.rotation {
+        return (request, None);
+    }
+    match issue(guard, client, config).await {
+        Ok(rotated) => {
+            request.extensions_mut().insert(rotated.clone());
+            (request, Some(rotated))
+        }
+        // The old token is spent already: refusing now would lose the submission as well.
+        // The handler runs; the page gets no new token from this response.
+        Err(rejection) => {
+            tracing::warn!(detail = rejection.detail(), "idem: no rotated form token");
+            (request, None)
+        }
+    }
+}
+
+/// `response` with the rotated token in the token header, if there is one.
+pub(super) fn with_rotated(
+    mut response: Response,
+    config: &FormTokenConfig,
+    rotated: Option<FormToken>,
+) -> Response {
     // A token is base64url, always a valid header value.
     let rotated = rotated.and_then(|token| HeaderValue::from_str(token.value()).ok());
     if let Some(value) = rotated {
@@ -175,71 +300,30 @@ async fn verify_form_token<S: Inner>(
             .headers_mut()
             .insert(config.header_name().clone(), value);
     }
-    Ok(response)
+    response
 }
 
-/// Spends the request's token; gives back the request, with its body as it came, and the
-/// rotated token if one was issued.
-async fn verify(
-    guard: &GuardContext,
-    client: &ClientId,
-    config: &FormTokenConfig,
-    settings: &Settings,
-    request: Request,
-) -> Result<(Request, Option<FormToken>), Rejection> {
-    let (mut request, token) = find_token(config, settings, request).await?;
-    let Some(token) = token else {
-        tracing::debug!(idem.outcome = "missing", "idem: no form token");
-        return Err(Rejection::new(
-            RejectionKind::MissingFormToken,
-            format!(
-                "this form needs its one-time token, in the `{}` field or the `{}` header",
-                config.field_name(),
-                config.header_name(),
-            ),
-        ));
-    };
-    let spent = if well_formed(&token) {
-        match guard
-            .store()
-            .consume_token(&scope_key(guard, client), &token_key(guard, client, &token))
-            .await
-        {
-            Ok(spent) => spent,
-            Err(error) => {
-                guard.store_failed(&error, "form token not verified")?;
-                // Failing open: let the request through unverified, and spend nothing.
-                return Ok((request, None));
-            }
-        }
-    } else {
-        false
-    };
-    if !spent {
-        tracing::debug!(idem.outcome = "duplicate", "idem: form token refused");
-        return Err(Rejection::new(
-            RejectionKind::InvalidFormToken,
-            settings.message.clone().unwrap_or(Cow::Borrowed(
-                "This form was already submitted or has expired; reload the page and submit it again.",
-            )),
-        ));
-    }
-    tracing::debug!(idem.outcome = "accepted", "idem: form token spent");
-    if !settings.rotation {
-        return Ok((request, None));
-    }
-    match issue(guard, client, config).await {
-        Ok(rotated) => {
-            request.extensions_mut().insert(rotated.clone());
-            Ok((request, Some(rotated)))
-        }
-        // The old token is spent already: refusing now would lose the submission as well.
-        // The handler runs; the page gets no new token from this response.
-        Err(rejection) => {
-            tracing::warn!(detail = rejection.detail(), "idem: no rotated form token");
-            Ok((request, None))
-        }
-    }
+/// The answer to a form posted without its token.
+fn missing_token(config: &FormTokenConfig) -> Rejection {
+    tracing::debug!(idem.outcome = "missing", "idem: no form token");
+    Rejection::new(
+        RejectionKind::MissingFormToken,
+        format!(
+            "this form needs its one-time token, in the `{}` field or the `{}` header",
+            config.field_name(),
+            config.header_name(),
+        ),
+    )
+}
+
+/// The answer to a token that is unknown, expired, spent or another client's.
+pub(super) fn refused_token(settings: &Settings) -> Rejection {
+    Rejection::new(
+        RejectionKind::InvalidFormToken,
+        settings.message.clone().unwrap_or(Cow::Borrowed(
+            "This form was already submitted or has expired; reload the page and submit it again.",
+        )),
+    )
 }
 
 /// The token from the header, or else from the form body, read whole and put back.

@@ -34,6 +34,7 @@
 //! |---|---|---|
 //! | a token issued to this client, not yet spent nor expired | the handler's | yes |
 //! | a token unknown, expired, already spent, or issued to another client | 409 [`InvalidFormToken`](crate::RejectionKind::InvalidFormToken) — one answer for all, so it tells nothing | — |
+//! | with [replay](VerifyFormTokenLayer::with_replay): a token this client spent | the first submission's response, replayed | — |
 //! | no token (no header, no field, or a request without a `Content-Type`) | 400 [`MissingFormToken`](crate::RejectionKind::MissingFormToken) | no |
 //! | no token header and a body that is no form (`application/json`, …) | 415 [`UnsupportedMediaType`](crate::RejectionKind::UnsupportedMediaType) | no |
 //! | a urlencoded body that is not UTF-8; a multipart body malformed or cut short | 400 [`InvalidBody`](crate::RejectionKind::InvalidBody) | no |
@@ -49,6 +50,13 @@
 //! extensions, put there with axum's [`Extension`](axum::Extension) layer over both (the
 //! defaults without it). How one route *verifies* — the body limit, rotation, the 409
 //! message — is set on its [`VerifyFormTokenLayer`].
+//!
+//! **Replay** (off by default): with
+//! [`with_replay(true)`](VerifyFormTokenLayer::with_replay) the token also serves as an
+//! idempotency key: the first submission's response is kept for the token's life, and a
+//! repeat of the token by its own client gets it again (`Idempotent-Replayed: true`)
+//! instead of 409 — the user who double-clicks lands on the page the first click
+//! produced. A repeat that arrives while the first still runs waits for it.
 //!
 //! **Rotation** (off by default): with
 //! [`with_rotation(true)`](VerifyFormTokenLayer::with_rotation) an accepted submission
@@ -107,6 +115,7 @@ mod config;
 mod extract;
 mod field;
 mod layer;
+mod replay;
 
 pub use self::config::FormTokenConfig;
 pub use self::extract::{FormToken, FormTokenRejection};

@@ -12,7 +12,7 @@ use axum::extract::{MatchedPath, OriginalUri, Request};
 use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderName, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, StatusCode, Uri};
 use idem_core::{Begin, Fingerprint, Key, Owner, Store};
 
 use super::first_run::{Record, run_first};
@@ -100,9 +100,12 @@ pub(super) fn answer<S: Inner>(
                     Err(rejection) => Ok(guard.refuse(rejection)),
                 }
             }
-            Ok(Begin::Completed { response }) => {
-                Ok(replay(&guard, &response, &parts, &settings.replayed_header))
-            }
+            Ok(Begin::Completed { response }) => Ok(replay(
+                &guard,
+                &response,
+                &parts.headers,
+                &settings.replayed_header,
+            )),
             Ok(Begin::InProgress { remaining }) => {
                 tracing::debug!(idem.outcome = "conflict");
                 Ok(guard.refuse(in_progress(remaining)))
@@ -192,10 +195,10 @@ fn record_key(
 
 /// The response an earlier request with this key stored, or the refusal that says why it
 /// cannot be given.
-fn replay(
+pub(crate) fn replay(
     guard: &GuardContext,
     stored: &Bytes,
-    request: &Parts,
+    request: &HeaderMap,
     replayed_header: &HeaderName,
 ) -> Response {
     let rejection = match stored_response::decode(stored) {
@@ -206,7 +209,7 @@ fn replay(
                     headers.insert(replayed_header.clone(), marker);
                 }
             }
-            match content_coding::unaccepted(response.headers(), &request.headers) {
+            match content_coding::unaccepted(response.headers(), request) {
                 None => {
                     tracing::debug!(idem.outcome = "replayed");
                     return response;

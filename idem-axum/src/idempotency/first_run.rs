@@ -30,13 +30,13 @@ use crate::rejection::Rejection;
 
 /// An in-progress record this attempt began, and the handle on it the handler gets.
 #[derive(Debug, Clone)]
-pub(super) struct Record {
+pub(crate) struct Record {
     store: AnyStore,
     handle: IdempotencyRecord,
 }
 
 impl Record {
-    pub(super) fn new(store: AnyStore, handle: IdempotencyRecord) -> Self {
+    pub(crate) fn new(store: AnyStore, handle: IdempotencyRecord) -> Self {
         Self { store, handle }
     }
 
@@ -250,7 +250,7 @@ impl Drop for Pending {
 ///
 /// Its output is the refusal for an attempt the runtime cancelled while shutting down (its
 /// record then ends with its lease), or the attempt's answer.
-pub(super) fn run_first<S: Inner>(
+pub(crate) fn run_first<S: Inner>(
     settings: Arc<Settings>,
     record: Record,
     mut inner: S,

@@ -27,7 +27,7 @@ use super::{KeySource, RecordScope, Required, Settings, key_header, stored_respo
 /// ```
 #[derive(Debug, Clone)]
 pub struct IdempotencyLayer {
-    settings: Arc<Settings>,
+    pub(super) settings: Arc<Settings>,
 }
 
 impl Default for IdempotencyLayer {

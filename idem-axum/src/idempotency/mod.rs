@@ -208,6 +208,8 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Method, StatusCode};
 
+pub(crate) use self::answer::replay;
+pub(crate) use self::first_run::{Record, run_first};
 pub use self::layer::{Idempotency, IdempotencyLayer};
 pub use self::record::IdempotencyRecord;
 
@@ -246,7 +248,7 @@ enum Required {
 
 /// How one [`IdempotencyLayer`] behaves.
 #[derive(Clone)]
-struct Settings {
+pub(crate) struct Settings {
     methods: Vec<Method>,
     required: Required,
     key: KeySource,
@@ -262,6 +264,30 @@ struct Settings {
 }
 
 impl Settings {
+    /// The settings of a first attempt whose key is a one-time form token
+    /// ([`VerifyFormTokenLayer::with_replay`](crate::VerifyFormTokenLayer::with_replay)):
+    /// its response is kept for `retention`, the token's life, unless it is a 5xx.
+    pub(crate) fn for_form_submissions(retention: Duration) -> Arc<Self> {
+        let mut settings = Arc::clone(&IdempotencyLayer::new().settings);
+        Arc::make_mut(&mut settings).retention = retention;
+        settings
+    }
+
+    /// The header that marks a replayed response.
+    pub(crate) fn replayed_header(&self) -> &HeaderName {
+        &self.replayed_header
+    }
+
+    /// How long a first attempt's record is in progress without renewal.
+    pub(crate) fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The largest response body that is kept.
+    pub(crate) fn max_stored_response(&self) -> usize {
+        self.max_stored_response
+    }
+
     fn requires_key(&self, method: &Method) -> bool {
         match &self.required {
             Required::Never => false,

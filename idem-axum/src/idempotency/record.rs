@@ -85,7 +85,7 @@ pub struct IdempotencyRecord {
 }
 
 impl IdempotencyRecord {
-    pub(super) fn new(
+    pub(crate) fn new(
         key: Key,
         owner: Owner,
         retention: Duration,
