@@ -66,4 +66,11 @@ if [ -z "${IDEM_CHROMEDRIVER:-}" ] && ! have chromedriver; then
         "point IDEM_CHROMEDRIVER at a chromedriver binary"
 fi
 
+# The shop's messages are partly Chinese: without a CJK font the browser test's
+# screenshot shows boxes. Only where this script can install it, and never a reason to stop.
+if have fc-list && ! fc-list :lang=zh | grep -q . && have apt-get && [ "$(id -u)" = 0 ]; then
+    echo "no CJK font found: installing fonts-noto-cjk" >&2
+    apt-get install -y -qq fonts-noto-cjk || echo "fonts-noto-cjk could not be installed" >&2
+fi
+
 exec cargo test --workspace --all-features "$@"

@@ -12,7 +12,7 @@ use idem_axum::{
 use sqlx::SqlitePool;
 
 use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
-use crate::{client, records};
+use crate::{client, records, refusal};
 
 /// One shop instance: its database and its two idem runtimes.
 ///
@@ -37,6 +37,7 @@ impl Shop {
             .with_store(store)
             .with_client_identity(client::client_identity())
             .with_namespace("shop")
+            .with_responder(refusal::respond)
             .build();
         let records = records::runtime(&db);
         Self { db, idem, records }
@@ -62,7 +63,9 @@ impl Shop {
                 // Outside `#[avoid_repeat]`: a post refused for its token takes no window.
                 post(orders::place).route_layer(
                     VerifyFormTokenLayer::new()
-                        .with_message("This form was already submitted. 请勿重复提交"),
+                        .with_message("This form was already submitted. 请勿重复提交")
+                        // A double click lands on the order the first click placed.
+                        .with_replay(true),
                 ),
             )
             .route("/orders/{id}", get(orders::show))

@@ -5,7 +5,7 @@
 //!
 //! | route | the duplicate | the guard |
 //! |---|---|---|
-//! | `POST /orders` | double click, re-POST on refresh, back and submit again | one-time form token ([`idem_axum::VerifyFormTokenLayer`]) + `#[avoid_repeat]` window |
+//! | `POST /orders` | double click, re-POST on refresh, back and submit again | one-time form token ([`idem_axum::VerifyFormTokenLayer`], with replay: a repeat lands on the first post's order) + `#[avoid_repeat]` window |
 //! | `POST /api/orders` | a client's retry after a timeout, or after the shop died before answering | `Idempotency-Key` replay ([`idem_axum::IdempotencyLayer`]), the record committed with the order |
 //! | `POST /api/payments/callback` | the provider's front- and back-channel notification | idempotency keyed by the body's `source` + `seq`, shared by every caller, the record committed with the payment; unique index |
 //! | `PUT /api/accounts/{id}/withdrawals/{ticket_id}` | a retried withdrawal | the ticket is the idempotency key; one outcome row per ticket |
@@ -17,7 +17,7 @@
 //! |---|---|
 //! | `GET /` | HTML product list |
 //! | `GET /orders/new?product_id=N` | HTML order form carrying a one-time form token; an unknown product → `404`, and no token issued |
-//! | `POST /orders` | form `product_id`, `quantity` + token: `303` to `/orders/{id}`; a spent, forged or other browser's token, or a second order from one browser within 5 s → `409` |
+//! | `POST /orders` | form `product_id`, `quantity` + token: `303` to `/orders/{id}`; the same token again from the same browser → the same `303`, replayed (`Idempotent-Replayed: true`); a forged or other browser's token, or a second order from one browser within 5 s → `409` (to a browser, the shop's own page with a way back) |
 //! | `GET /orders/{id}` | HTML order page |
 //! | `GET /api/orders` | JSON array of every order: `id`, `product_id`, `quantity`, `client` |
 //! | `POST /api/orders` | JSON `{product_id, quantity}`, `Idempotency-Key` and `X-User-Id` required: `201` + the order; retries replay it |
@@ -56,6 +56,7 @@ mod client;
 mod db;
 mod error;
 mod records;
+mod refusal;
 mod routes;
 
 pub use app::Shop;

@@ -23,8 +23,8 @@ use idem_sqlx::{CommitError, SqliteStore};
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
-use crate::client;
 use crate::error::ApiError;
+use crate::{client, refusal};
 
 /// How long a record's statement may wait for SQLite's write lock, which the shop's own
 /// transactions take too.
@@ -48,6 +48,7 @@ pub(crate) fn runtime(db: &SqlitePool) -> Idem {
         .with_store(store)
         .with_client_identity(client::client_identity())
         .with_namespace("shop")
+        .with_responder(refusal::respond)
         .build()
 }
 
