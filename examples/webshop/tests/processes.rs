@@ -91,11 +91,11 @@ async fn two_processes_on_one_redis_and_one_database_act_as_one_shop() {
         }
     })
     .await;
-    let placed = statuses
-        .iter()
-        .filter(|s| **s == StatusCode::SEE_OTHER)
-        .count();
-    assert_eq!(placed, 1, "{statuses:?}");
+    // One order, and every post, whichever process it reached, lands on it.
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::SEE_OTHER),
+        "{statuses:?}"
+    );
     let orders = get_json(&http, format!("{}/api/orders", bases[0])).await;
     assert_eq!(orders.as_array().map(Vec::len), Some(2), "{orders}");
 
