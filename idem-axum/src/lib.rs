@@ -38,10 +38,11 @@
 //! ```
 //!
 //! Every refusal is a [`Rejection`]: `application/problem+json` by default, a small HTML
-//! page for browsers, replaceable with [`IdemBuilder::with_responder`]. Outcomes are
-//! logged as `tracing` events with an `idem.outcome` field (`accepted`, `duplicate`,
-//! `store_error`, and for idempotency `replayed`, `conflict`, `mismatch`; each module's
-//! docs list its own).
+//! page for browsers, replaceable with [`IdemBuilder::with_responder`]. Every guarded
+//! request runs in an `idem` `tracing` span (guard, route, client hashed, outcome, store
+//! latency), and each decision is an event — a refused duplicate, a replay, a conflict or
+//! a mismatch at `info`, the rest at `debug`; with the feature `metrics` they are also
+//! counters and a latency histogram ([`outcome`] lists them).
 //!
 //! The root holds what an application writes; the rest is grouped by module: [`store`]
 //! (the `Store` trait and its operations, for code that calls a store itself), [`lock`],
@@ -62,6 +63,7 @@ pub mod future;
 pub mod guard;
 mod idem;
 pub mod idempotency;
+pub mod outcome;
 mod rejection;
 mod request_body;
 mod store_failure;

@@ -12,7 +12,7 @@ use idem_axum::{
 use sqlx::SqlitePool;
 
 use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
-use crate::{client, records, refusal};
+use crate::{client, metrics, records, refusal};
 
 /// One shop instance: its database and its two idem runtimes.
 ///
@@ -33,6 +33,7 @@ impl Shop {
     /// in `store`, but for the idempotency records of API orders and payment callbacks,
     /// which are rows of `db`.
     pub fn new<S: Store>(db: SqlitePool, store: S) -> Self {
+        metrics::install();
         let idem = Idem::builder()
             .with_store(store)
             .with_client_identity(client::client_identity())
@@ -94,6 +95,7 @@ impl Shop {
             .route("/api/accounts/{id}", get(accounts::show))
             .route("/api/vouchers/{id}/seckill", post(vouchers::seckill))
             .route("/api/vouchers/{id}", get(vouchers::show))
+            .route("/metrics", get(metrics::scrape))
             .layer(self.idem.layer())
             // Outside the runtime, so the session exists before any guard asks for it.
             .layer(middleware::from_fn(client::ensure_session))

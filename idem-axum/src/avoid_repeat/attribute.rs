@@ -210,7 +210,7 @@ where
     };
     let key = key_for(&guard, spec.handler, &client, payload.as_ref());
     let start = || async move { Ok::<_, Infallible>(handler.await.into_response()) };
-    match in_window(&guard, &spec.settings, spec.handler, key, start).await {
+    match in_window(&guard, &spec.settings, spec.handler, &client, key, start).await {
         Ok(response) => response,
         Err(never) => match never {},
     }

@@ -144,7 +144,7 @@ async fn avoid_repeat<S: Inner>(
         },
     };
     let key = key_for(&guard, &handler_id, &client, payload.as_ref());
-    in_window(&guard, &settings, &handler_id, key, move || {
+    in_window(&guard, &settings, &handler_id, &client, key, move || {
         inner.call(request)
     })
     .await

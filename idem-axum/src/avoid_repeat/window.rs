@@ -3,6 +3,9 @@
 //! so.
 
 use std::future::Future;
+use std::time::Instant;
+
+use tracing::Instrument;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -13,6 +16,7 @@ use super::{Release, Settings};
 use crate::client::ClientId;
 use crate::detached::run_to_completion;
 use crate::guard::GuardContext;
+use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::read_whole;
 
@@ -23,7 +27,28 @@ use crate::request_body::read_whole;
 /// browser abandons the first POST of a double click): it may already have committed, so
 /// cutting it off and freeing the key would let the second POST run it again. Its outcome
 /// decides the key, not the client's patience.
+///
+/// The whole of it — the key taken, the handler, the key settled — runs in the request's
+/// `idem` span (see [`outcome`](crate::outcome)).
 pub(crate) async fn in_window<F, E>(
+    guard: &GuardContext,
+    settings: &Settings,
+    handler_id: &str,
+    client: &ClientId,
+    key: Key,
+    start: impl FnOnce() -> F,
+) -> Result<Response, E>
+where
+    F: Future<Output = Result<Response, E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let span = outcome::span(Guard::AvoidRepeat, handler_id, Some(client));
+    take_and_run(guard, settings, handler_id, key, start)
+        .instrument(span)
+        .await
+}
+
+async fn take_and_run<F, E>(
     guard: &GuardContext,
     settings: &Settings,
     handler_id: &str,
@@ -35,13 +60,15 @@ where
     E: Send + 'static,
 {
     let owner = Owner::random();
+    let started = Instant::now();
     let acquired = guard
         .store()
         .acquire(&key, &owner, settings.timeout, Fencing::Off)
         .await;
+    outcome::store_latency(Guard::AvoidRepeat, started.elapsed());
     let permit = match acquired {
         Ok(Acquire::Acquired { .. }) => {
-            tracing::debug!(idem.outcome = "accepted", idem.handler = handler_id);
+            outcome::report(Guard::AvoidRepeat, Outcome::Accepted);
             Permit {
                 store: guard.store().clone(),
                 key,
@@ -51,11 +78,7 @@ where
         }
         // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
         Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
-            tracing::debug!(
-                idem.outcome = "duplicate",
-                idem.handler = handler_id,
-                ?remaining
-            );
+            outcome::report(Guard::AvoidRepeat, Outcome::Duplicate);
             let duplicate = Rejection::new(RejectionKind::Duplicate, settings.message())
                 .with_retry_after(remaining);
             return Ok(guard.refuse(duplicate));

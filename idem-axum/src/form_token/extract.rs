@@ -13,6 +13,7 @@ use idem_core::{Key, Store};
 use super::FormTokenConfig;
 use crate::client::{ClientId, ClientRequest};
 use crate::guard::GuardContext;
+use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind, escape_html};
 
 /// Random bytes in a token: 128 bits, as many as a version 4 UUID has and then some.
@@ -144,7 +145,7 @@ pub(super) async fn issue(
         .store()
         .put_token(&scope, &key, config.ttl(), config.tokens_per_client());
     match stored.await {
-        Ok(()) => tracing::debug!(idem.outcome = "issued", "idem: form token issued"),
+        Ok(()) => outcome::report(Guard::FormToken, Outcome::Issued),
         Err(error) => guard.store_failed(&error, "form token not stored")?,
     }
     Ok(FormToken {

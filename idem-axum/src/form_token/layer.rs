@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -9,6 +10,7 @@ use axum::response::Response;
 use http::HeaderValue;
 use idem_core::Store;
 use tower_layer::Layer;
+use tracing::Instrument;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
 use super::field::Form;
@@ -18,6 +20,7 @@ use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
 use crate::future::Inner;
 use crate::guard::GuardContext;
+use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::{read_up_to, read_whole};
 
@@ -182,6 +185,20 @@ async fn verify_form_token<S: Inner>(
         Ok(opened) => opened,
         Err(refusal) => return Ok(refusal),
     };
+    let span = outcome::span(Guard::FormToken, request.uri().path(), Some(&client));
+    verify(guard, client, settings, inner, request)
+        .instrument(span)
+        .await
+}
+
+/// [`verify_form_token`], past the guard's opening.
+async fn verify<S: Inner>(
+    guard: GuardContext,
+    client: ClientId,
+    settings: Arc<Settings>,
+    inner: S,
+    request: Request,
+) -> Result<Response, S::Error> {
     let config = FormTokenConfig::from_extensions(request.extensions());
     let (request, token) = match find_token(&config, &settings, request).await {
         Ok((request, Some(token))) => (request, token),
@@ -239,19 +256,22 @@ pub(super) async fn spend(
     token: &str,
 ) -> Result<Spent, Rejection> {
     if !well_formed(token) {
+        outcome::report(Guard::FormToken, Outcome::Duplicate);
         return Ok(Spent::No);
     }
+    let started = Instant::now();
     let consumed = guard
         .store()
         .consume_token(&scope_key(guard, client), &token_key(guard, client, token))
         .await;
+    outcome::store_latency(Guard::FormToken, started.elapsed());
     match consumed {
         Ok(true) => {
-            tracing::debug!(idem.outcome = "accepted", "idem: form token spent");
+            outcome::report(Guard::FormToken, Outcome::Accepted);
             Ok(Spent::Yes)
         }
         Ok(false) => {
-            tracing::debug!(idem.outcome = "duplicate", "idem: form token refused");
+            outcome::report(Guard::FormToken, Outcome::Duplicate);
             Ok(Spent::No)
         }
         Err(error) => {
@@ -305,7 +325,7 @@ pub(super) fn with_rotated(
 
 /// The answer to a form posted without its token.
 fn missing_token(config: &FormTokenConfig) -> Rejection {
-    tracing::debug!(idem.outcome = "missing", "idem: no form token");
+    outcome::report(Guard::FormToken, Outcome::Missing);
     Rejection::new(
         RejectionKind::MissingFormToken,
         format!(

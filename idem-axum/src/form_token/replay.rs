@@ -21,6 +21,7 @@ use crate::client::ClientId;
 use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::idempotency::{self, IdempotencyRecord, Record, RecordScope, replay, run_first};
+use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 
 /// How long a repeat waits for the first submission of its token to finish.
@@ -58,7 +59,7 @@ pub(super) async fn replaying<S: Inner>(
         match begun {
             Ok(Begin::Started) => {}
             Ok(Begin::Completed { response }) => {
-                tracing::debug!(idem.outcome = "replayed", "idem: form submission replayed");
+                outcome::report(Guard::FormToken, Outcome::Replayed);
                 return Ok(replay(
                     &guard,
                     &response,
@@ -71,6 +72,7 @@ pub(super) async fn replaying<S: Inner>(
                 continue;
             }
             Ok(Begin::InProgress { remaining }) => {
+                outcome::report(Guard::FormToken, Outcome::Conflict);
                 return Ok(guard.refuse(still_running(remaining)));
             }
             Ok(Begin::Mismatch) => return Ok(guard.refuse(refused_token(&settings))),

@@ -136,6 +136,7 @@ impl Idem {
     pub(crate) fn store_failed(&self, error: &StoreError, what: &str) -> Result<(), Rejection> {
         match self.inner.store_failure {
             StoreFailure::FailClosed => {
+                crate::outcome::store_error(false);
                 tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}: refused (fail closed)");
                 Err(Rejection::new(
                     RejectionKind::StoreUnavailable,
@@ -144,6 +145,7 @@ impl Idem {
                 .with_retry_after(std::time::Duration::from_secs(1)))
             }
             StoreFailure::FailOpen => {
+                crate::outcome::store_error(true);
                 tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}: let through unguarded (fail open)");
                 Ok(())
             }

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, OriginalUri, Request};
@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, StatusCode, Uri};
 use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+use tracing::Instrument;
 
 use super::first_run::{Record, run_first};
 use super::record::IdempotencyRecord;
@@ -22,6 +23,7 @@ use super::{KeySource, RecordScope, Settings, content_coding, key_header};
 use crate::client::ClientRequest;
 use crate::future::Inner;
 use crate::guard::GuardContext;
+use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::read_whole;
 
@@ -36,15 +38,12 @@ const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
 /// arguments and as the locals they move into), each nested one again, and this future is
 /// boxed for every guarded request (BENCHMARKS.md, "HTTP end to end", has what the size
 /// costs).
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn's future would hold its arguments twice"
-)]
 pub(super) fn answer<S: Inner>(
     settings: Arc<Settings>,
     inner: S,
     request: Request,
 ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+    let span = outcome::span(Guard::Idempotency, route_of(&request), None);
     async move {
         let guard = match GuardContext::of(&ClientRequest::from_request(&request)) {
             Ok(guard) => guard,
@@ -80,13 +79,15 @@ pub(super) fn answer<S: Inner>(
         };
         let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
         let owner = Owner::random();
+        let started = Instant::now();
         let begun = guard
             .store()
             .begin_record(&record_key, &owner, &fingerprint, settings.lease)
             .await;
+        outcome::store_latency(Guard::Idempotency, started.elapsed());
         match begun {
             Ok(Begin::Started) => {
-                tracing::debug!(idem.outcome = "accepted");
+                outcome::report(Guard::Idempotency, Outcome::Accepted);
                 let handle = IdempotencyRecord::new(
                     record_key,
                     owner,
@@ -107,11 +108,11 @@ pub(super) fn answer<S: Inner>(
                 &settings.replayed_header,
             )),
             Ok(Begin::InProgress { remaining }) => {
-                tracing::debug!(idem.outcome = "conflict");
+                outcome::report(Guard::Idempotency, Outcome::Conflict);
                 Ok(guard.refuse(in_progress(remaining)))
             }
             Ok(Begin::Mismatch) => {
-                tracing::debug!(idem.outcome = "mismatch");
+                outcome::report(Guard::Idempotency, Outcome::Mismatch);
                 Ok(guard.refuse(reused()))
             }
             Err(error) => match guard.on_store_error(&error, "begin an idempotency record") {
@@ -120,6 +121,7 @@ pub(super) fn answer<S: Inner>(
             },
         }
     }
+    .instrument(span)
 }
 
 /// Hands the request to the inner service unguarded. Boxed: it is the rare way out, and
@@ -147,7 +149,8 @@ fn key_in_header(
         Ok(None) if settings.requires_key(request.method()) => Err(missing_key(settings)),
         Ok(None) => Ok(None),
         Err(invalid) => {
-            tracing::debug!(idem.outcome = "invalid_key", %invalid);
+            outcome::report(Guard::Idempotency, Outcome::Invalid);
+            tracing::debug!(%invalid, "idem: the idempotency key is malformed");
             Err(Rejection::new(
                 RejectionKind::InvalidIdempotencyKey,
                 invalid.to_string(),
@@ -181,6 +184,7 @@ fn record_key(
     Ok(match settings.scope {
         RecordScope::Client => {
             let client = guard.identify(&ClientRequest::from_parts(parts))?;
+            outcome::record_client(&tracing::Span::current(), &client);
             guard.key(&[
                 b"idempotency",
                 client.as_bytes(),
@@ -211,14 +215,14 @@ pub(crate) fn replay(
             }
             match content_coding::unaccepted(response.headers(), request) {
                 None => {
-                    tracing::debug!(idem.outcome = "replayed");
+                    outcome::report(Guard::Idempotency, Outcome::Replayed);
                     return response;
                 }
                 Some(coding) => not_acceptable(response.status(), &coding),
             }
         }
         Ok(Replay::TooLarge { status }) => {
-            tracing::debug!(idem.outcome = "replayed", too_large = true);
+            outcome::report(Guard::Idempotency, Outcome::Replayed);
             Rejection::new(
                 RejectionKind::ResponseNotReplayable,
                 format!(
@@ -264,7 +268,7 @@ fn reused() -> Rejection {
 /// has (a compression layer inside this one encoded it for the first client): the bytes
 /// would be unreadable to it, and the handler does not run twice for one key.
 fn not_acceptable(status: StatusCode, coding: &str) -> Rejection {
-    tracing::debug!(idem.outcome = "replayed", unaccepted_encoding = coding);
+    outcome::report(Guard::Idempotency, Outcome::Replayed);
     Rejection::new(
         RejectionKind::ResponseNotReplayable,
         format!(
@@ -277,7 +281,7 @@ fn not_acceptable(status: StatusCode, coding: &str) -> Rejection {
 }
 
 fn missing_key(settings: &Settings) -> Rejection {
-    tracing::debug!(idem.outcome = "missing_key");
+    outcome::report(Guard::Idempotency, Outcome::Missing);
     Rejection::new(
         RejectionKind::MissingIdempotencyKey,
         settings.missing_key_message(),
@@ -295,6 +299,14 @@ fn original_uri(parts: &Parts) -> &Uri {
         .extensions
         .get::<OriginalUri>()
         .map_or(&parts.uri, |original| &original.0)
+}
+
+/// The route of a request still whole, for its span.
+fn route_of(request: &Request) -> &str {
+    match request.extensions().get::<MatchedPath>() {
+        Some(matched) => matched.as_str(),
+        None => request.uri().path(),
+    }
 }
 
 /// The route a request was sent to: the path pattern it matched, in full under `nest`; a

@@ -253,10 +253,19 @@ impl<S: Store> Lock<S> {
         let runtime = Handle::try_current().map_err(|_| LockError::NoRuntime)?;
         let started = Instant::now();
         let deadline = started.checked_add(timeout);
+        let mut waited = false;
         loop {
             let remaining = match self.attempt(&runtime).await {
                 Err(LockError::Held { remaining }) => remaining,
-                acquired_or_failed => return acquired_or_failed,
+                Ok(guard) => {
+                    if waited {
+                        // Taken after waiting for another holder: a hand-off.
+                        #[cfg(feature = "metrics")]
+                        metrics::counter!("idem_lock_handoffs_total").increment(1);
+                    }
+                    return Ok(guard);
+                }
+                Err(failed) => return Err(failed),
             };
             let now = Instant::now();
             let left = match deadline {
@@ -271,6 +280,9 @@ impl<S: Store> Lock<S> {
             // Just past the holder's lease, so that an expiry (which wakes nobody) is seen.
             let until_expiry = remaining.saturating_add(Duration::from_millis(1));
             let within = until_expiry.min(left).min(FALLBACK_POLL);
+            waited = true;
+            #[cfg(feature = "metrics")]
+            metrics::counter!("idem_lock_waits_total").increment(1);
             if let Err(error) = self.store.wait_for_release(&self.key, within).await {
                 // The next attempt shows whether the store is really gone; until then,
                 // waiting degrades to polling.

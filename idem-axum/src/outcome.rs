@@ -1,0 +1,148 @@
+//! What a guard decided for one request, reported the same way by every guard: a
+//! `tracing` span per guarded request, one event per decision at the level the decision
+//! deserves, and — with the feature `metrics` — counters and a latency histogram through
+//! the [`metrics`](https://docs.rs/metrics) facade.
+//!
+//! | name | kind | labels |
+//! |---|---|---|
+//! | `idem_outcomes_total` | counter | `guard` (`avoid_repeat`, `form_token`, `idempotency`), `outcome` |
+//! | `idem_store_seconds` | histogram | `guard`: the decisive store operation's latency |
+//! | `idem_store_errors_total` | counter | `policy` (`fail_closed`, `fail_open`) |
+//! | `idem_lock_waits_total`, `idem_lock_handoffs_total` | counter | — (from `idem-core`, its own feature `metrics`) |
+
+use std::time::Duration;
+
+use tracing::Span;
+use tracing::field::Empty;
+
+use crate::client::ClientId;
+
+/// The guard that decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    AvoidRepeat,
+    FormToken,
+    Idempotency,
+}
+
+impl Guard {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::AvoidRepeat => "avoid_repeat",
+            Self::FormToken => "form_token",
+            Self::Idempotency => "idempotency",
+        }
+    }
+}
+
+/// What the guard decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The request runs: a key taken, a token spent, a record begun.
+    Accepted,
+    /// A form token was issued.
+    Issued,
+    /// A repeat inside its window, or a token unknown, spent or another client's.
+    Duplicate,
+    /// A stored response was given again.
+    Replayed,
+    /// A retry met its first attempt still running.
+    Conflict,
+    /// A key sent again with another request.
+    Mismatch,
+    /// A required key or token is missing.
+    Missing,
+    /// A key that is malformed.
+    Invalid,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Issued => "issued",
+            Self::Duplicate => "duplicate",
+            Self::Replayed => "replayed",
+            Self::Conflict => "conflict",
+            Self::Mismatch => "mismatch",
+            Self::Missing => "missing",
+            Self::Invalid => "invalid",
+        }
+    }
+}
+
+/// The span of one request to `guard` on `route`, for `client` (hashed: the span names
+/// no one). Its `idem.outcome` and `idem.store_us` are recorded as the guard decides.
+pub(crate) fn span(guard: Guard, route: &str, client: Option<&ClientId>) -> Span {
+    let span = tracing::info_span!(
+        "idem",
+        idem.guard = guard.as_str(),
+        idem.route = route,
+        idem.client = Empty,
+        idem.outcome = Empty,
+        idem.store_us = Empty,
+    );
+    if let Some(client) = client {
+        record_client(&span, client);
+    }
+    span
+}
+
+/// Records `client`, hashed, on `span` — only if something listens: the hash costs.
+pub(crate) fn record_client(span: &Span, client: &ClientId) {
+    if !span.is_disabled() {
+        let hashed = idem_core::Key::hashed([b"client".as_slice(), client.as_bytes()]);
+        span.record(
+            "idem.client",
+            &hashed.as_str()[..12.min(hashed.as_str().len())],
+        );
+    }
+}
+
+/// Reports `outcome` of `guard`: a repeat, a replay, a conflict or a mismatch at `info`
+/// (they are what an operator looks for), the rest at `debug`.
+pub(crate) fn report(guard: Guard, outcome: Outcome) {
+    let (guard_name, outcome_name) = (guard.as_str(), outcome.as_str());
+    match outcome {
+        Outcome::Duplicate | Outcome::Replayed | Outcome::Conflict | Outcome::Mismatch => {
+            tracing::info!(
+                idem.guard = guard_name,
+                idem.outcome = outcome_name,
+                "idem: {guard_name}: {outcome_name}"
+            );
+        }
+        _ => tracing::debug!(
+            idem.guard = guard_name,
+            idem.outcome = outcome_name,
+            "idem: {guard_name}: {outcome_name}"
+        ),
+    }
+    Span::current().record("idem.outcome", outcome_name);
+    #[cfg(feature = "metrics")]
+    metrics::counter!("idem_outcomes_total", "guard" => guard_name, "outcome" => outcome_name)
+        .increment(1);
+}
+
+/// Reports how long `guard`'s decisive store operation took.
+pub(crate) fn store_latency(guard: Guard, took: Duration) {
+    Span::current().record(
+        "idem.store_us",
+        u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+    );
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("idem_store_seconds", "guard" => guard.as_str()).record(took.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = guard;
+}
+
+/// Reports a store failure and what the policy made of it.
+pub(crate) fn store_error(failing_open: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "idem_store_errors_total",
+        "policy" => if failing_open { "fail_open" } else { "fail_closed" }
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = failing_open;
+}
