@@ -171,7 +171,8 @@ enum Kind {
 }
 
 impl RedisStore {
-    /// A store on the server at `url` (`redis://host:port/db`, `rediss://…`,
+    /// A store on the server at `url` (`redis://host:port/db`, `rediss://…` with the
+    /// feature `tls`,
     /// `redis+unix:///path`), with the default settings.
     ///
     /// ```no_run
@@ -938,6 +939,40 @@ impl RedisStoreBuilder {
         self.build(Source::Standalone(Arc::new(manager)))
     }
 
+    /// A store on the server at `url` (`rediss://host:port`) over TLS, trusting the
+    /// certificate authority `root_cert` (PEM) instead of the system's roots: for a server
+    /// whose certificate a private CA signed. A `rediss://` URL given to
+    /// [`build_with_url`](Self::build_with_url) trusts the system's roots.
+    ///
+    /// ```no_run
+    /// let ca = std::fs::read("/etc/redis/ca.pem").unwrap();
+    /// let store = idem_core::RedisStore::builder().build_with_tls("rediss://10.0.0.5:6380", ca).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`RedisSetupError::Url`] when the URL or the certificate cannot be read,
+    /// [`RedisSetupError::Namespace`] when the namespace is invalid.
+    #[cfg(feature = "tls")]
+    pub fn build_with_tls(
+        self,
+        url: &str,
+        root_cert: Vec<u8>,
+    ) -> Result<RedisStore, RedisSetupError> {
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_cert),
+        };
+        let client =
+            redis::Client::build_with_tls(url, certificates).map_err(RedisSetupError::Url)?;
+        let manager = deadpool_redis::Manager::new_with_config(
+            client.get_connection_info().clone(),
+            unbounded_responses(),
+        )
+        .map_err(RedisSetupError::Url)?;
+        self.build(Source::Standalone(Arc::new(manager)))
+    }
+
     /// A store that opens its connections with the manager of an existing pool, and so
     /// with that pool's settings (address, credentials, TLS, connection settings). The
     /// connection is opened, and the server checked, on first use.
@@ -1011,6 +1046,13 @@ impl RedisStoreBuilder {
         sentinels: &[&str],
         master: &str,
     ) -> Result<RedisStore, RedisSetupError> {
+        #[cfg_attr(
+            feature = "tls",
+            expect(
+                clippy::unnecessary_to_owned,
+                reason = "redis-rs takes the name as a String without TLS, as any AsRef<str> with it"
+            )
+        )]
         let client = redis::sentinel::SentinelClient::build(
             sentinels.to_vec(),
             master.to_owned(),
