@@ -43,63 +43,51 @@ where
     E: Send + 'static,
 {
     let span = outcome::span(Guard::AvoidRepeat, handler_id, Some(client));
-    take_and_run(guard, settings, handler_id, key, start)
-        .instrument(span)
-        .await
-}
-
-async fn take_and_run<F, E>(
-    guard: &GuardContext,
-    settings: &Settings,
-    handler_id: &str,
-    key: Key,
-    start: impl FnOnce() -> F,
-) -> Result<Response, E>
-where
-    F: Future<Output = Result<Response, E>> + Send + 'static,
-    E: Send + 'static,
-{
-    let owner = Owner::random();
-    let started = Instant::now();
-    let acquired = guard
-        .store()
-        .acquire(&key, &owner, settings.timeout, Fencing::Off)
-        .await;
-    outcome::store_latency(Guard::AvoidRepeat, started.elapsed());
-    let permit = match acquired {
-        Ok(Acquire::Acquired { .. }) => {
-            outcome::report(Guard::AvoidRepeat, Outcome::Accepted);
-            Permit {
-                store: guard.store().clone(),
-                key,
-                owner,
-                armed: true,
+    async move {
+        let owner = Owner::random();
+        let started = Instant::now();
+        let acquired = guard
+            .store()
+            .acquire(&key, &owner, settings.timeout, Fencing::Off)
+            .await;
+        outcome::store_latency(Guard::AvoidRepeat, started.elapsed());
+        let permit = match acquired {
+            Ok(Acquire::Acquired { .. }) => {
+                outcome::report(Guard::AvoidRepeat, Outcome::Accepted);
+                Permit {
+                    store: guard.store().clone(),
+                    key,
+                    owner,
+                    armed: true,
+                }
             }
-        }
-        // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
-        Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
-            outcome::report(Guard::AvoidRepeat, Outcome::Duplicate);
-            let duplicate = Rejection::new(RejectionKind::Duplicate, settings.message())
-                .with_retry_after(remaining);
-            return Ok(guard.refuse(duplicate));
-        }
-        Err(error) => match guard.on_store_error(&error, handler_id) {
-            Err(refusal) => return Ok(refusal),
-            // Failing open: nothing is held, so nothing needs the handler to finish.
-            Ok(()) => return start().await,
-        },
-    };
-    let release = settings.release;
-    let handler = start();
-    let work = async move {
-        let result = handler.await;
-        let keep = release == Release::Expire && result.as_ref().is_ok_and(succeeded);
-        permit.settle(keep).await;
-        result
-    };
-    run_to_completion(work)
-        .await
-        .unwrap_or_else(|rejection| Ok(guard.refuse(rejection)))
+            // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
+            Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
+                outcome::report(Guard::AvoidRepeat, Outcome::Duplicate);
+                let duplicate = Rejection::new(RejectionKind::Duplicate, settings.message())
+                    .with_retry_after(remaining);
+                return Ok(guard.refuse(duplicate));
+            }
+            Err(error) => match guard.on_store_error(&error, handler_id) {
+                Err(refusal) => return Ok(refusal),
+                // Failing open: nothing is held, so nothing needs the handler to finish.
+                Ok(()) => return start().await,
+            },
+        };
+        let release = settings.release;
+        let handler = start();
+        let work = async move {
+            let result = handler.await;
+            let keep = release == Release::Expire && result.as_ref().is_ok_and(succeeded);
+            permit.settle(keep).await;
+            result
+        };
+        run_to_completion(work)
+            .await
+            .unwrap_or_else(|rejection| Ok(guard.refuse(rejection)))
+    }
+    .instrument(span)
+    .await
 }
 
 /// Whether an answer keeps the window: only a success (1xx–3xx) does.
