@@ -12,6 +12,7 @@
 //! | [`ClientHeader`] | a header's value (`X-User-Id`, an API key) | fine |
 //! | [`ClientCookie`] | a cookie's value (an anonymous session id) | fine |
 //! | [`ClientExtension`] | a request extension set by your authentication layer | fine |
+//! | `SessionClient` (feature `tower-sessions`) | the `tower_sessions::Session`'s id | fine |
 //! | [`IdentifyFn`] | whatever your closure says | yours to decide |
 //!
 //! A request whose client cannot be told is refused — never put in a bucket shared by
@@ -32,6 +33,8 @@ mod cookie;
 mod extension;
 mod header;
 mod peer_ip;
+#[cfg(feature = "tower-sessions")]
+mod session;
 mod trusted_proxy;
 
 use std::borrow::Cow;
@@ -44,6 +47,8 @@ pub use self::cookie::ClientCookie;
 pub use self::extension::ClientExtension;
 pub use self::header::ClientHeader;
 pub use self::peer_ip::PeerIp;
+#[cfg(feature = "tower-sessions")]
+pub use self::session::{SessionClient, ensure_session};
 pub use self::trusted_proxy::{ForwardingHeader, TrustedProxyIp};
 
 /// What identifies one client: an address, a user id, a session id.
