@@ -1,14 +1,16 @@
 //! What the HTTP suites share: a request sent through a router and its answer read, and
 //! the [`Shop`] whose handlers count what they did.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::ConnectInfo;
 use axum::http::{self, HeaderMap, Request, StatusCode};
 use axum::response::Response;
+use axum::{Extension, Router};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
@@ -24,6 +26,27 @@ pub async fn send(app: &Router, request: Request<Body>) -> Response {
         .oneshot(request)
         .await
         .expect("routers are infallible")
+}
+
+/// `app` as serving it with `into_make_service_with_connect_info::<SocketAddr>()` would
+/// run it, with every request from the peer `127.0.0.1:40000`: what the default client
+/// identity (`PeerIp`) reads, for a suite that sends requests through the router.
+pub fn from_loopback(app: Router) -> Router {
+    let peer = SocketAddr::from(([127, 0, 0, 1], 40_000));
+    app.layer(Extension(ConnectInfo(peer)))
+}
+
+/// The value of the hidden `form_token` input in `page`, as `FormToken::hidden_input`
+/// writes it.
+///
+/// # Panics
+///
+/// When the page has none.
+pub fn form_token_in(page: &str) -> String {
+    let opening = r#"name="form_token" value=""#;
+    let start = page.find(opening).expect("a form token in the page") + opening.len();
+    let length = page[start..].find('"').expect("the end of the value");
+    page[start..start + length].to_owned()
 }
 
 /// A response read whole, for a test that looks at its status, headers and body.

@@ -28,7 +28,7 @@ pub use bench::{
     BenchRounds, BenchStores, benching, env_number, http_criterion, one_worker_runtime,
 };
 pub use forwarder::Forwarder;
-pub use http::{Answer, Shop, answer, body_text, problem_code, send};
+pub use http::{Answer, Shop, answer, body_text, form_token_in, from_loopback, problem_code, send};
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};

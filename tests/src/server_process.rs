@@ -63,6 +63,11 @@ impl ServerProcess {
         }
     }
 
+    /// The process id, for a test that signals the server itself (`kill -STOP`, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `http://127.0.0.1:PORT`, without a trailing slash.
     pub fn base(&self) -> &str {
         &self.base
