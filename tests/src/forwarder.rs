@@ -190,3 +190,108 @@ impl Drop for Forwarder {
         self.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::ErrorKind;
+    use std::net::Ipv4Addr;
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::Forwarder;
+
+    /// A loopback server that sends back what it reads; its port.
+    async fn echo() -> u16 {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut read, mut write) = stream.split();
+                    let _ = tokio::io::copy(&mut read, &mut write).await;
+                });
+            }
+        });
+        port
+    }
+
+    async fn through(forwarder: &Forwarder) -> TcpStream {
+        TcpStream::connect((Ipv4Addr::LOCALHOST, forwarder.port()))
+            .await
+            .unwrap()
+    }
+
+    async fn round_trip(stream: &mut TcpStream, within: Duration) -> std::io::Result<u8> {
+        stream.write_all(b"x").await?;
+        let mut byte = [0];
+        match tokio::time::timeout(within, stream.read_exact(&mut byte)).await {
+            Ok(read) => read.map(|_| byte[0]),
+            Err(_) => Err(ErrorKind::TimedOut.into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stall_holds_the_bytes_until_it_resumes() {
+        let forwarder = Forwarder::start(echo().await).await;
+        let mut stream = through(&forwarder).await;
+        assert_eq!(
+            round_trip(&mut stream, Duration::from_secs(5))
+                .await
+                .unwrap(),
+            b'x'
+        );
+
+        forwarder.stall();
+        let held = round_trip(&mut stream, Duration::from_millis(200)).await;
+        assert_eq!(held.unwrap_err().kind(), ErrorKind::TimedOut);
+        forwarder.resume();
+        let mut byte = [0];
+        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut byte))
+            .await
+            .expect("the held byte arrives once resumed")
+            .unwrap();
+        assert_eq!(byte, *b"x");
+    }
+
+    #[tokio::test]
+    async fn a_reset_cuts_open_connections_and_lets_new_ones_through() {
+        let forwarder = Forwarder::start(echo().await).await;
+        let mut open = through(&forwarder).await;
+        assert!(round_trip(&mut open, Duration::from_secs(5)).await.is_ok());
+
+        forwarder.reset();
+        let mut byte = [0];
+        let cut = tokio::time::timeout(Duration::from_secs(5), open.read(&mut byte))
+            .await
+            .expect("the connection ends at once");
+        assert_eq!(cut.unwrap_err().kind(), ErrorKind::ConnectionReset);
+        let mut fresh = through(&forwarder).await;
+        assert_eq!(
+            round_trip(&mut fresh, Duration::from_secs(5))
+                .await
+                .unwrap(),
+            b'x'
+        );
+    }
+
+    #[tokio::test]
+    async fn a_delay_holds_each_byte_in_each_direction() {
+        let forwarder = Forwarder::start(echo().await).await;
+        forwarder.delay(Duration::from_millis(100));
+        let mut stream = through(&forwarder).await;
+        let sent = Instant::now();
+        assert_eq!(
+            round_trip(&mut stream, Duration::from_secs(5))
+                .await
+                .unwrap(),
+            b'x'
+        );
+        assert!(
+            sent.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            sent.elapsed()
+        );
+    }
+}
