@@ -45,7 +45,7 @@ use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
 use idem_axum::idempotency::RecordScope;
 use idem_axum::lock::{Lease, Lock, LockError, LockGuard};
-use idem_axum::store::{Key, Owner, Store, StoreError};
+use idem_axum::store::{Key, Owner, Store};
 use idem_axum::{
     FormToken, Idem, IdempotencyLayer, RedisStore, VerifyFormTokenLayer, avoid_repeat,
 };
@@ -298,30 +298,30 @@ async fn withdraw(State(app): State<App>, Path(ticket): Path<String>) -> Respons
     ran(Route::Withdraw, &ticket, status)
 }
 
-/// Releases the lock, again every 100 ms while the store cannot answer and the lease
-/// lasts; notes `lost-lock` when the store answers that the lock was not this owner's
-/// any more before its lease ended. A release that timed out may have been applied, so
-/// a later "not yours" then proves nothing and is not noted.
-async fn release(
-    app: App,
-    guard: LockGuard<RedisStore>,
-    owner: Owner,
-    ticket: String,
-    until: Instant,
-) {
+/// Asks the store whether this owner still holds the lock (a renewal to the lease's
+/// end, which changes nothing else, so it can be repeated after an answer that was lost)
+/// and notes `lost-lock` when it does not; then releases it. Each step is tried again
+/// every 100 ms while the store cannot answer, for as long as the lease lasts.
+async fn release(app: App, guard: LockGuard<RedisStore>, owner: Owner, ticket: String, until: Instant) {
     let key = guard.key().clone();
-    let mut answer = guard.release().await;
-    let mut maybe_applied = false;
-    while let Err(error) = &answer {
-        maybe_applied |= matches!(error, StoreError::Timeout { .. });
-        if Instant::now() >= until {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(100) {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        answer = app.store.release_and_signal(&key, &owner).await;
+        match app.store.renew(&key, &owner, left).await {
+            Ok(true) => break,
+            Ok(false) => {
+                app.note(Event::LostLock, Route::Withdraw, &ticket);
+                return;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
     }
-    if answer.is_ok_and(|released| !released) && !maybe_applied && Instant::now() < until {
-        app.note(Event::LostLock, Route::Withdraw, &ticket);
+    let mut released = guard.release().await;
+    while released.is_err() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        released = app.store.release_and_signal(&key, &owner).await;
     }
 }
 

@@ -30,8 +30,8 @@ pub enum Event {
     Commit,
     /// The lock route is about to release its lock: the end of its critical section.
     Free,
-    /// The lock route's release found the lock no longer its own before its lease ended:
-    /// the store forgot it.
+    /// The lock route found, after its critical section and before its lease ended,
+    /// that the lock was no longer its own: the store forgot it.
     LostLock,
     /// A response the handler produced left the server (after the guards stored it).
     Answer,

@@ -120,7 +120,7 @@ pub struct Report {
     pub unanswered_while_up: u64,
     /// Tickets of the lock route whose critical sections overlapped in time.
     pub lock_overlaps: u64,
-    /// Releases that found the lock gone before its lease ended.
+    /// Holders that found their lock gone before its lease ended.
     pub lost_locks: u64,
     /// Handlers of killed instances that had run but not committed.
     pub cut_before_commit: u64,
