@@ -10,9 +10,14 @@
 //! [`Backend`] gives a suite one store of each kind, so the same test runs against every
 //! store. [`ServerProcess`] runs a server binary (an example's) as a process of its own,
 //! for tests that kill it.
+//!
+//! [`chaos`] is the chaos run: several instances of a purpose-built server on one Redis
+//! set-up, duplicates of every guarded kind sent to them while Redis, the instances and
+//! the link between them fail, and the executions counted from the servers' ledgers.
 
 mod backend;
 mod bench;
+pub mod chaos;
 mod forwarder;
 mod http;
 mod postgres_server;

@@ -58,11 +58,22 @@ impl RedisSentinels {
     ///
     /// As [`start`](Self::start).
     pub fn start_with(config: &[&str]) -> Self {
+        Self::start_with_link(config, |master| master)
+    }
+
+    /// As [`start_with`](Self::start_with), with the replica reaching its master through
+    /// the loopback port `link` returns for the master's port: a
+    /// [`Forwarder`](crate::Forwarder) that delays the replication stream, say.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with_link(config: &[&str], link: impl FnOnce(u16) -> u16) -> Self {
         // A replica's first sync would otherwise wait 5 s for more replicas to join it.
         let mut master_config = vec!["--repl-diskless-sync-delay", "0"];
         master_config.extend_from_slice(config);
         let master = RedisServer::start_with(&master_config);
-        let master_port = master.port().to_string();
+        let master_port = link(master.port()).to_string();
         let mut replica_config = config.to_vec();
         replica_config.extend(["--replicaof", "127.0.0.1", &master_port]);
         let replica = RedisServer::start_with(&replica_config);
@@ -149,6 +160,42 @@ impl RedisSentinels {
         if let Ok(held) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
             self.dead_ports.push(held);
         }
+    }
+
+    /// After [`fail_over`](Self::fail_over): starts the killed master again (its data
+    /// directory, its configuration) as a replica of the promoted one, reached through
+    /// the port `link` returns for the promoted one's, and swaps the two, so that
+    /// [`master`](Self::master) names the promoted server and [`replica`](Self::replica)
+    /// the one started again; waits until it is in sync and every Sentinel lists it as a
+    /// healthy replica, so that the set can fail over once more.
+    ///
+    /// # Panics
+    ///
+    /// When it does not come up, sync, or reach every Sentinel within 30 s.
+    pub fn rejoin(&mut self, link: impl FnOnce(u16) -> u16) {
+        let port = self.master.port();
+        self.dead_ports.retain(|held| {
+            held.local_addr()
+                .map_or(true, |address| address.port() != port)
+        });
+        let master_port = link(self.replica.port()).to_string();
+        self.master
+            .start_again_with(&["--replicaof", "127.0.0.1", &master_port]);
+        std::mem::swap(&mut self.master, &mut self.replica);
+        let (master, replica) = (self.master.port(), self.replica.port());
+        wait_for(
+            Duration::from_secs(30),
+            "the old master rejoins as a replica every Sentinel counts on",
+            || {
+                self.replica
+                    .query::<String>(&["INFO", "replication"])
+                    .contains("master_link_status:up")
+                    && self.sentinels.iter().all(|sentinel| {
+                        sentinel.master_port() == Some(master)
+                            && sentinel.has_healthy_replica(replica)
+                    })
+            },
+        );
     }
 
     /// The master's port as the first Sentinel answers it now.
@@ -238,6 +285,28 @@ impl Sentinel {
             command.arg(*arg);
         }
         command.query(&mut conn)
+    }
+
+    /// Whether this Sentinel lists the server on `port` as a replica it could promote:
+    /// not down, and linked to its master.
+    fn has_healthy_replica(&self, port: u16) -> bool {
+        let Ok(replicas) = self.query::<Vec<Vec<String>>>(&["SENTINEL", "replicas", MASTER_NAME])
+        else {
+            return false;
+        };
+        let port = port.to_string();
+        replicas.iter().any(|fields| {
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|pair| pair[0] == name)
+                    .and_then(|pair| pair.get(1))
+                    .map(String::as_str)
+            };
+            field("port") == Some(port.as_str())
+                && field("flags") == Some("slave")
+                && field("master-link-status") == Some("ok")
+        })
     }
 
     /// The master's port as this Sentinel knows it.

@@ -130,7 +130,18 @@ impl RedisServer {
     ///
     /// When the new server does not come up.
     pub fn start_again(&mut self) {
-        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        self.start_again_with(&[]);
+    }
+
+    /// As [`start_again`](Self::start_again), with `more` configuration for this run
+    /// only (`&["--replicaof", "127.0.0.1", "6380"]`).
+    ///
+    /// # Panics
+    ///
+    /// When the new server does not come up.
+    pub fn start_again_with(&mut self, more: &[&str]) {
+        let mut extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        extra.extend_from_slice(more);
         self.child = launch(self.port, self.dir.path(), &extra);
         assert!(
             self.wait_until_ready(),

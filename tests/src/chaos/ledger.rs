@@ -1,0 +1,230 @@
+//! The ledger: what the chaos server's handlers did, one line per event, in one
+//! append-only file per server process. Written before the handler answers and never
+//! deduplicated, so the run counts executions, not rows; a line written is in the
+//! kernel's page cache, so it survives the process' `SIGKILL`.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use super::Route;
+
+/// Nanoseconds on the machine's monotonic clock, which every process on it shares: the
+/// time of ledger lines and of faults, comparable across processes.
+pub fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let seconds = u64::try_from(now.tv_sec).expect("the monotonic clock is positive");
+    let nanos = u64::try_from(now.tv_nsec).expect("the monotonic clock is positive");
+    seconds * 1_000_000_000 + nanos
+}
+
+/// What a handler noted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// A handler started its work for a key (the lock route: once it held the lock).
+    Run,
+    /// The work committed: the side effect that must happen once per key.
+    Commit,
+    /// The lock route is about to release its lock: the end of its critical section.
+    Free,
+    /// The lock route found, after its critical section and before its lease ended,
+    /// that the lock was no longer its own: the store forgot it.
+    LostLock,
+    /// A response the handler produced left the server (after the guards stored it).
+    Answer,
+}
+
+impl Event {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Commit => "commit",
+            Self::Free => "free",
+            Self::LostLock => "lost-lock",
+            Self::Answer => "answer",
+        }
+    }
+}
+
+impl FromStr for Event {
+    type Err = ();
+
+    fn from_str(name: &str) -> Result<Self, ()> {
+        [
+            Self::Run,
+            Self::Commit,
+            Self::Free,
+            Self::LostLock,
+            Self::Answer,
+        ]
+        .into_iter()
+        .find(|event| event.name() == name)
+        .ok_or(())
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One server process' ledger file, `<instance>-<pid>.log`, for appending.
+#[derive(Debug)]
+pub struct Ledger {
+    file: Mutex<File>,
+}
+
+impl Ledger {
+    /// Creates this process' ledger in `dir`.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be created (or exists: a pid is never reused within a run).
+    pub fn create(dir: &Path, instance: &str) -> io::Result<Self> {
+        let path = dir.join(format!("{instance}-{}.log", std::process::id()));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self {
+            file: Mutex::new(file),
+        })
+    }
+
+    /// Appends `event` for `key` of `route`, in one `write`, before returning.
+    ///
+    /// # Errors
+    ///
+    /// The write failed.
+    pub fn note(&self, event: Event, route: Route, key: &str) -> io::Result<()> {
+        let line = format!("{} {event} {route} {key}\n", monotonic_ns());
+        // A poisoned lock only means another writer panicked; the file is still whole.
+        let mut file = self
+            .file
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        file.write_all(line.as_bytes())
+    }
+}
+
+/// One line of a ledger.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// When ([`monotonic_ns`]).
+    pub at: u64,
+    /// What.
+    pub event: Event,
+    /// On which route.
+    pub route: Route,
+    /// For which key: the operation's.
+    pub key: String,
+}
+
+impl FromStr for Entry {
+    type Err = ();
+
+    fn from_str(line: &str) -> Result<Self, ()> {
+        let mut fields = line.split(' ');
+        let entry = Self {
+            at: fields.next().ok_or(())?.parse().map_err(drop)?,
+            event: fields.next().ok_or(())?.parse()?,
+            route: fields.next().ok_or(())?.parse()?,
+            key: fields.next().ok_or(())?.to_owned(),
+        };
+        match fields.next() {
+            None => Ok(entry),
+            Some(_) => Err(()),
+        }
+    }
+}
+
+/// The ledger of one server process, read back.
+#[derive(Debug)]
+pub struct LedgerFile {
+    /// The instance the process ran as.
+    pub instance: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its lines, in the order written.
+    pub entries: Vec<Entry>,
+    /// Lines that could not be read (none, unless a write was cut).
+    pub unreadable: usize,
+}
+
+/// Reads every ledger in `dir`.
+///
+/// # Errors
+///
+/// A file cannot be read, or is named otherwise than a ledger.
+pub fn read_ledgers(dir: &Path) -> io::Result<Vec<LedgerFile>> {
+    let mut ledgers = Vec::new();
+    for file in std::fs::read_dir(dir)? {
+        let path = file?.path();
+        let not_a_ledger = || io::Error::other(format!("not a ledger: {}", path.display()));
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .and_then(|name| name.strip_suffix(".log"))
+            .ok_or_else(not_a_ledger)?;
+        let (instance, pid) = name.rsplit_once('-').ok_or_else(not_a_ledger)?;
+        let pid = pid.parse().map_err(|_| not_a_ledger())?;
+        let text = std::fs::read_to_string(&path)?;
+        let (mut entries, mut unreadable) = (Vec::new(), 0);
+        for line in text.lines() {
+            match line.parse() {
+                Ok(entry) => entries.push(entry),
+                Err(()) => unreadable += 1,
+            }
+        }
+        ledgers.push(LedgerFile {
+            instance: instance.to_owned(),
+            pid,
+            entries,
+            unreadable,
+        });
+    }
+    Ok(ledgers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Entry, Event, Ledger, read_ledgers};
+    use crate::chaos::Route;
+
+    #[test]
+    fn a_ledger_reads_back_what_was_noted() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::create(dir.path(), "app-1").unwrap();
+        ledger.note(Event::Run, Route::Pay, "pay-7").unwrap();
+        ledger.note(Event::Commit, Route::Pay, "pay-7").unwrap();
+        let ledgers = read_ledgers(dir.path()).unwrap();
+        assert_eq!(ledgers.len(), 1);
+        assert_eq!(ledgers[0].instance, "app-1");
+        assert_eq!(ledgers[0].pid, std::process::id());
+        let events: Vec<_> = ledgers[0]
+            .entries
+            .iter()
+            .map(|entry| (entry.event, entry.route, entry.key.as_str()))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                (Event::Run, Route::Pay, "pay-7"),
+                (Event::Commit, Route::Pay, "pay-7")
+            ]
+        );
+        assert!(ledgers[0].entries[0].at <= ledgers[0].entries[1].at);
+    }
+
+    #[test]
+    fn a_line_cut_short_is_not_an_entry() {
+        assert!("12 commit pay".parse::<Entry>().is_err());
+        assert!("12 commit pay k extra".parse::<Entry>().is_err());
+        assert!("x commit pay k".parse::<Entry>().is_err());
+        assert!("12 commit nowhere k".parse::<Entry>().is_err());
+    }
+}
