@@ -73,11 +73,6 @@ impl ServerProcess {
         &self.base
     }
 
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// The URL of `path` (which starts with `/`) on this server.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
