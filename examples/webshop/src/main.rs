@@ -13,7 +13,8 @@
 //! An option wins over its variable. With `--redis`, the guards' keys and the flash
 //! sale's locks live in Redis, so several instances on one database behave as one shop.
 //! The idempotency records of API orders and payment callbacks are always in the
-//! database, committed with the order or the payment.
+//! database, committed with the order or the payment, and so are the browsers' sessions,
+//! whose expired rows a background task deletes every hour.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

@@ -205,9 +205,17 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
     // A browser that has its session gets no new one: the same session, its day renewed.
     let again = answer(&shop.router, get("/", Some(&s1))).await;
     assert_eq!(support::session_cookie(&again), s1);
-    // A session id the shop never gave out is not taken: the browser gets a new one.
-    let made_up = answer(&shop.router, get("/", Some("shop_session=s1"))).await;
-    assert_ne!(support::session_cookie(&made_up), "shop_session=s1");
+    // A session id the shop never gave out is not taken: the browser gets a new one, and
+    // the form that page shows is the new session's.
+    let malformed = answer(&shop.router, get("/", Some("shop_session=s1"))).await;
+    assert_ne!(support::session_cookie(&malformed), "shop_session=s1");
+    let unknown = "shop_session=AAAAAAAAAAAAAAAAAAAAAA";
+    let form = answer(&shop.router, get("/orders/new?product_id=1", Some(unknown))).await;
+    let renewed = support::session_cookie(&form);
+    assert_ne!(renewed, unknown);
+    let token = token_in(&form.text());
+    let placed = answer(&shop.router, form_post(&renewed, &order_form(&token))).await;
+    assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
 
     // The first page a browser opens is the order form: its token is that new session's.
     let form = answer(&shop.router, get("/orders/new?product_id=1", None)).await;
