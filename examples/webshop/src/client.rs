@@ -1,5 +1,5 @@
 //! Who the client is: the `X-User-Id` header of the JSON API, else the browser's
-//! session, a `tower_sessions::Session` kept in the shop's database ([`sessions`]).
+//! session, a `tower_sessions::Session` kept in the shop's database ([`session_layer`]).
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode};
