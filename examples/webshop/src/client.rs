@@ -99,7 +99,7 @@ pub(crate) fn client_identity() -> impl IdentifyClient {
 /// knows every browser. The cookie is `HttpOnly` (no script reads it), `SameSite=Lax`
 /// (sent when a link from elsewhere opens the shop, never with another site's posts), and
 /// lasts [`SESSION_INACTIVITY`] after the browser's last request: every answer renews it
-/// (`always_save`), at the cost of one write per page. It is not `Secure`, because the
+/// (`always_save`), at the cost of one write per request. It is not `Secure`, because the
 /// shop serves plain HTTP on localhost; a shop behind TLS would set it.
 pub(crate) fn session_layer(db: &SqlitePool) -> SessionManagerLayer<SqliteStore> {
     SessionManagerLayer::new(session_store(db))
