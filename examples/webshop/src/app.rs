@@ -1,5 +1,7 @@
 //! The shop's state and its router.
 
+use std::time::Duration;
+
 use axum::Router;
 use axum::http::Method;
 use axum::middleware;
@@ -10,6 +12,7 @@ use idem_axum::{
     store::{AnyStore, Store},
 };
 use sqlx::SqlitePool;
+use tower_sessions::ExpiredDeletion;
 
 use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
 use crate::{client, metrics, records, refusal};
@@ -19,7 +22,7 @@ use crate::{client, metrics, records, refusal};
 /// Instances built on the same database and the same store (a `RedisStore` on one Redis)
 /// behave as one shop: a duplicate is refused whichever instance it reaches. The records
 /// of API orders and payment callbacks are in the database, so those two act as one shop
-/// on any store.
+/// on any store; so are the browsers' sessions, so every instance knows every browser.
 #[derive(Debug, Clone)]
 pub struct Shop {
     db: SqlitePool,
@@ -47,6 +50,22 @@ impl Shop {
     /// The database.
     pub fn db(&self) -> &SqlitePool {
         &self.db
+    }
+
+    /// Deletes the browser sessions that expired, once every `period`, for as long as the
+    /// database answers: run it beside the server (one instance is enough for a shared
+    /// database; more do no harm).
+    ///
+    /// # Errors
+    ///
+    /// A deletion failed; the sessions it would have removed stay, expired and unusable.
+    pub async fn delete_expired_sessions(
+        &self,
+        period: Duration,
+    ) -> Result<(), tower_sessions::session_store::Error> {
+        client::session_store(&self.db)
+            .continuously_delete_expired(period)
+            .await
     }
 
     /// The store the guards and the flash sale's locks use.
@@ -97,8 +116,9 @@ impl Shop {
             .route("/api/vouchers/{id}", get(vouchers::show))
             .route("/metrics", get(metrics::scrape))
             .layer(self.idem.layer())
-            // Outside the runtime, so the session exists before any guard asks for it.
-            .layer(middleware::from_fn(client::ensure_session))
+            // Outside the runtime, so the session has its id before any guard asks for it.
+            .layer(middleware::from_fn(client::ensure_browser_session))
+            .layer(client::session_layer(&self.db))
             .with_state(self.clone())
     }
 }

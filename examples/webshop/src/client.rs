@@ -1,17 +1,28 @@
 //! Who the client is: the `X-User-Id` header of the JSON API, else the browser's
-//! anonymous session cookie, which [`ensure_session`] hands out.
+//! session, a `tower_sessions::Session` kept in the shop's database ([`session_layer`]).
 
 use axum::extract::Request;
-use axum::http::header::{COOKIE, SET_COOKIE};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use idem_axum::client::{
-    ClientCookie, ClientId, ClientRequest, IdentifyClient, IdentifyError, IdentifyFn,
+    ClientId, ClientRequest, IdentifyClient, IdentifyError, IdentifyFn, SessionClient,
 };
+use sqlx::SqlitePool;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::cookie::time::Duration;
+use tower_sessions::{Expiry, Session, SessionManagerLayer};
+use tower_sessions_sqlx_store::SqliteStore;
 
-/// The cookie that carries a browser's anonymous session id.
+/// The cookie that carries a browser's session id.
 pub(crate) const SESSION_COOKIE: &str = "shop_session";
+
+/// How long a session lives after its browser's last request: a day, far longer than the
+/// half hour a form token stays good, so a session never ends under an open form.
+const SESSION_INACTIVITY: Duration = Duration::days(1);
+
+/// A key read only to load a session: which one does not matter.
+const ANY_KEY: &str = "shop.any";
 
 /// The header that names an API client.
 pub(crate) const USER_HEADER: &str = "x-user-id";
@@ -26,26 +37,17 @@ pub(crate) enum Client {
 }
 
 impl Client {
-    /// The client of a request with `headers`: its `X-User-Id` if it sends one, else its
-    /// session cookie.
-    pub(crate) fn of(headers: &HeaderMap) -> Option<Self> {
+    /// The client of a request with `headers` and `session`: its `X-User-Id` if it sends
+    /// one, else its session, once the session has an id.
+    pub(crate) fn of(headers: &HeaderMap, session: &Session) -> Option<Self> {
         if let Some(user) = user_id(headers) {
             return Some(Self::User(user.to_owned()));
         }
-        session_id(headers).map(Self::Browser)
-    }
-
-    /// The client's identity for idem's guards. The prefixes keep a user id and a session
-    /// id with the same text apart.
-    fn id(&self) -> ClientId {
-        match self {
-            Self::User(user) => ClientId::new(format!("user:{user}")),
-            Self::Browser(session) => ClientId::new(format!("session:{session}")),
-        }
+        session.id().map(|id| Self::Browser(id.to_string()))
     }
 
     /// What the orders table and the API show. A session id is a credential (whoever has
-    /// it is that browser to the guards), so only its first characters are shown.
+    /// it is that browser), so only its first characters are shown.
     pub(crate) fn label(&self) -> String {
         match self {
             Self::User(user) => format!("user:{user}"),
@@ -66,54 +68,81 @@ pub(crate) fn user_id(headers: &HeaderMap) -> Option<&str> {
         .filter(|user| !user.is_empty())
 }
 
-/// The session cookie's value, read by idem's own `ClientCookie`, so the shop and its guards
-/// can never disagree on which cookie is the session (`ClientRequest` is built from a
-/// request only, hence the one borrowed here).
-fn session_id(headers: &HeaderMap) -> Option<String> {
-    let mut request = axum::http::Request::new(());
-    *request.headers_mut() = headers.clone();
-    ClientCookie::new(SESSION_COOKIE)
-        .identify(&ClientRequest::from_request(&request))
-        .ok()
-        .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned())
-}
-
-/// The shop's client identity for its [`idem_axum::Idem`]: one runtime has one
-/// extractor, and the shop has two kinds of client.
+/// The shop's client identity for its [`idem_axum::Idem`]s: one runtime has one
+/// extractor, and the shop has two kinds of client. A browser is idem's own
+/// [`SessionClient`], so the guards and `tower_sessions` agree on which session a request
+/// belongs to; the prefixes keep a user id and a session id with the same text apart.
 pub(crate) fn client_identity() -> impl IdentifyClient {
     IdentifyFn::new(|request: &ClientRequest<'_>| {
-        Client::of(request.headers())
-            .map(|client| client.id())
-            .ok_or(IdentifyError::Missing(
-                "send an X-User-Id header (API) or the shop_session cookie (browser)".into(),
-            ))
+        if let Some(user) = user_id(request.headers()) {
+            return Ok(ClientId::new(format!("user:{user}")));
+        }
+        // API paths start no session (see `ensure_browser_session`): a request there with
+        // neither header nor session cookie is the client's mistake, not the server's.
+        if request
+            .extensions()
+            .get::<Session>()
+            .is_some_and(|session| session.id().is_none())
+        {
+            return Err(IdentifyError::Missing(
+                format!("send an X-User-Id header (API) or the {SESSION_COOKIE} cookie (browser)")
+                    .into(),
+            ));
+        }
+        let session = SessionClient.identify(request)?;
+        let session = String::from_utf8_lossy(session.as_bytes());
+        Ok(ClientId::new(format!("session:{session}")))
     })
 }
 
-/// Gives a browser page request without a session cookie a fresh anonymous session.
-///
-/// The cookie is added to the request itself as well as set on the response, so the
-/// first page a browser opens — the order form, say — already belongs to its session and
-/// issues its form token to it. API paths get none: an API client without `X-User-Id`
-/// would otherwise be a new client on every request, and its retries would never meet.
-pub(crate) async fn ensure_session(mut request: Request, next: Next) -> Response {
-    if request.uri().path().starts_with("/api/")
-        || user_id(request.headers()).is_some()
-        || session_id(request.headers()).is_some()
-    {
+/// The session layer: sessions are rows of the shop's database, so every instance on it
+/// knows every browser. The cookie is `HttpOnly` (no script reads it), `SameSite=Lax`
+/// (sent when a link from elsewhere opens the shop, never with another site's posts), and
+/// lasts [`SESSION_INACTIVITY`] after the browser's last request: every answer renews it
+/// (`always_save`), at the cost of one write per request. It is not `Secure`, because the
+/// shop serves plain HTTP on localhost; a shop behind TLS would set it.
+pub(crate) fn session_layer(db: &SqlitePool) -> SessionManagerLayer<SqliteStore> {
+    SessionManagerLayer::new(session_store(db))
+        .with_name(SESSION_COOKIE)
+        .with_http_only(true)
+        .with_same_site(SameSite::Lax)
+        .with_secure(false)
+        .with_expiry(Expiry::OnInactivity(SESSION_INACTIVITY))
+        .with_always_save(true)
+}
+
+/// The store of the shop's sessions: the `tower_sessions` table of its database.
+pub(crate) fn session_store(db: &SqlitePool) -> SqliteStore {
+    SqliteStore::new(db.clone())
+}
+
+/// Gives a browser's page request a session with an id (idem's
+/// [`ensure_session`](idem_axum::client::ensure_session)), so the first page a browser
+/// opens — the order form, say — already belongs to its session and issues its form token
+/// to it. API paths and `/metrics` start none: an API client without `X-User-Id` would
+/// otherwise be a new session on every request, its retries would never meet, and each
+/// would leave a row behind.
+pub(crate) async fn ensure_browser_session(
+    session: Session,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    if path.starts_with("/api/") || path == "/metrics" || user_id(request.headers()).is_some() {
         return next.run(request).await;
     }
-    let session = uuid::Uuid::new_v4().simple().to_string();
-    // A simple uuid is 32 hex digits: always a valid header value.
-    let Ok(cookie) = HeaderValue::from_str(&format!("{SESSION_COOKIE}={session}")) else {
-        return next.run(request).await;
-    };
-    request.headers_mut().append(COOKIE, cookie);
-    let mut response = next.run(request).await;
-    if let Ok(set_cookie) = HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Lax"
-    )) {
-        response.headers_mut().append(SET_COOKIE, set_cookie);
+    // Reading the session loads it, and a cookie naming a session the store does not have
+    // (expired, deleted, made up) leaves it without an id: it gets a new one below, rather
+    // than being taken at its word for this request and replaced in the answer, which
+    // would strand the form token this page issues. Each answer saves the session, which
+    // loads it anyway.
+    if let Err(error) = session.get_value(ANY_KEY).await {
+        eprintln!("a session could not be loaded: {error}");
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the session could not be loaded",
+        )
+            .into_response();
     }
-    response
+    idem_axum::client::ensure_session(session, request, next).await
 }

@@ -8,11 +8,12 @@ use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{SqliteExecutor, SqlitePool};
 
-use crate::records;
+use crate::{client, records};
 
 /// Connects to the SQLite database at `url` (`sqlite://path/to/shop.db`, created when
-/// missing) and brings its schema up to date: the shop's tables, and idem's, which hold
-/// the idempotency records of API orders and payment callbacks.
+/// missing) and brings its schema up to date: the shop's tables, idem's, which hold the
+/// idempotency records of API orders and payment callbacks, and the browsers' sessions
+/// (`tower_sessions`).
 ///
 /// Write-ahead logging lets readers run beside the writer, and the busy timeout makes a
 /// writer wait for another — from this process or another instance on the same file —
@@ -33,6 +34,7 @@ pub async fn connect(url: &str) -> Result<SqlitePool, Box<dyn Error + Send + Syn
         .await?;
     sqlx::migrate!("./migrations").run(&pool).await?;
     records::migrate(&pool).await?;
+    client::session_store(&pool).migrate().await?;
     Ok(pool)
 }
 

@@ -35,10 +35,31 @@
 //!
 //! **Who the client is.** One [`idem_axum::Idem`] has one client identity, so the
 //! shop's says: the `X-User-Id` header when a request has one (the JSON API), else the
-//! anonymous `shop_session` cookie that every page hands out (the browser). A request
-//! with neither gets 400 from the guards that need a client. The cookie is set on the very
-//! first page a browser opens, and that request already counts as the new session's, so
-//! the form token it issues is the browser's.
+//! browser's session (idem's `SessionClient`). A request with neither gets 400 from the
+//! guards that need a client. Form tokens stay in idem's store, keyed by that client, not
+//! in the session's data: a session is loaded and saved whole per request, so two
+//! concurrent posts of one form would each find the token in their copy.
+//!
+//! **Sessions.** Browsers' sessions are `tower_sessions` sessions, stored in the shop's
+//! own SQLite database (the `tower_sessions` table, created by [`connect`], through
+//! `tower-sessions-sqlx-store`), so every instance on one database knows every browser:
+//! a form issued by one instance can be posted to another. The shop always has that
+//! database, so there is no in-memory variant that two processes could disagree on. Every
+//! page request without a session starts one and gives it its id before any guard runs
+//! (idem's `ensure_session`), so the first page a browser opens — the order form, say —
+//! already belongs to its session and issues its token to it; API paths and `/metrics`
+//! start none (an API client without `X-User-Id` would be a new session, and a new row, on
+//! every call). The cookie, `shop_session`:
+//!
+//! | setting | value | why |
+//! |---|---|---|
+//! | `HttpOnly` | yes | no script on a page can read the session id |
+//! | `SameSite` | `Lax` | sent when a link from elsewhere opens the shop, never with another site's posts |
+//! | expiry | 24 hours after the browser's last request (`Max-Age`, renewed by every answer) | far longer than a form token's 30 minutes, so no open form outlives its session; each request writes its session's row once to renew it |
+//! | `Secure` | no | the shop serves plain HTTP on localhost; behind TLS, set it |
+//!
+//! A cookie naming no session the shop knows starts a new one. Expired sessions are
+//! unusable at once and deleted hourly by the binary ([`Shop::delete_expired_sessions`]).
 //!
 //! **Where the keys live.** The idempotency records of `POST /api/orders` and
 //! `POST /api/payments/callback` are rows of the shop's own database (idem-sqlx's
@@ -49,8 +70,9 @@
 //! in the store the shop is given (memory, or Redis), which decides in a fraction of a
 //! millisecond and has nothing to commit with.
 //!
-//! [`Shop`] holds the database and the idem runtimes; [`Shop::router`] is the whole app.
-//! Several `Shop`s on one database and one Redis behave as one shop (the tests run two).
+//! [`Shop`] holds the database and the idem runtimes; [`Shop::router`] is the whole app,
+//! its session layer included. Several `Shop`s on one database and one Redis behave as one
+//! shop (the tests run two).
 
 mod app;
 mod client;

@@ -13,16 +13,21 @@
 //! An option wins over its variable. With `--redis`, the guards' keys and the flash
 //! sale's locks live in Redis, so several instances on one database behave as one shop.
 //! The idempotency records of API orders and payment callbacks are always in the
-//! database, committed with the order or the payment.
+//! database, committed with the order or the payment, and so are the browsers' sessions,
+//! whose expired rows a background task deletes every hour.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use example_webshop::Shop;
 use idem_axum::{MemoryStore, RedisStore};
 
 /// The port when neither `--port` nor `PORT` gives one.
 const DEFAULT_PORT: u16 = 3000;
+
+/// How often expired browser sessions are deleted from the database.
+const SESSION_CLEANUP: Duration = Duration::from_secs(60 * 60);
 
 const USAGE: &str = "usage: example-webshop [--port N] [--db URL] [--redis URL]";
 
@@ -42,6 +47,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Some(url) => Shop::new(db, RedisStore::from_url(url)?),
         None => Shop::new(db, MemoryStore::new()),
     };
+    let cleanup = shop.clone();
+    tokio::spawn(async move {
+        if let Err(error) = cleanup.delete_expired_sessions(SESSION_CLEANUP).await {
+            eprintln!("expired sessions are no longer deleted: {error}");
+        }
+    });
     let listener =
         tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, config.port))).await?;
     let store = config.redis.as_deref().unwrap_or("the in-memory store");

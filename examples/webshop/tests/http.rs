@@ -125,10 +125,11 @@ async fn status(router: &Router, request: Request<Body>) -> StatusCode {
     answer(router, request).await.status
 }
 
+/// A `GET` of `uri`, with the `Cookie` header `cookie` (a [`new_browser`]'s session).
 fn get(uri: &str, cookie: Option<&str>) -> Request<Body> {
     let mut request = Request::get(uri);
-    if let Some(session) = cookie {
-        request = request.header(header::COOKIE, format!("shop_session={session}"));
+    if let Some(cookie) = cookie {
+        request = request.header(header::COOKIE, cookie);
     }
     request.body(Body::empty()).expect("a request")
 }
@@ -151,18 +152,28 @@ fn json_request(
         .expect("a request")
 }
 
-fn form_post(session: &str, form: &str) -> Request<Body> {
+/// A browser's post of the order form `form`, with the `Cookie` header `cookie`.
+fn form_post(cookie: &str, form: &str) -> Request<Body> {
     Request::post("/orders")
-        .header(header::COOKIE, format!("shop_session={session}"))
+        .header(header::COOKIE, cookie)
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .header(header::ACCEPT, "text/html")
         .body(Body::from(form.to_owned()))
         .expect("a request")
 }
 
-/// Opens the order form of product 1 as `session` and returns its one-time token.
-async fn form_token(router: &Router, session: &str) -> String {
-    let page = answer(router, get("/orders/new?product_id=1", Some(session))).await;
+/// A new browser: it opens the front page, and its session cookie is what it sends from
+/// then on (the `Cookie` header's value).
+async fn new_browser(router: &Router) -> String {
+    let front = answer(router, get("/", None)).await;
+    assert_eq!(front.status, StatusCode::OK);
+    support::session_cookie(&front)
+}
+
+/// Opens the order form of product 1 as the browser with `cookie` and returns its
+/// one-time token.
+async fn form_token(router: &Router, cookie: &str) -> String {
+    let page = answer(router, get("/orders/new?product_id=1", Some(cookie))).await;
     assert_eq!(page.status, StatusCode::OK);
     token_in(&page.text())
 }
@@ -186,32 +197,41 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
     assert!(front.text().contains("Hand grinder"), "{}", front.text());
     let cookie = front.headers[header::SET_COOKIE].to_str().unwrap();
     assert!(cookie.starts_with("shop_session="), "{cookie}");
-    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    for setting in ["HttpOnly", "SameSite=Lax", "Path=/", "Max-Age=86400"] {
+        assert!(cookie.contains(setting), "{setting}: {cookie}");
+    }
+    let s1 = support::session_cookie(&front);
 
-    // A browser that has its session gets no new one.
-    let again = answer(&shop.router, get("/", Some("s1"))).await;
-    assert!(again.headers.get(header::SET_COOKIE).is_none());
+    // A browser that has its session gets no new one: the same session, its day renewed.
+    let again = answer(&shop.router, get("/", Some(&s1))).await;
+    assert_eq!(support::session_cookie(&again), s1);
+    // A session id the shop never gave out is not taken: the browser gets a new one, and
+    // the form that page shows is the new session's.
+    let malformed = answer(&shop.router, get("/", Some("shop_session=s1"))).await;
+    assert_ne!(support::session_cookie(&malformed), "shop_session=s1");
+    let unknown = "shop_session=AAAAAAAAAAAAAAAAAAAAAA";
+    let form = answer(&shop.router, get("/orders/new?product_id=1", Some(unknown))).await;
+    let renewed = support::session_cookie(&form);
+    assert_ne!(renewed, unknown);
+    let token = token_in(&form.text());
+    let placed = answer(&shop.router, form_post(&renewed, &order_form(&token))).await;
+    assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
 
     // The first page a browser opens is the order form: its token is that new session's.
     let form = answer(&shop.router, get("/orders/new?product_id=1", None)).await;
     assert_eq!(form.status, StatusCode::OK);
-    let session = form.headers[header::SET_COOKIE].to_str().unwrap();
-    let session = session
-        .trim_start_matches("shop_session=")
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let session = support::session_cookie(&form);
+    assert_ne!(session, s1);
     let token = token_in(&form.text());
     let placed = answer(&shop.router, form_post(&session, &order_form(&token))).await;
     assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
 
-    let missing = answer(&shop.router, get("/orders/new?product_id=99", Some("s1"))).await;
+    let missing = answer(&shop.router, get("/orders/new?product_id=99", Some(&s1))).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    let bad = answer(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
+    let bad = answer(&shop.router, get("/orders/new?product_id=x", Some(&s1))).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(
-        status(&shop.router, get("/orders/99", Some("s1"))).await,
+        status(&shop.router, get("/orders/99", Some(&s1))).await,
         StatusCode::NOT_FOUND
     );
 }
@@ -219,12 +239,13 @@ async fn pages_show_products_and_hand_out_a_session<B: Backend>() {
 async fn an_unknown_product_has_no_form_and_costs_no_token<B: Backend + StoredEntries>() {
     let shop = TestShop::<B>::start().await;
     let before = shop.backend.stored_entries();
+    let s1 = new_browser(&shop.router).await;
     for uri in ["/orders/new?product_id=99", "/orders/new?product_id=-1"] {
-        let missing = answer(&shop.router, get(uri, Some("s1"))).await;
+        let missing = answer(&shop.router, get(uri, Some(&s1))).await;
         assert_eq!(missing.status, StatusCode::NOT_FOUND, "{uri}");
         assert!(!missing.text().contains("form_token"), "{uri}");
     }
-    let bad = answer(&shop.router, get("/orders/new?product_id=x", Some("s1"))).await;
+    let bad = answer(&shop.router, get("/orders/new?product_id=x", Some(&s1))).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     // A browser without a session yet gets none stored either.
     let fresh = answer(&shop.router, get("/orders/new?product_id=99", None)).await;
@@ -232,27 +253,29 @@ async fn an_unknown_product_has_no_form_and_costs_no_token<B: Backend + StoredEn
     assert_eq!(shop.backend.stored_entries(), before);
 
     // The count does see a token: a product's form stores one.
-    form_token(&shop.router, "s1").await;
+    form_token(&shop.router, &s1).await;
     assert!(shop.backend.stored_entries() > before);
 }
 
 async fn a_form_places_one_order_however_often_it_is_posted<B: Backend>() {
     let shop = TestShop::<B>::start().await;
-    let token = form_token(&shop.router, "s1").await;
-    let placed = answer(&shop.router, form_post("s1", &order_form(&token))).await;
+    let s1 = new_browser(&shop.router).await;
+    let s2 = new_browser(&shop.router).await;
+    let token = form_token(&shop.router, &s1).await;
+    let placed = answer(&shop.router, form_post(&s1, &order_form(&token))).await;
     assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.text());
     assert_eq!(placed.headers[header::LOCATION], "/orders/1");
 
     // Back and submit again, or the browser's re-POST: the token is spent, and the
     // repeat lands on the order its first post placed.
     for _ in 0..3 {
-        let repeat = answer(&shop.router, form_post("s1", &order_form(&token))).await;
+        let repeat = answer(&shop.router, form_post(&s1, &order_form(&token))).await;
         assert_eq!(repeat.status, StatusCode::SEE_OTHER);
         assert_eq!(repeat.headers[header::LOCATION], "/orders/1");
         assert_eq!(repeat.headers["idempotent-replayed"], "true");
     }
     // The same form from another browser is refused, in the shop's own page.
-    let stolen = answer(&shop.router, form_post("s2", &order_form(&token))).await;
+    let stolen = answer(&shop.router, form_post(&s2, &order_form(&token))).await;
     assert_eq!(stolen.status, StatusCode::CONFLICT);
     assert!(stolen.text().contains("请勿重复提交"), "{}", stolen.text());
     assert!(
@@ -264,7 +287,7 @@ async fn a_form_places_one_order_however_often_it_is_posted<B: Backend>() {
     );
     // The page the redirect leads to; reloading it is a GET and places nothing.
     for _ in 0..2 {
-        let page = answer(&shop.router, get("/orders/1", Some("s1"))).await;
+        let page = answer(&shop.router, get("/orders/1", Some(&s1))).await;
         assert_eq!(page.status, StatusCode::OK);
         assert!(page.text().contains("Order 1"));
     }
@@ -282,11 +305,12 @@ async fn a_form_places_one_order_however_often_it_is_posted<B: Backend>() {
 
 async fn a_double_click_places_one_order<B: Backend>() {
     let shop = TestShop::<B>::start().await;
-    let token = form_token(&shop.router, "s1").await;
+    let s1 = new_browser(&shop.router).await;
+    let token = form_token(&shop.router, &s1).await;
     let router = shop.router.clone();
     let statuses = all_at_once(20, |_| {
-        let (router, form) = (router.clone(), order_form(&token));
-        async move { status(&router, form_post("s1", &form)).await }
+        let (router, form, s1) = (router.clone(), order_form(&token), s1.clone());
+        async move { status(&router, form_post(&s1, &form)).await }
     })
     .await;
     // Every click lands on the one order the first placed.
@@ -299,25 +323,27 @@ async fn a_double_click_places_one_order<B: Backend>() {
 
 async fn a_second_form_inside_the_window_is_refused_for_that_browser_only<B: Backend>() {
     let shop = TestShop::<B>::start().await;
-    let first = form_token(&shop.router, "s1").await;
-    let second = form_token(&shop.router, "s1").await;
-    let other = form_token(&shop.router, "s2").await;
+    let s1 = new_browser(&shop.router).await;
+    let s2 = new_browser(&shop.router).await;
+    let first = form_token(&shop.router, &s1).await;
+    let second = form_token(&shop.router, &s1).await;
+    let other = form_token(&shop.router, &s2).await;
     assert_eq!(
-        status(&shop.router, form_post("s1", &order_form(&first))).await,
+        status(&shop.router, form_post(&s1, &order_form(&first))).await,
         StatusCode::SEE_OTHER
     );
     // A fresh token, but the same browser inside `#[avoid_repeat]`'s window.
     assert_eq!(
-        status(&shop.router, form_post("s1", &order_form(&second))).await,
+        status(&shop.router, form_post(&s1, &order_form(&second))).await,
         StatusCode::CONFLICT
     );
     // Another browser is not blocked, and one browser cannot spend another's token.
     assert_eq!(
-        status(&shop.router, form_post("s1", &order_form(&other))).await,
+        status(&shop.router, form_post(&s1, &order_form(&other))).await,
         StatusCode::CONFLICT
     );
     assert_eq!(
-        status(&shop.router, form_post("s2", &order_form(&other))).await,
+        status(&shop.router, form_post(&s2, &order_form(&other))).await,
         StatusCode::SEE_OTHER
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);
@@ -325,14 +351,21 @@ async fn a_second_form_inside_the_window_is_refused_for_that_browser_only<B: Bac
 
 async fn form_posts_without_token_or_session_are_refused_and_place_nothing<B: Backend>() {
     let shop = TestShop::<B>::start().await;
-    let no_token = answer(&shop.router, form_post("s1", "product_id=1&quantity=1")).await;
+    let s1 = new_browser(&shop.router).await;
+    let no_token = answer(&shop.router, form_post(&s1, "product_id=1&quantity=1")).await;
     assert_eq!(no_token.status, StatusCode::BAD_REQUEST);
-    let forged = answer(&shop.router, form_post("s1", &order_form("forged"))).await;
+    let forged = answer(&shop.router, form_post(&s1, &order_form("forged"))).await;
     assert_eq!(forged.status, StatusCode::CONFLICT);
-    let token = form_token(&shop.router, "s1").await;
+    // The browser's own token, posted without its session cookie: the post is a new
+    // session's, and the token is not that session's.
+    let token = form_token(&shop.router, &s1).await;
+    let mut no_session = form_post(&s1, &order_form(&token));
+    no_session.headers_mut().remove(header::COOKIE);
+    assert_eq!(status(&shop.router, no_session).await, StatusCode::CONFLICT);
+    let token = form_token(&shop.router, &s1).await;
     let bad_quantity = answer(
         &shop.router,
-        form_post("s1", &format!("product_id=1&quantity=0&form_token={token}")),
+        form_post(&s1, &format!("product_id=1&quantity=0&form_token={token}")),
     )
     .await;
     assert_eq!(bad_quantity.status, StatusCode::UNPROCESSABLE_ENTITY);
@@ -914,13 +947,15 @@ async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
 async fn two_instances_place_one_order_for_duplicates_split_across_them<B: Backend>() {
     let shop = TestShop::<B>::start().await;
     let instances = [shop.router.clone(), shop.another_instance().await];
+    // A browser whose session one instance started, its form issued by the other, and
+    // its posts spread over both: the session is the same browser on either.
+    let s1 = new_browser(&instances[1]).await;
 
-    // A double-clicked form, its posts spread over both instances.
-    let token = form_token(&instances[0], "s1").await;
+    let token = form_token(&instances[0], &s1).await;
     let routers = instances.clone();
     let statuses = all_at_once(20, |i| {
-        let (router, form) = (routers[i % 2].clone(), order_form(&token));
-        async move { status(&router, form_post("s1", &form)).await }
+        let (router, form, s1) = (routers[i % 2].clone(), order_form(&token), s1.clone());
+        async move { status(&router, form_post(&s1, &form)).await }
     })
     .await;
     assert!(
@@ -994,12 +1029,13 @@ async fn metrics_count_what_the_guards_decided_in_a_duplicate_storm() {
     let shop = TestShop::<idem_tests::MemoryBackend>::start().await;
     let scrape = || async { answer(&shop.router, get("/metrics", None)).await.text() };
     let before = scrape().await;
+    let storm = new_browser(&shop.router).await;
 
-    let token = form_token(&shop.router, "storm").await;
+    let token = form_token(&shop.router, &storm).await;
     let router = shop.router.clone();
     all_at_once(20, |_| {
-        let (router, form) = (router.clone(), order_form(&token));
-        async move { status(&router, form_post("storm", &form)).await }
+        let (router, form, storm) = (router.clone(), order_form(&token), storm.clone());
+        async move { status(&router, form_post(&storm, &form)).await }
     })
     .await;
     let body = json!({ "product_id": 1, "quantity": 1 });

@@ -66,11 +66,22 @@ async fn two_processes_on_one_redis_and_one_database_act_as_one_shop() {
     let orders = get_json(&http, format!("{}/api/orders", bases[1])).await;
     assert_eq!(orders.as_array().map(Vec::len), Some(1), "{orders}");
 
-    // A double-clicked form: issued by one instance, its posts spread over both.
+    // A double-clicked form: the browser's session started by one instance, its form
+    // issued by the other, its posts spread over both.
+    let front = send_over_tcp(
+        &http,
+        Request::get(format!("{}/", bases[1]))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .expect("the shop answers");
+    assert_eq!(front.status, StatusCode::OK);
+    let session = support::session_cookie(&front);
     let (_, form) = send(
         &http,
         Request::get(format!("{}/orders/new?product_id=2", bases[0]))
-            .header(header::COOKIE, "shop_session=browser-1")
+            .header(header::COOKIE, &session)
             .body(Body::empty())
             .unwrap(),
     )
@@ -81,10 +92,11 @@ async fn two_processes_on_one_redis_and_one_database_act_as_one_shop() {
     let statuses = all_at_once(20, |i| {
         let (http, url) = (http.clone(), format!("{}/orders", bases[i % 2]));
         let body = format!("product_id=2&quantity=1&form_token={token}");
+        let session = session.clone();
         async move {
             let request = Request::post(url)
                 .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-                .header(header::COOKIE, "shop_session=browser-1")
+                .header(header::COOKIE, session)
                 .body(Body::from(body))
                 .unwrap();
             send(&http, request).await.0

@@ -11,6 +11,7 @@ use idem_axum::idempotency::IdempotencyRecord;
 use idem_axum::{FormToken, avoid_repeat};
 use serde::Deserialize;
 use sqlx::SqlitePool;
+use tower_sessions::Session;
 
 use crate::app::Shop;
 use crate::client::Client;
@@ -102,11 +103,12 @@ pub(crate) async fn new_form(
 pub(crate) async fn place(
     State(shop): State<Shop>,
     headers: HeaderMap,
+    session: Session,
     Form(form): Form<NewOrder>,
 ) -> Result<Redirect, PageError> {
-    // The session layer gives every page request a session, so this only fails for a
-    // request that was built by hand without one; the guards refuse those first.
-    let client = Client::of(&headers).ok_or(PageError::new(
+    // Every page request gets a session with an id before it gets here, so this only
+    // fails for a request whose client the guards would have refused first.
+    let client = Client::of(&headers, &session).ok_or(PageError::new(
         StatusCode::BAD_REQUEST,
         "Your browser sent no session cookie.",
     ))?;
@@ -172,11 +174,12 @@ pub(crate) async fn list(State(shop): State<Shop>) -> Result<Json<Vec<Order>>, A
 pub(crate) async fn create(
     State(shop): State<Shop>,
     headers: HeaderMap,
+    session: Session,
     record: IdempotencyRecord,
     Json(order): Json<NewOrder>,
 ) -> Result<Response, ApiError> {
     // The runtime's client identity already required one of the two.
-    let client = Client::of(&headers).ok_or(ApiError::new(
+    let client = Client::of(&headers, &session).ok_or(ApiError::new(
         StatusCode::BAD_REQUEST,
         "send an X-User-Id header",
     ))?;
