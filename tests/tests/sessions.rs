@@ -11,7 +11,7 @@ use axum::{Form, Router, middleware};
 use idem_axum::client::{SessionClient, ensure_session};
 use idem_axum::{FormToken, Idem, VerifyFormTokenLayer};
 use idem_tests::{Shop, body_text, send};
-use tower_sessions::{MemoryStore, SessionManagerLayer};
+use tower_sessions::{MemoryStore, Session, SessionManagerLayer};
 
 #[derive(serde::Deserialize)]
 struct Order {
@@ -20,6 +20,15 @@ struct Order {
 }
 
 async fn order_form(token: FormToken) -> Html<String> {
+    Html(token.value().to_owned())
+}
+
+/// The form page of an application that also keeps something in the session, as most do.
+async fn noted_order_form(session: Session, token: FormToken) -> Html<String> {
+    session
+        .insert("shown_form", true)
+        .await
+        .expect("a memory session store does not fail");
     Html(token.value().to_owned())
 }
 
@@ -32,6 +41,7 @@ fn app(shop: &Shop) -> Router {
     let idem = Idem::builder().with_client_identity(SessionClient).build();
     Router::new()
         .route("/form", get(order_form))
+        .route("/noted-form", get(noted_order_form))
         .route(
             "/orders",
             post(place_order).route_layer(VerifyFormTokenLayer::new()),
@@ -84,6 +94,48 @@ async fn a_new_browsers_first_page_gives_it_the_client_its_post_is() {
         StatusCode::CONFLICT,
         "spent"
     );
+    assert_eq!(shop.runs(), 1);
+}
+
+/// The session cookie a response sets, as `name=value`.
+fn set_cookie(response: &axum::response::Response) -> String {
+    response.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// A cookie naming a session the store does not have (expired, deleted, made up) starts a
+/// new session before the page runs, so the form token the page issues belongs to the
+/// session the browser is given, and its post is accepted. Taken at its word, the unknown
+/// id was the client for that one request while the page's own session write gave the
+/// browser another id, and the post was refused as another client's.
+#[tokio::test]
+async fn a_cookie_naming_an_unknown_session_gets_a_new_session_its_form_can_be_posted_from() {
+    let shop = Shop::new();
+    let app = app(&shop);
+    let (known, _) = first_visit(&app).await;
+    let name = known.split('=').next().unwrap();
+    // A well-formed id (as the store writes them) that no session has.
+    let unknown = format!("{name}=AAAAAAAAAAAAAAAAAAAAAA");
+
+    let page = send(
+        &app,
+        Request::get("/noted-form")
+            .header(header::COOKIE, &unknown)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let given = set_cookie(&page);
+    assert_ne!(given, unknown, "a new session, not the unknown one");
+    let token = body_text(page).await;
+
+    assert_eq!(post_order(&app, &given, &token).await, StatusCode::CREATED);
     assert_eq!(shop.runs(), 1);
 }
 

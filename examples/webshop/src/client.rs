@@ -2,9 +2,9 @@
 //! session, a `tower_sessions::Session` kept in the shop's database ([`session_layer`]).
 
 use axum::extract::Request;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use idem_axum::client::{
     ClientId, ClientRequest, IdentifyClient, IdentifyError, IdentifyFn, SessionClient,
 };
@@ -20,9 +20,6 @@ pub(crate) const SESSION_COOKIE: &str = "shop_session";
 /// How long a session lives after its browser's last request: a day, far longer than the
 /// half hour a form token stays good, so a session never ends under an open form.
 const SESSION_INACTIVITY: Duration = Duration::days(1);
-
-/// A key read only to load a session: which one does not matter.
-const ANY_KEY: &str = "shop.any";
 
 /// The header that names an API client.
 pub(crate) const USER_HEADER: &str = "x-user-id";
@@ -130,19 +127,6 @@ pub(crate) async fn ensure_browser_session(
     let path = request.uri().path();
     if path.starts_with("/api/") || path == "/metrics" || user_id(request.headers()).is_some() {
         return next.run(request).await;
-    }
-    // Reading the session loads it, and a cookie naming a session the store does not have
-    // (expired, deleted, made up) leaves it without an id: it gets a new one below, rather
-    // than being taken at its word for this request and replaced in the answer, which
-    // would strand the form token this page issues. Each answer saves the session, which
-    // loads it anyway.
-    if let Err(error) = session.get_value(ANY_KEY).await {
-        eprintln!("a session could not be loaded: {error}");
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the session could not be loaded",
-        )
-            .into_response();
     }
     idem_axum::client::ensure_session(session, request, next).await
 }

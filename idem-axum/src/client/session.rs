@@ -64,20 +64,29 @@ impl IdentifyClient for SessionClient {
 /// `middleware::from_fn`), so that [`SessionClient`] can tell its client on its very
 /// first request: the session is marked as a visitor's and saved, which draws its id; the
 /// session layer sets its cookie on the response.
+///
+/// The session is loaded first, so a cookie naming a session the store does not have
+/// (expired, deleted, made up) gets a new session here too, rather than being taken at
+/// its word for this request and replaced in the answer, which would strand a form token
+/// the page issues to the old id. Loading costs nothing extra: the session layer loads
+/// the session anyway to save it.
 pub async fn ensure_session(session: Session, request: Request, next: Next) -> Response {
-    if session.id().is_none() {
-        let saved = async {
+    let started = async {
+        // Reading a key loads the session; an unknown id is dropped by the load.
+        session.get_value(VISITOR).await?;
+        if session.id().is_none() {
             session.insert(VISITOR, true).await?;
-            session.save().await
-        };
-        if let Err(error) = saved.await {
-            tracing::error!(%error, "idem: a new session could not be saved");
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the session could not be started",
-            )
-                .into_response();
+            session.save().await?;
         }
+        Ok::<_, tower_sessions::session::Error>(())
+    };
+    if let Err(error) = started.await {
+        tracing::error!(%error, "idem: the session could not be loaded or started");
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the session could not be started",
+        )
+            .into_response();
     }
     next.run(request).await
 }
