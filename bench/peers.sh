@@ -70,14 +70,13 @@ stop_all() {
 }
 trap stop_all EXIT
 
+# Sets `port` to a port nothing listens on and that no earlier call gave out.
 used_ports=" "
 free_port() {
-    local port
     for _ in $(seq 1000); do
         port=$(shuf -i 20000-60999 -n 1)
         if [[ -z $(ss -Htln "sport = :$port") && $used_ports != *" $port "* ]]; then
             used_ports+="$port "
-            echo "$port"
             return
         fi
     done
@@ -85,7 +84,8 @@ free_port() {
     exit 1
 }
 
-redis_port=$(free_port)
+free_port
+redis_port=$port
 redis_url=redis://127.0.0.1:$redis_port
 "${on_load_core[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$scratch" \
     --save '' --appendonly no --logfile "$raw/redis-server.log" &
@@ -106,7 +106,7 @@ fi
 kinds=(bare idem-memory idempotent-memory axum-idempotent idem-redis idempotent-redis)
 declare -A port_of
 for kind in "${kinds[@]}"; do
-    port=$(free_port)
+    free_port
     port_of[$kind]=$port
     "${on_server_core[@]}" "$bin" serve --kind "$kind" --port "$port" --redis "$redis_url" \
         --workers 1 >"$raw/server-$kind.log" 2>&1 &
@@ -159,7 +159,8 @@ for kind in "${kinds[@]}"; do
     par_runs=$(($(runs_of "$kind") - before))
     statuses=$(for i in $(seq 10); do status_of "$raw/check-$kind-par-$i"; done | sort | uniq -c | awk '{printf "%s%s× %s", sep, $1, $2; sep = ", "}')
     post "$kind" "seq-$tag" '{"amount":2}' "$raw/check-$kind-other"
-    other="$(status_of "$raw/check-$kind-other"), $(marker_of "$raw/check-$kind-other"), \`$(head -c 80 "$raw/check-$kind-other.body" | tr -d '\r\n|')\`"
+    other_marker=$(marker_of "$raw/check-$kind-other")
+    other="$(status_of "$raw/check-$kind-other"), ${other_marker:-no marker header}, \`$(head -c 80 "$raw/check-$kind-other.body" | tr -d '\r\n|')\`"
     echo "| $kind | $seq_runs | $replay_status, ${replay_marker:-none} | $statuses | $par_runs | $other |" >>"$correctness"
 done
 cat "$correctness"

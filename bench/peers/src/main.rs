@@ -74,7 +74,9 @@ struct Args {
 impl Args {
     fn parse() -> Result<Self, Error> {
         let mut args = std::env::args().skip(1);
-        let command = args.next().ok_or("usage: idem-peers serve|lock --flag value ...")?;
+        let command = args
+            .next()
+            .ok_or("usage: idem-peers serve|lock --flag value ...")?;
         let mut flags = Vec::new();
         while let Some(flag) = args.next() {
             let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -131,13 +133,13 @@ async fn serve(args: &Args) -> Result<(), Error> {
         "idem-memory" => idem_router(guarded, idem_axum::MemoryStore::new()),
         "idem-redis" => idem_router(guarded, idem_axum::RedisStore::from_url(redis()?)?),
         "idempotent-memory" => guarded.layer(
-            idempotent::IdempotencyLayer::new(
+            idempotent::middleware::IdempotencyLayer::new(
                 idempotent::memory::MemoryStore::builder().try_build()?,
             )
             .completed_ttl(RETENTION),
         ),
         "idempotent-redis" => guarded.layer(
-            idempotent::IdempotencyLayer::new(
+            idempotent::middleware::IdempotencyLayer::new(
                 idempotent::valkey::ValkeyStore::with_url(redis()?)
                     .prefix("idempotent-peers")
                     .try_build()
@@ -319,7 +321,7 @@ async fn lock(args: &Args) -> Result<(), Error> {
             },
             "idem" => Locker::Idem(idem_core::lock::Lock::new(
                 idem_store.clone(),
-                idem_core::store::Key::hashed([key.as_bytes()]),
+                idem_core::Key::hashed([key.as_bytes()]),
                 idem_core::lock::Lease::Fixed(LEASE),
             )),
             "rslock" => Locker::Rslock(manager.clone()),
