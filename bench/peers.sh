@@ -3,7 +3,8 @@
 # memory and on Redis) and `axum-idempotent` 0.6 (in ruts sessions, in memory), each case
 # next to a bare baseline measured seconds away from it in the same round.
 #
-#   bash bench/peers.sh    # about 12 minutes with the defaults; writes bench/results/peers.md
+#   bash bench/peers.sh    # about 10 minutes with the defaults, plus the first build;
+#                          # writes bench/results/peers.md (every run's output: bench/results/peers-raw/)
 #
 # PEERS_ROUNDS (3), PEERS_DURATION (5s, one wrk or lock run), PEERS_CONNECTIONS (50) and
 # PEERS_THREADS (2, wrk's) change the runs. Everything listens on 127.0.0.1 only; the

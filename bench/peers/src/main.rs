@@ -24,9 +24,10 @@
 //!
 //! `lock` runs `--tasks` tokio tasks for `--seconds`, each taking and releasing a lock in a
 //! loop (one attempt, no waiting: a miss yields and tries again), on its own key
-//! (`distinct`) or all on one (`hot`), and prints `pairs=N misses=M overlaps=O seconds=S`.
-//! `overlaps` counts an acquisition made while another task of this process held the same
-//! key: it must be 0.
+//! (`distinct`) or all on one (`hot`), and prints
+//! `pairs=N misses=M overlaps=O seconds=S pairs_per_second=R`. On the hot key a holder yields
+//! once before it releases, so that the others try while it holds, and `overlaps` counts an
+//! acquisition made while another task held the key: it must be 0.
 //!
 //! | impl | acquire | release |
 //! |---|---|---|
