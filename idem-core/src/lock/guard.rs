@@ -1,5 +1,5 @@
-//! [`LockGuard`]: a held lock — its fencing token, how long it is known valid, whether it
-//! was lost — and how it is given back, explicitly or on drop.
+//! [`LockGuard`]: a held lock — its fencing token if it is fenced, how long it is known
+//! valid, whether it was lost — and how it is given back, explicitly or on drop.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::error::LockLost;
+use super::fencing::{Fenced, FencingMode, Unfenced};
 use super::watchdog::Status;
 use crate::key::{Key, Owner};
 use crate::store::{FencingToken, Store, StoreError};
@@ -16,7 +17,8 @@ use crate::store::{FencingToken, Store, StoreError};
 /// A held [`Lock`](crate::Lock). Made by [`Lock::try_acquire`](crate::Lock::try_acquire)
 /// and [`Lock::acquire_within`](crate::Lock::acquire_within).
 ///
-/// - [`fencing_token`](Self::fencing_token): pass it to the resource you protect.
+/// - [`fencing_token`](Self::fencing_token), on the guard of a [`Fenced`] lock only: pass
+///   it to the resource you protect.
 /// - [`valid_until`](Self::valid_until): the hold is known valid until then (monotonic
 ///   clock); a watchdog moves it forward.
 /// - [`lost`](Self::lost): completes when the hold is known lost or its lease ran out.
@@ -27,9 +29,9 @@ use crate::store::{FencingToken, Store, StoreError};
 /// runtime. Dropped where no runtime runs, the lock is left to its lease.
 #[derive(Debug)]
 #[must_use = "the lock is released when the guard is dropped"]
-pub struct LockGuard<S: Store> {
+pub struct LockGuard<S: Store, F: FencingMode = Unfenced> {
     key: Key,
-    fence: FencingToken,
+    token: F::Token,
     reentered: bool,
     status: watch::Receiver<Status>,
     /// `None` once [`release`](Self::release) took it, so that drop does nothing more.
@@ -65,10 +67,10 @@ impl<S: Store> Hold<S> {
     }
 }
 
-impl<S: Store> LockGuard<S> {
+impl<S: Store, F: FencingMode> LockGuard<S, F> {
     pub(super) fn new(
         key: Key,
-        fence: FencingToken,
+        token: F::Token,
         reentered: bool,
         store: Arc<S>,
         owner: Owner,
@@ -77,7 +79,7 @@ impl<S: Store> LockGuard<S> {
     ) -> Self {
         Self {
             key,
-            fence,
+            token,
             reentered,
             status: status.subscribe(),
             hold: Some(Hold {
@@ -92,16 +94,6 @@ impl<S: Store> LockGuard<S> {
     /// The lock's name.
     pub fn key(&self) -> &Key {
         &self.key
-    }
-
-    /// The fencing token of this hold: larger than that of every earlier hold of this
-    /// lock, also across expiry. Hand it to the resource the lock protects, which refuses
-    /// writes carrying a smaller token than one it has seen (see the
-    /// [module docs](crate::lock)).
-    ///
-    /// A re-entered guard has the token of the hold it shares.
-    pub fn fencing_token(&self) -> FencingToken {
-        self.fence
     }
 
     /// Whether this guard re-entered a hold its owner had already (acquiring again with
@@ -171,7 +163,22 @@ impl<S: Store> LockGuard<S> {
     }
 }
 
-impl<S: Store> Drop for LockGuard<S> {
+impl<S: Store> LockGuard<S, Fenced> {
+    /// The fencing token of this hold: larger than that of every earlier hold of this
+    /// lock, also across expiry. Hand it to the resource the lock protects, which refuses
+    /// writes carrying a smaller token than one it has seen (see the
+    /// [module docs](crate::lock)).
+    ///
+    /// Only a [`Fenced`] lock's guard has one, always: a plain lock's guard has no such
+    /// method, rather than one that might answer "none".
+    ///
+    /// A re-entered guard has the token of the hold it shares.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.token
+    }
+}
+
+impl<S: Store, F: FencingMode> Drop for LockGuard<S, F> {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;

@@ -302,7 +302,13 @@ async fn withdraw(State(app): State<App>, Path(ticket): Path<String>) -> Respons
 /// end, which changes nothing else, so it can be repeated after an answer that was lost)
 /// and notes `lost-lock` when it does not; then releases it. Each step is tried again
 /// every 100 ms while the store cannot answer, for as long as the lease lasts.
-async fn release(app: App, guard: LockGuard<RedisStore>, owner: Owner, ticket: String, until: Instant) {
+async fn release(
+    app: App,
+    guard: LockGuard<RedisStore>,
+    owner: Owner,
+    ticket: String,
+    until: Instant,
+) {
     let key = guard.key().clone();
     loop {
         let left = until.saturating_duration_since(Instant::now());
