@@ -11,6 +11,8 @@
 //!     script by `EVALSHA`, retrying the `SET` at once while the key is taken;
 //!   - an unfenced [`Lock`] (`Lock::new`): [`Lock::try_acquire`] on distinct keys,
 //!     [`Lock::acquire_within`] on the hot key (waiting in the store for the release);
+//!   - the store operations the unfenced lock sends, called directly, to tell the store's
+//!     share from the `Lock`'s;
 //!   - bare redis-rs, fenced: idem's own fenced acquire script (take the key, `INCR` its
 //!     counter) by `EVALSHA`, then the same compare-and-delete;
 //!   - a fenced [`Lock`] (`Lock::new(..).fenced()`), used the same way;
@@ -31,7 +33,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_core::{FencingMode, Key, Lease, Lock, MemoryStore, RedisStore, Store};
+use idem_core::{
+    Acquire, Fencing, FencingMode, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store,
+};
 use idem_tests::{RedisServer, benching, env_number};
 use redis::aio::MultiplexedConnection;
 
@@ -104,14 +108,17 @@ impl Keys {
 enum Client {
     BarePlain,
     LockPlain,
+    /// The store operations an unfenced `Lock` pair is made of, without the `Lock`.
+    StorePlain,
     BareFenced,
     LockFenced,
 }
 
 impl Client {
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::BarePlain,
         Self::LockPlain,
+        Self::StorePlain,
         Self::BareFenced,
         Self::LockFenced,
     ];
@@ -120,6 +127,9 @@ impl Client {
         match self {
             Self::BarePlain => "bare redis-rs, `SET NX PX` + release script",
             Self::LockPlain => "`Lock` (unfenced)",
+            Self::StorePlain => {
+                "store alone: `acquire`/`acquire_or_register_waiter` + `release_and_signal`"
+            }
             Self::BareFenced => "bare redis-rs, fenced acquire script + release script",
             Self::LockFenced => "`Lock`, `.fenced()`",
         }
@@ -128,7 +138,7 @@ impl Client {
     /// The bare client a lock is measured against.
     fn baseline(self) -> Option<Self> {
         match self {
-            Self::LockPlain => Some(Self::BarePlain),
+            Self::LockPlain | Self::StorePlain => Some(Self::BarePlain),
             Self::LockFenced => Some(Self::BareFenced),
             Self::BarePlain | Self::BareFenced => None,
         }
@@ -212,6 +222,29 @@ async fn lock_pair<F: FencingMode>(lock: &Lock<RedisStore, F>, keys: Keys) {
     assert!(guard.release().await.expect("release"));
 }
 
+/// What [`lock_pair`] sends, without the `Lock`: the same store operations, looping in
+/// the store where the lock would wait.
+async fn store_pair(store: &RedisStore, key: &Key, owner: &Owner, keys: Keys) {
+    loop {
+        let acquired = match keys {
+            Keys::Distinct => store.acquire(key, owner, LEASE, Fencing::Off).await,
+            Keys::Hot => {
+                store
+                    .acquire_or_register_waiter(key, owner, LEASE, Fencing::Off, WAIT)
+                    .await
+            }
+        };
+        match acquired.expect("acquire") {
+            Acquire::Held { remaining } => {
+                let within = remaining.min(Duration::from_secs(1));
+                store.wait_for_release(key, within).await.expect("wait");
+            }
+            _ => break,
+        }
+    }
+    assert!(store.release_and_signal(key, owner).await.expect("release"));
+}
+
 /// Pairs per second of `client` at `settings.tasks` tasks.
 async fn pairs_per_second(
     store: &RedisStore,
@@ -235,7 +268,7 @@ async fn pairs_per_second(
             tokio::spawn(async move {
                 let key = Key::new(name.clone()).expect("a key");
                 let plain = Lock::new(store.clone(), key.clone(), Lease::Fixed(LEASE));
-                let fenced = Lock::new(store, key, Lease::Fixed(LEASE)).fenced();
+                let fenced = Lock::new(store.clone(), key.clone(), Lease::Fixed(LEASE)).fenced();
                 let owner = plain.owner().as_str().to_owned();
                 // Named as `RedisStore` names its keys, in a namespace of its own.
                 let bare_key = format!("bare:{{{name}}}:lock");
@@ -250,6 +283,9 @@ async fn pairs_per_second(
                             bare.release(&bare_key, &owner).await;
                         }
                         Client::LockPlain => lock_pair(&plain, keys).await,
+                        Client::StorePlain => {
+                            store_pair(&store, &key, plain.owner(), keys).await;
+                        }
                         Client::LockFenced => lock_pair(&fenced, keys).await,
                     }
                 }
@@ -353,7 +389,7 @@ fn pairs_table(
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Client::ALL.len()];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); Client::ALL.len()];
     for round in 1..=settings.rounds {
-        let mut this_round = [0.0; 4];
+        let mut this_round = [0.0; Client::ALL.len()];
         for (i, client) in Client::ALL.iter().enumerate() {
             this_round[i] =
                 runtime.block_on(pairs_per_second(store, bare, settings, *client, keys));
