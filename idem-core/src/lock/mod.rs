@@ -115,6 +115,11 @@
 //! | [`Lock::new`] | `Lock<S>` = `Lock<S, Unfenced>` | no token | `SET … NX PX … GET`; a compare-and-delete script (`GET`, `DEL`, and a `GET` of the waiter count): 2 round trips |
 //! | [`Lock::new`]`(..).`[`fenced()`](Lock::fenced) | `Lock<S, Fenced>` | [`fencing_token()`](LockGuard::fencing_token) | a script taking the lock and drawing the token (`GET`, `SET`, `INCR` of the name's counter); the same release: 2 round trips |
 //!
+//! Those are [`try_acquire`](Lock::try_acquire)'s. The attempts of
+//! [`acquire_within`](Lock::acquire_within) are one script each in either mode (take the
+//! lock, or count the caller as a waiter in the same step), and a release that has a
+//! waiter to wake also pushes its wake-up; a lock nobody waits for pays neither.
+//!
 //! A fenced guard always has its token (a store that answers a fenced acquisition without
 //! one fails the acquisition), and an unfenced guard has no `fencing_token` method at all,
 //! so code that needs a token cannot compile against a lock that draws none.
