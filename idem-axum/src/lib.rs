@@ -17,7 +17,7 @@
 //!    `Idempotency-Key` gets the first response back, and the handler runs once
 //!    ([`idempotency`]).
 //! 5. Serialise work across instances with a distributed [`Lock`](lock::Lock) (owner
-//!    tokens, fencing tokens, watchdog renewal), re-exported from `idem_core` in [`lock`].
+//!    tokens, fencing tokens with `.fenced()`, watchdog renewal), re-exported from `idem_core` in [`lock`].
 //!
 //! ```
 //! use std::net::SocketAddr;
