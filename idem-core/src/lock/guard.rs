@@ -33,9 +33,19 @@ pub struct LockGuard<S: Store, F: FencingMode = Unfenced> {
     key: Key,
     token: F::Token,
     reentered: bool,
-    status: watch::Receiver<Status>,
+    validity: Validity,
     /// `None` once [`release`](Self::release) took it, so that drop does nothing more.
     hold: Option<Hold<S>>,
+}
+
+/// What a guard knows of how long its hold lasts.
+#[derive(Debug)]
+enum Validity {
+    /// A fixed lease: valid until then, never extended. No channel, no task: the common
+    /// short lock costs no more than its two store operations and the guard.
+    Fixed(Instant),
+    /// A watchdog lease: what the watchdog last learnt.
+    Watched(watch::Receiver<Status>),
 }
 
 /// What giving the lock back needs.
@@ -43,8 +53,8 @@ pub struct LockGuard<S: Store, F: FencingMode = Unfenced> {
 struct Hold<S> {
     store: Arc<S>,
     owner: Owner,
-    /// Kept so that the status channel stays open, also without a watchdog.
-    _status: watch::Sender<Status>,
+    /// Kept so that a watched hold's status channel stays open after its watchdog ended.
+    _status: Option<watch::Sender<Status>>,
     watchdog: Option<JoinHandle<()>>,
 }
 
@@ -68,20 +78,30 @@ impl<S: Store> Hold<S> {
 }
 
 impl<S: Store, F: FencingMode> LockGuard<S, F> {
+    /// A guard; `watched` is a watchdog lease's status channel and task, `None` for a
+    /// fixed lease valid until `valid_until`.
     pub(super) fn new(
         key: Key,
         token: F::Token,
         reentered: bool,
         store: Arc<S>,
         owner: Owner,
-        status: watch::Sender<Status>,
-        watchdog: Option<JoinHandle<()>>,
+        valid_until: Instant,
+        watched: Option<(watch::Sender<Status>, JoinHandle<()>)>,
     ) -> Self {
+        let (validity, status, watchdog) = match watched {
+            None => (Validity::Fixed(valid_until), None, None),
+            Some((status, watchdog)) => (
+                Validity::Watched(status.subscribe()),
+                Some(status),
+                Some(watchdog),
+            ),
+        };
         Self {
             key,
             token,
             reentered,
-            status: status.subscribe(),
+            validity,
             hold: Some(Hold {
                 store,
                 owner,
@@ -109,7 +129,10 @@ impl<S: Store, F: FencingMode> LockGuard<S, F> {
     /// This is what the holder can know, not a promise: a process paused past this
     /// instant does not notice until it looks. That is what fencing tokens are for.
     pub fn valid_until(&self) -> Instant {
-        self.status.borrow().valid_until
+        match &self.validity {
+            Validity::Fixed(valid_until) => *valid_until,
+            Validity::Watched(status) => status.borrow().valid_until,
+        }
     }
 
     /// Completes when the hold is known lost: a renewal found it gone or taken
@@ -121,7 +144,13 @@ impl<S: Store, F: FencingMode> LockGuard<S, F> {
     /// behind its back is noticed only by a watchdog's renewal, or by
     /// [`release`](Self::release) answering `false`.
     pub async fn lost(&self) -> LockLost {
-        let mut status = self.status.clone();
+        let mut status = match &self.validity {
+            Validity::Fixed(valid_until) => {
+                tokio::time::sleep_until(tokio::time::Instant::from_std(*valid_until)).await;
+                return LockLost::Expired;
+            }
+            Validity::Watched(status) => status.clone(),
+        };
         loop {
             let (valid_until, lost) = {
                 let current = status.borrow_and_update();

@@ -397,22 +397,24 @@ impl<S: Store, F: FencingMode> Lock<S, F> {
             Acquire::Held { remaining } => return Err(LockError::Held { remaining }),
         };
         let token = F::token(fence).ok_or_else(|| self.no_fence(&acquired))?;
-        let (status, _) = watch::channel(Status {
-            valid_until: lease::valid_until(sent_at, remaining, lease),
-            lost: None,
-        });
-        let watchdog = match self.lease {
+        let valid_until = lease::valid_until(sent_at, remaining, lease);
+        let watched = match self.lease {
             Lease::Fixed(_) => None,
-            Lease::Watchdog(_) => Some(
-                Watchdog {
+            Lease::Watchdog(_) => {
+                let (status, _) = watch::channel(Status {
+                    valid_until,
+                    lost: None,
+                });
+                let watchdog = Watchdog {
                     store: Arc::clone(&self.store),
                     key: self.key.clone(),
                     owner: self.owner.clone(),
                     lease,
                     status: status.clone(),
                 }
-                .spawn(runtime),
-            ),
+                .spawn(runtime);
+                Some((status, watchdog))
+            }
         };
         tracing::debug!(key = %self.key, ?token, reentered, "idem: lock acquired");
         Ok(LockGuard::new(
@@ -421,8 +423,8 @@ impl<S: Store, F: FencingMode> Lock<S, F> {
             reentered,
             Arc::clone(&self.store),
             self.owner.clone(),
-            status,
-            watchdog,
+            valid_until,
+            watched,
         ))
     }
 
