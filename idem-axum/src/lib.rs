@@ -17,7 +17,8 @@
 //!    `Idempotency-Key` gets the first response back, and the handler runs once
 //!    ([`idempotency`]).
 //! 5. Serialise work across instances with a distributed [`Lock`](lock::Lock) (owner
-//!    tokens, fencing tokens, watchdog renewal), re-exported from `idem_core` in [`lock`].
+//!    tokens, watchdog renewal, fencing tokens with `.fenced()`), re-exported from
+//!    `idem_core` in [`lock`].
 //!
 //! ```
 //! use std::net::SocketAddr;

@@ -16,7 +16,8 @@
 //!   included.
 //! - [`AnyStore`]: any store behind one concrete type, for code that cannot be generic.
 //! - [`Lock`]: a distributed lock over any store — owner tokens, leases with an optional
-//!   watchdog, fencing tokens, reentry, waiting that wakes on release. Read the
+//!   watchdog, fencing tokens if asked for ([`Lock::fenced`]), reentry, waiting that wakes
+//!   on release. Read the
 //!   [`lock`] module docs for what it guarantees and what it does not.
 //! - `conformance` (feature `conformance`): the suite every store passes, for a store
 //!   written outside this crate to run with one line.
@@ -48,7 +49,7 @@ pub mod lock;
 pub mod store;
 
 pub use key::{Fingerprint, Key, KeyError, Owner};
-pub use lock::{Lease, Lock, LockError, LockGuard, LockLost};
+pub use lock::{Fenced, FencingMode, Lease, Lock, LockError, LockGuard, LockLost, Unfenced};
 pub use store::{
     Acquire, AnyStore, Begin, BoxError, Fencing, FencingToken, MemoryStore, MemoryStoreBuilder,
     RELEASE_POLL_INTERVAL, Store, StoreError,

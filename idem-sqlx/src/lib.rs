@@ -152,7 +152,7 @@
 //! | `remaining` | 1 `SELECT` | 1 |
 //! | `put_token` | 1: the upsert and the `DELETE` of the scope's lapsed tokens in one `WITH` | a `BEGIN IMMEDIATE` transaction of 2 (`REPLACE`, `DELETE`) |
 //! | `begin_record` | 1, like `acquire` (+1) | 1 when started; 2 otherwise |
-//! | `release_and_signal`, `wait_for_release` | the trait's defaults: `release`; one `remaining` every 10 ms | the same |
+//! | `acquire_or_register_waiter`, `release_and_signal`, `wait_for_release` | the trait's defaults: `acquire`; `release`; one `remaining` every 10 ms | the same |
 //! | [`purge`](SqlStore::purge) | 4 `DELETE`s of at most a batch each | 4 |
 //!
 //! Fencing tokens come from a sequence (PostgreSQL `idem_fence`; SQLite the `idem_fence`

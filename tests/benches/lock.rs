@@ -1,39 +1,53 @@
-//! The distributed [`Lock`] on Redis: uncontended acquire + release pairs per second at 50
-//! concurrent tasks beside `redis-benchmark` running the same two steps a plain Redis
-//! lock takes (`SET key owner NX PX`, then the compare-and-delete script by `EVALSHA`) on
-//! the same server in the same run; and the hand-off latency when tasks contend for one
-//! lock.
+//! The distributed [`Lock`] on Redis next to a bare redis-rs client sending the same
+//! commands, in the same run, round by round; and the hand-off latency when tasks contend
+//! for one lock.
 //!
 //! Run with `cargo bench -p idem-tests --bench lock`. It starts a `redis-server` of its
 //! own and prints markdown tables:
-//! - pairs per second, round by round and the median, for `redis-benchmark` (its `SET` and
-//!   `EVALSHA` rates combined into pairs: one pair takes `1/set + 1/evalsha` seconds), for
-//!   [`Lock`] with a fixed lease, with a watchdog lease (a watchdog task per hold), and for
-//!   the two store operations a lock pair is made of, without the `Lock` around them
-//!   (`acquire` with [`Fencing::On`], `release_and_signal`); each with its ratio to
-//!   `redis-benchmark`;
-//! - the Redis commands one lock pair costs, from `INFO commandstats`;
+//! - lock pairs (acquire + release) per second at 50 tasks, each on a lock name of its
+//!   own ("distinct keys") and all on one name ("one hot key"), for four clients on one
+//!   multiplexed connection each:
+//!   - bare redis-rs, plain: `SET key owner NX PX 30000`, then the compare-and-delete
+//!     script by `EVALSHA`, retrying the `SET` at once while the key is taken;
+//!   - an unfenced [`Lock`] (`Lock::new`): [`Lock::try_acquire`] on distinct keys,
+//!     [`Lock::acquire_within`] on the hot key (waiting in the store for the release);
+//!   - the store operations the unfenced lock sends, called directly, to tell the store's
+//!     share from the `Lock`'s;
+//!   - bare redis-rs, fenced: idem's own fenced acquire script (take the key, `INCR` its
+//!     counter) by `EVALSHA`, then the same compare-and-delete;
+//!   - a fenced [`Lock`] (`Lock::new(..).fenced()`), used the same way;
+//!
+//!   each lock with its ratio to the bare client of its mode in the same round, and the
+//!   median of the rounds;
+//! - the Redis commands one uncontended pair costs, per mode, from `INFO commandstats`;
 //! - hand-off latency under contention: the time from a holder calling `release` to a
 //!   waiting task holding the lock, median and p99, on Redis and in memory.
 //!
-//! Settings, from the environment: `IDEM_BENCH_TASKS` (default 50, also `redis-benchmark
-//! -c`), `IDEM_BENCH_PAIRS` (pairs per round, default 100000, also `redis-benchmark -n`),
-//! `IDEM_BENCH_ROUNDS` (default 3). Under `cargo test` (no `--bench` argument) it makes one
-//! small round, to check that it works.
+//! Settings, from the environment: `IDEM_BENCH_TASKS` (default 50), `IDEM_BENCH_PAIRS`
+//! (pairs per case and round on distinct keys, default 50000; a fifth of it on the hot
+//! key), `IDEM_BENCH_ROUNDS` (default 5). Under `cargo test` (no `--bench` argument) it
+//! makes one small round, to check that it works.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_core::{Acquire, Fencing, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store};
+use idem_core::{
+    Acquire, Fencing, FencingMode, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store,
+};
 use idem_tests::{RedisServer, benching, env_number};
+use redis::aio::MultiplexedConnection;
 
-/// The plain compare-and-delete release script, as `redis-benchmark` runs it.
+/// The plain compare-and-delete release script a bare Redis lock runs.
 const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
+/// idem's fenced acquire script, as the fenced bare client runs it.
+const FENCED_ACQUIRE_SCRIPT: &str =
+    include_str!("../../idem-core/src/store/redis/scripts/acquire_fenced.lua");
+
 const LEASE: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy)]
 struct Settings {
@@ -49,8 +63,8 @@ impl Settings {
         if benching() {
             Self {
                 tasks: env_number("IDEM_BENCH_TASKS", 50),
-                pairs: env_number("IDEM_BENCH_PAIRS", 100_000),
-                rounds: env_number("IDEM_BENCH_ROUNDS", 3),
+                pairs: env_number("IDEM_BENCH_PAIRS", 50_000),
+                rounds: env_number("IDEM_BENCH_ROUNDS", 5),
                 hand_offs: 2_000,
             }
         } else {
@@ -64,103 +78,215 @@ impl Settings {
     }
 }
 
-fn redis_benchmark_binary() -> PathBuf {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/local/bin")])
-        .map(|dir| dir.join("redis-benchmark"))
-        .find(|path| path.is_file())
-        .expect(
-            "redis-benchmark was not found: this benchmark compares the lock with it. \
-             Install it with redis-server (`apt-get install redis-server`, `brew install redis`).",
-        )
+/// Where the tasks of a case take their locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    /// Each task a lock name of its own: nobody waits.
+    Distinct,
+    /// All tasks one name.
+    Hot,
 }
 
-/// Requests per second of one command, as `redis-benchmark --csv` reports it.
-fn redis_benchmark(server: &RedisServer, settings: Settings, command: &[&str]) -> f64 {
-    let output = Command::new(redis_benchmark_binary())
-        .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
-        .args(["-c", &settings.tasks.to_string()])
-        .args(["-n", &settings.pairs.to_string()])
-        .args(["-r", "1000000", "--csv"])
-        .args(command)
-        .output()
-        .expect("redis-benchmark runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "redis-benchmark failed: {stdout}");
-    // `"test","rps",…` then `"SET …","123456.79",…`.
-    stdout
-        .lines()
-        .nth(1)
-        .and_then(|line| line.split(',').nth(1))
-        .and_then(|rps| rps.trim_matches('"').parse().ok())
-        .unwrap_or_else(|| panic!("no requests per second in {stdout:?}"))
-}
-
-/// `redis-benchmark`'s rates: `SET NX PX`, the release script, and the pairs per second
-/// of the two in turn (one pair takes `1/set + 1/release` seconds).
-fn redis_benchmark_pairs(server: &RedisServer, settings: Settings, sha: &str) -> (f64, f64, f64) {
-    let set = redis_benchmark(
-        server,
-        settings,
-        &["SET", "lock:__rand_int__", "owner", "NX", "PX", "30000"],
-    );
-    let release = redis_benchmark(
-        server,
-        settings,
-        &["EVALSHA", sha, "1", "lock:__rand_int__", "owner"],
-    );
-    (set, release, 1.0 / (1.0 / set + 1.0 / release))
-}
-
-/// What one pair of a measured loop does.
-#[derive(Debug, Clone, Copy)]
-enum Pair {
-    Lock(Lease),
-    /// The store operations a lock pair is made of, without the `Lock`.
-    StoreOperations,
-}
-
-impl Pair {
-    fn name(self) -> &'static str {
+impl Keys {
+    fn name(self, task: usize) -> String {
         match self {
-            Self::Lock(Lease::Fixed(_)) => "`Lock`, fixed lease",
-            Self::Lock(Lease::Watchdog(_)) => "`Lock`, watchdog lease",
-            Self::StoreOperations => "store: fenced `acquire` + `release_and_signal`",
+            Self::Distinct => format!("bench-{task}"),
+            Self::Hot => "bench-hot".to_owned(),
+        }
+    }
+
+    fn pairs(self, settings: Settings) -> usize {
+        match self {
+            Self::Distinct => settings.pairs,
+            Self::Hot => (settings.pairs / 5).max(settings.tasks),
         }
     }
 }
 
-/// Pairs per second of `pair` at `settings.tasks` tasks, each on its own key (uncontended).
-async fn pairs_per_second(store: &RedisStore, settings: Settings, pair: Pair) -> f64 {
-    let per_task = settings.pairs / settings.tasks;
+/// What one case measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    BarePlain,
+    LockPlain,
+    /// The store operations an unfenced `Lock` pair is made of, without the `Lock`.
+    StorePlain,
+    BareFenced,
+    LockFenced,
+}
+
+impl Client {
+    const ALL: [Self; 5] = [
+        Self::BarePlain,
+        Self::LockPlain,
+        Self::StorePlain,
+        Self::BareFenced,
+        Self::LockFenced,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::BarePlain => "bare redis-rs, `SET NX PX` + release script",
+            Self::LockPlain => "`Lock` (unfenced)",
+            Self::StorePlain => {
+                "store alone: `acquire`/`acquire_or_register_waiter` + `release_and_signal`"
+            }
+            Self::BareFenced => "bare redis-rs, fenced acquire script + release script",
+            Self::LockFenced => "`Lock`, `.fenced()`",
+        }
+    }
+
+    /// The bare client a lock is measured against.
+    fn baseline(self) -> Option<Self> {
+        match self {
+            Self::LockPlain | Self::StorePlain => Some(Self::BarePlain),
+            Self::LockFenced => Some(Self::BareFenced),
+            Self::BarePlain | Self::BareFenced => None,
+        }
+    }
+}
+
+/// The bare client: one multiplexed connection, as the store has, and the two scripts.
+struct Bare {
+    conn: MultiplexedConnection,
+    release: redis::Script,
+    fenced_acquire: redis::Script,
+}
+
+impl Bare {
+    async fn connect(url: &str) -> Arc<Self> {
+        let client = redis::Client::open(url).expect("a Redis URL");
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        Arc::new(Self {
+            conn,
+            release: redis::Script::new(RELEASE_SCRIPT),
+            fenced_acquire: redis::Script::new(FENCED_ACQUIRE_SCRIPT),
+        })
+    }
+
+    /// Takes `key` for `owner`, trying again at once while another task holds it.
+    async fn acquire(&self, key: &str, owner: &str, fenced: bool) {
+        let mut conn = self.conn.clone();
+        loop {
+            let taken = if fenced {
+                let answer: Vec<i64> = self
+                    .fenced_acquire
+                    .key(key)
+                    .key(format!("{key}:fence"))
+                    .arg(owner)
+                    .arg(LEASE.as_millis() as u64)
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("the fenced acquire script");
+                answer[0] == 1
+            } else {
+                let answer: Option<String> = redis::cmd("SET")
+                    .arg(key)
+                    .arg(owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(LEASE.as_millis() as u64)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SET NX PX");
+                answer.is_some()
+            };
+            if taken {
+                return;
+            }
+        }
+    }
+
+    async fn release(&self, key: &str, owner: &str) {
+        let mut conn = self.conn.clone();
+        let released: i64 = self
+            .release
+            .key(key)
+            .arg(owner)
+            .invoke_async(&mut conn)
+            .await
+            .expect("the release script");
+        assert_eq!(released, 1, "released by its holder");
+    }
+}
+
+/// One lock pair of `lock`: `try_acquire` where nobody else wants the lock, `acquire_within`
+/// where others do.
+async fn lock_pair<F: FencingMode>(lock: &Lock<RedisStore, F>, keys: Keys) {
+    let guard = match keys {
+        Keys::Distinct => lock.try_acquire().await.expect("uncontended"),
+        Keys::Hot => lock.acquire_within(WAIT).await.expect("a turn"),
+    };
+    assert!(guard.release().await.expect("release"));
+}
+
+/// What [`lock_pair`] sends, without the `Lock`: the same store operations, looping in
+/// the store where the lock would wait.
+async fn store_pair(store: &RedisStore, key: &Key, owner: &Owner, keys: Keys) {
+    loop {
+        let acquired = match keys {
+            Keys::Distinct => store.acquire(key, owner, LEASE, Fencing::Off).await,
+            Keys::Hot => {
+                store
+                    .acquire_or_register_waiter(key, owner, LEASE, Fencing::Off, WAIT)
+                    .await
+            }
+        };
+        match acquired.expect("acquire") {
+            Acquire::Held { remaining } => {
+                let within = remaining.min(Duration::from_secs(1));
+                store.wait_for_release(key, within).await.expect("wait");
+            }
+            _ => break,
+        }
+    }
+    assert!(store.release_and_signal(key, owner).await.expect("release"));
+}
+
+/// Pairs per second of `client` at `settings.tasks` tasks.
+async fn pairs_per_second(
+    store: &RedisStore,
+    bare: &Arc<Bare>,
+    settings: Settings,
+    client: Client,
+    keys: Keys,
+) -> f64 {
+    let total = keys.pairs(settings);
+    // Tasks take pairs from one budget, so a hot key's faster tasks do not wait for slower.
+    let left = Arc::new(AtomicUsize::new(total));
+    let take = |left: &AtomicUsize| {
+        left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    };
     let started = Instant::now();
     let tasks: Vec<_> = (0..settings.tasks)
         .map(|task| {
-            let store = store.clone();
-            let key = Key::new(format!("bench-{task}")).expect("a key");
+            let (store, bare, left) = (store.clone(), Arc::clone(bare), Arc::clone(&left));
+            let name = keys.name(task);
             tokio::spawn(async move {
-                match pair {
-                    Pair::Lock(lease) => {
-                        let lock = Lock::new(store, key, lease);
-                        for _ in 0..per_task {
-                            let guard = lock.try_acquire().await.expect("uncontended");
-                            assert!(guard.release().await.expect("release"));
+                let key = Key::new(name.clone()).expect("a key");
+                let plain = Lock::new(store.clone(), key.clone(), Lease::Fixed(LEASE));
+                let fenced = Lock::new(store.clone(), key.clone(), Lease::Fixed(LEASE)).fenced();
+                let owner = plain.owner().as_str().to_owned();
+                // Named as `RedisStore` names its keys, in a namespace of its own.
+                let bare_key = format!("bare:{{{name}}}:lock");
+                while take(&left) {
+                    match client {
+                        Client::BarePlain => {
+                            bare.acquire(&bare_key, &owner, false).await;
+                            bare.release(&bare_key, &owner).await;
                         }
-                    }
-                    Pair::StoreOperations => {
-                        let owner = Owner::random();
-                        for _ in 0..per_task {
-                            let acquired = store.acquire(&key, &owner, LEASE, Fencing::On).await;
-                            assert!(matches!(acquired, Ok(Acquire::Acquired { .. })));
-                            assert!(
-                                store
-                                    .release_and_signal(&key, &owner)
-                                    .await
-                                    .expect("release")
-                            );
+                        Client::BareFenced => {
+                            bare.acquire(&bare_key, &owner, true).await;
+                            bare.release(&bare_key, &owner).await;
                         }
+                        Client::LockPlain => lock_pair(&plain, keys).await,
+                        Client::StorePlain => {
+                            store_pair(&store, &key, plain.owner(), keys).await;
+                        }
+                        Client::LockFenced => lock_pair(&fenced, keys).await,
                     }
                 }
             })
@@ -169,7 +295,7 @@ async fn pairs_per_second(store: &RedisStore, settings: Settings, pair: Pair) ->
     for task in tasks {
         task.await.expect("a benchmark task");
     }
-    (per_task * settings.tasks) as f64 / started.elapsed().as_secs_f64()
+    total as f64 / started.elapsed().as_secs_f64()
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -181,23 +307,10 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
 }
 
-/// Calls per command between two readings, without the `INFO` that read them.
-fn calls_since(
-    before: &BTreeMap<String, u64>,
-    after: &BTreeMap<String, u64>,
-) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .filter(|(name, _)| name.as_str() != "info")
-        .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))
-        .filter(|(_, calls)| *calls > 0)
-        .collect()
-}
-
 /// Who released the lock last, and when.
 type LastRelease = Arc<Mutex<Option<(usize, Instant)>>>;
 
-/// `contenders` tasks take turns on one lock, holding it for a moment and working a
+/// `contenders` tasks take turns on one plain lock, holding it for a moment and working a
 /// moment outside it; each time a task takes the lock from another, the time since that
 /// one called `release` is one hand-off.
 async fn hand_offs<S: Store + Clone>(store: S, contenders: usize, wanted: usize) -> Vec<Duration> {
@@ -213,10 +326,7 @@ async fn hand_offs<S: Store + Clone>(store: S, contenders: usize, wanted: usize)
             let (last_release, samples) = (last_release.clone(), samples.clone());
             tokio::spawn(async move {
                 loop {
-                    let guard = lock
-                        .acquire_within(Duration::from_secs(60))
-                        .await
-                        .expect("a turn");
+                    let guard = lock.acquire_within(WAIT).await.expect("a turn");
                     let now = Instant::now();
                     let previous = *last_release.lock().unwrap();
                     let enough = {
@@ -248,6 +358,88 @@ async fn hand_offs<S: Store + Clone>(store: S, contenders: usize, wanted: usize)
     samples
 }
 
+/// Prints one table: every round's pairs per second, each lock's ratio to its bare
+/// client of the same round, and the medians.
+fn pairs_table(
+    runtime: &tokio::runtime::Runtime,
+    store: &RedisStore,
+    bare: &Arc<Bare>,
+    settings: Settings,
+    keys: Keys,
+) {
+    println!(
+        "\n## Lock pairs per second on Redis, {} tasks, {}, {} pairs a case and round\n",
+        settings.tasks,
+        match keys {
+            Keys::Distinct => "distinct keys (`try_acquire`)",
+            Keys::Hot => "one hot key (`acquire_within`; bare clients retry the acquire at once)",
+        },
+        keys.pairs(settings)
+    );
+    println!(
+        "| round | {} |",
+        Client::ALL
+            .map(|client| match client.baseline() {
+                Some(_) => format!("{} (ratio)", client.name()),
+                None => client.name().to_owned(),
+            })
+            .join(" | ")
+    );
+    println!("|---|{}", "---:|".repeat(Client::ALL.len()));
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Client::ALL.len()];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); Client::ALL.len()];
+    for round in 1..=settings.rounds {
+        let mut this_round = [0.0; Client::ALL.len()];
+        for (i, client) in Client::ALL.iter().enumerate() {
+            this_round[i] =
+                runtime.block_on(pairs_per_second(store, bare, settings, *client, keys));
+            rates[i].push(this_round[i]);
+        }
+        let cells: Vec<String> = Client::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, client)| match client.baseline() {
+                Some(baseline) => {
+                    let base = Client::ALL.iter().position(|c| *c == baseline).unwrap();
+                    let ratio = this_round[i] / this_round[base];
+                    ratios[i].push(ratio);
+                    format!("{:.0} ({ratio:.2})", this_round[i])
+                }
+                None => format!("{:.0}", this_round[i]),
+            })
+            .collect();
+        println!("| {round} | {} |", cells.join(" | "));
+    }
+    let medians: Vec<String> = Client::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, client)| {
+            let rate = median(&mut rates[i]);
+            match client.baseline() {
+                Some(_) => format!("**{rate:.0} ({:.2})**", median(&mut ratios[i])),
+                None => format!("**{rate:.0}**"),
+            }
+        })
+        .collect();
+    println!(
+        "| median (ratio: median of the rounds' ratios) | {} |",
+        medians.join(" | ")
+    );
+}
+
+/// Calls per command between two readings, without the `INFO` that read them.
+fn calls_since(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter(|(name, _)| name.as_str() != "info")
+        .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))
+        .filter(|(_, calls)| *calls > 0)
+        .collect()
+}
+
 fn main() {
     let settings = Settings::from_env();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -256,71 +448,46 @@ fn main() {
         .expect("a runtime");
     let server = RedisServer::start();
     let store = server.store();
-    let sha: String = server.query(&["SCRIPT", "LOAD", RELEASE_SCRIPT]);
-    let pairs = [
-        Pair::Lock(Lease::Fixed(LEASE)),
-        Pair::Lock(Lease::Watchdog(LEASE)),
-        Pair::StoreOperations,
-    ];
-
-    // Warm up: the connection, the scripts, the allocator.
-    runtime.block_on(pairs_per_second(&store, settings, pairs[0]));
-
-    let mut benchmark = Vec::new();
-    let mut ours: Vec<Vec<f64>> = vec![Vec::new(); pairs.len()];
-    println!(
-        "## Uncontended lock pairs on Redis, {} tasks, {} pairs a round\n",
-        settings.tasks, settings.pairs
-    );
-    println!(
-        "| round | redis-benchmark `SET NX`/s | redis-benchmark `EVALSHA` release/s | redis-benchmark pairs/s | {} |",
-        pairs
-            .map(|pair| format!("{}, pairs/s (ratio)", pair.name()))
-            .join(" | ")
-    );
-    println!("|---|---|---|---|{}", "---|".repeat(pairs.len()));
-    for round in 1..=settings.rounds {
-        let (set, release, reference) = redis_benchmark_pairs(&server, settings, &sha);
-        benchmark.push(reference);
-        let mut cells = Vec::new();
-        for (pair, results) in pairs.iter().zip(&mut ours) {
-            let rate = runtime.block_on(pairs_per_second(&store, settings, *pair));
-            results.push(rate);
-            cells.push(format!("{rate:.0} ({:.2})", rate / reference));
-        }
-        println!(
-            "| {round} | {set:.0} | {release:.0} | {reference:.0} | {} |",
-            cells.join(" | ")
-        );
+    let bare = runtime.block_on(Bare::connect(&server.url()));
+    // Warm up: the connections, the scripts, the allocator.
+    let warm_up = Settings {
+        pairs: settings.pairs / 10,
+        ..settings
+    };
+    for client in Client::ALL {
+        runtime.block_on(pairs_per_second(
+            &store,
+            &bare,
+            warm_up,
+            client,
+            Keys::Distinct,
+        ));
     }
-    let reference = median(&mut benchmark);
-    let medians: Vec<String> = ours
-        .iter_mut()
-        .map(|results| {
-            let rate = median(results);
-            format!("**{rate:.0} ({:.2})**", rate / reference)
-        })
-        .collect();
-    println!(
-        "| median | | | **{reference:.0}** | {} |",
-        medians.join(" | ")
-    );
 
-    let before = server.command_calls();
+    pairs_table(&runtime, &store, &bare, settings, Keys::Distinct);
+    pairs_table(&runtime, &store, &bare, settings, Keys::Hot);
+
     let one_task = Settings {
         tasks: 1,
         pairs: 100,
         ..settings
     };
-    runtime.block_on(pairs_per_second(&store, one_task, pairs[0]));
-    let per_pair: Vec<String> = calls_since(&before, &server.command_calls())
-        .into_iter()
-        .map(|(command, calls)| format!("{command} {}", calls as f64 / 100.0))
-        .collect();
-    println!(
-        "\nRedis commands per lock pair (scripts' own commands included): {}",
-        per_pair.join(", ")
-    );
+    println!("\n## Redis commands per uncontended pair (scripts' own commands included)\n");
+    for client in Client::ALL {
+        let before = server.command_calls();
+        runtime.block_on(pairs_per_second(
+            &store,
+            &bare,
+            one_task,
+            client,
+            Keys::Distinct,
+        ));
+        let per_pair: Vec<String> = calls_since(&before, &server.command_calls())
+            .into_iter()
+            .map(|(command, calls)| format!("{command} {}", calls as f64 / 100.0))
+            .collect();
+        println!("- {}: {}", client.name(), per_pair.join(", "));
+    }
 
     println!(
         "\n## Hand-off under contention: `release` → the next task holds the lock\n\n\

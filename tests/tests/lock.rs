@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use idem_core::{
-    Acquire, Begin, Fencing, Fingerprint, Key, Lease, Lock, LockError, LockLost, MemoryStore,
-    Owner, Store, StoreError,
+    Acquire, Begin, Fenced, Fencing, FencingMode, Fingerprint, Key, Lease, Lock, LockError,
+    LockLost, MemoryStore, Owner, Store, StoreError, Unfenced,
 };
 use idem_tests::{
     AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend, eventually,
@@ -63,10 +63,13 @@ lock_suite!(
         a_lock_deleted_behind_its_holder_is_signalled,
         a_fixed_lease_reports_its_end,
         a_hundred_waiting_tasks_never_overlap,
+        a_hundred_waiting_tasks_never_overlap_on_a_plain_lock,
         fencing_tokens_strictly_increase_over_1000_acquisitions,
+        a_fenced_reentry_shares_the_token,
         waiters_wake_on_release,
         one_release_wakes_one_waiter,
         a_release_just_before_the_wait_is_not_missed,
+        an_uncontended_release_sends_no_signal,
     ],
     sync: [
         dropping_a_guard_on_a_current_thread_runtime_releases_it,
@@ -235,6 +238,20 @@ impl<S: Store> Store for Counting<S> {
         self.inner.release(key, owner).await
     }
 
+    async fn acquire_or_register_waiter(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+        wait: Duration,
+    ) -> Result<Acquire, StoreError> {
+        self.counts.acquire.fetch_add(1, Ordering::SeqCst);
+        self.inner
+            .acquire_or_register_waiter(key, owner, ttl, fencing, wait)
+            .await
+    }
+
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         self.inner.release_and_signal(key, owner).await
     }
@@ -317,6 +334,24 @@ async fn is_free(store: &impl Store, key: &Key) -> bool {
     store.remaining(key).await.expect("remaining").is_none()
 }
 
+/// How a case makes its locks: the plain lock [`Lock::new`] gives, or a fenced one. Cases
+/// that hold in both modes run once with each, on lock names of their own.
+trait Mode: FencingMode + Sized {
+    fn make<S: Store>(lock: Lock<S>) -> Lock<S, Self>;
+}
+
+impl Mode for Unfenced {
+    fn make<S: Store>(lock: Lock<S>) -> Lock<S> {
+        lock
+    }
+}
+
+impl Mode for Fenced {
+    fn make<S: Store>(lock: Lock<S>) -> Lock<S, Fenced> {
+        lock.fenced()
+    }
+}
+
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
 }
@@ -352,9 +387,14 @@ async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {
 /// holder 1's release must neither free holder 2's lock nor pretend it still owned it.
 async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>() {
     let backend = B::start().await;
-    let lock = key("stall");
+    stalled_holder::<B, Unfenced>(&backend, "stall-plain").await;
+    stalled_holder::<B, Fenced>(&backend, "stall-fenced").await;
+}
+
+async fn stalled_holder<B: LockBackend, F: Mode>(backend: &B, name: &str) {
+    let lock = key(name);
     let lease = Lease::Fixed(Duration::from_millis(200));
-    let first = Lock::new(backend.store(), lock.clone(), lease)
+    let first = F::make(Lock::new(backend.store(), lock.clone(), lease))
         .try_acquire()
         .await
         .unwrap();
@@ -362,11 +402,10 @@ async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>()
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(Instant::now() > first.valid_until());
 
-    let second = Lock::new(backend.store(), lock.clone(), Lease::Fixed(LONG))
+    let second = F::make(Lock::new(backend.store(), lock.clone(), Lease::Fixed(LONG)))
         .try_acquire()
         .await
         .expect("the stalled holder's lease ran out");
-    assert!(second.fencing_token() > first.fencing_token());
 
     assert!(
         !first.release().await.unwrap(),
@@ -378,7 +417,7 @@ async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>()
         "holder 2's lock is intact: {remaining:?}"
     );
     assert!(matches!(
-        Lock::new(backend.store(), lock, Lease::Fixed(LONG))
+        F::make(Lock::new(backend.store(), lock, Lease::Fixed(LONG)))
             .try_acquire()
             .await,
         Err(LockError::Held { .. })
@@ -389,21 +428,25 @@ async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>()
 /// Reentry is not counted: both guards share one hold, and the first release ends it.
 async fn the_same_owner_reenters_and_shares_one_hold<B: LockBackend>() {
     let backend = B::start().await;
+    reentry::<B, Unfenced>(&backend, "reentry-plain").await;
+    reentry::<B, Fenced>(&backend, "reentry-fenced").await;
+}
+
+async fn reentry<B: LockBackend, F: Mode>(backend: &B, name: &str) {
     let owner = Owner::new("worker-7:job-42").unwrap();
-    let lock =
-        Lock::new(backend.store(), key("reentry"), Lease::Fixed(LONG)).with_owner(owner.clone());
+    let lock = F::make(Lock::new(backend.store(), key(name), Lease::Fixed(LONG)))
+        .with_owner(owner.clone());
     let first = lock.try_acquire().await.unwrap();
     // The same owner from elsewhere, as a retry after a network timeout would be.
-    let again = Lock::new(backend.store(), key("reentry"), Lease::Fixed(LONG))
+    let again = F::make(Lock::new(backend.store(), key(name), Lease::Fixed(LONG)))
         .with_owner(owner)
-        .try_acquire()
+        .acquire_within(LONG)
         .await
-        .expect("the same owner re-enters");
+        .expect("the same owner re-enters, also while waiting");
     assert!(again.is_reentered() && !first.is_reentered());
-    assert_eq!(again.fencing_token(), first.fencing_token(), "one hold");
     assert!(again.valid_until() <= first.valid_until() + Duration::from_millis(50));
     assert!(matches!(
-        Lock::new(backend.store(), key("reentry"), Lease::Fixed(LONG))
+        F::make(Lock::new(backend.store(), key(name), Lease::Fixed(LONG)))
             .try_acquire()
             .await,
         Err(LockError::Held { .. })
@@ -420,12 +463,36 @@ async fn the_same_owner_reenters_and_shares_one_hold<B: LockBackend>() {
     );
 }
 
+/// A fenced lock's guards of one hold share its token, and the next hold's is greater.
+async fn a_fenced_reentry_shares_the_token<B: LockBackend>() {
+    let backend = B::start().await;
+    let owner = Owner::random();
+    let lock = Lock::new(backend.store(), key("fenced-reentry"), Lease::Fixed(LONG))
+        .fenced()
+        .with_owner(owner);
+    let first = lock.try_acquire().await.unwrap();
+    let again = lock.try_acquire().await.unwrap();
+    let waited = lock.acquire_within(LONG).await.unwrap();
+    assert_eq!(again.fencing_token(), first.fencing_token(), "one hold");
+    assert_eq!(waited.fencing_token(), first.fencing_token(), "one hold");
+    let token = first.fencing_token();
+    assert!(first.release().await.unwrap());
+    let next = lock.try_acquire().await.unwrap();
+    assert!(next.fencing_token() > token);
+    assert!(next.release().await.unwrap());
+}
+
 async fn the_watchdog_holds_through_three_leases_and_stops_when_released<B: LockBackend>() {
     let backend = B::start().await;
+    watchdog_holds::<B, Unfenced>(&backend, "watched-plain").await;
+    watchdog_holds::<B, Fenced>(&backend, "watched-fenced").await;
+}
+
+async fn watchdog_holds<B: LockBackend, F: Mode>(backend: &B, name: &str) {
     let lease = Duration::from_millis(300);
     let store = Counting::new(backend.store());
-    let lock = Lock::new(store.clone(), key("watched"), Lease::Watchdog(lease));
-    let contender = Lock::new(backend.store(), key("watched"), Lease::Fixed(LONG));
+    let lock = F::make(Lock::new(store.clone(), key(name), Lease::Watchdog(lease)));
+    let contender = F::make(Lock::new(backend.store(), key(name), Lease::Fixed(LONG)));
     let guard = lock.try_acquire().await.unwrap();
 
     // Work three times the lease, checking all along that nobody else gets the lock.
@@ -444,13 +511,13 @@ async fn the_watchdog_holds_through_three_leases_and_stops_when_released<B: Lock
     assert!((6..=12).contains(&renewals), "{renewals} renewals");
 
     assert!(guard.release().await.unwrap());
-    let (renewed, commands) = (store.renewals(), command_calls(&backend));
+    let (renewed, commands) = (store.renewals(), command_calls(backend));
     // Two leases of silence: a watchdog still running would renew six times.
     tokio::time::sleep(lease * 2).await;
     assert_eq!(store.renewals(), renewed, "no renewal after release");
     let scripts = |calls: &BTreeMap<String, u64>| calls.get("evalsha").copied().unwrap_or(0);
     assert_eq!(
-        scripts(&command_calls(&backend)),
+        scripts(&command_calls(backend)),
         scripts(&commands),
         "no renew traffic reaches Redis after release"
     );
@@ -458,9 +525,14 @@ async fn the_watchdog_holds_through_three_leases_and_stops_when_released<B: Lock
 
 async fn the_watchdog_stops_when_the_guard_is_dropped<B: LockBackend>() {
     let backend = B::start().await;
+    watchdog_stops_on_drop::<B, Unfenced>(&backend, "dropped-plain").await;
+    watchdog_stops_on_drop::<B, Fenced>(&backend, "dropped-fenced").await;
+}
+
+async fn watchdog_stops_on_drop<B: LockBackend, F: Mode>(backend: &B, name: &str) {
     let lease = Duration::from_millis(300);
     let store = Counting::new(backend.store());
-    let lock = Lock::new(store.clone(), key("dropped"), Lease::Watchdog(lease));
+    let lock = F::make(Lock::new(store.clone(), key(name), Lease::Watchdog(lease)));
     let guard = lock.try_acquire().await.unwrap();
     eventually(lease, "a first renewal", || async { store.renewals() > 0 }).await;
     drop(guard);
@@ -478,10 +550,19 @@ async fn the_watchdog_stops_when_the_guard_is_dropped<B: LockBackend>() {
 /// Renewal failure is signalled to the holder, not just logged.
 async fn a_lock_deleted_behind_its_holder_is_signalled<B: LockBackend>() {
     let backend = B::start().await;
+    deleted_behind_its_holder::<B, Unfenced>(&backend, "deleted-plain").await;
+    deleted_behind_its_holder::<B, Fenced>(&backend, "deleted-fenced").await;
+}
+
+async fn deleted_behind_its_holder<B: LockBackend, F: Mode>(backend: &B, name: &str) {
     let lease = Duration::from_millis(300);
-    let lock = Lock::new(backend.store(), key("deleted"), Lease::Watchdog(lease));
+    let lock = F::make(Lock::new(
+        backend.store(),
+        key(name),
+        Lease::Watchdog(lease),
+    ));
     let guard = lock.try_acquire().await.unwrap();
-    delete_behind_its_back(&backend, lock.key(), lock.owner()).await;
+    delete_behind_its_back(backend, lock.key(), lock.owner()).await;
     let lost = tokio::time::timeout(lease * 3, guard.lost())
         .await
         .expect("the holder learns within a lease");
@@ -517,7 +598,8 @@ async fn a_hundred_waiting_tasks_never_overlap<B: LockBackend>() {
                 backend.store(),
                 key("contended"),
                 Lease::Watchdog(Duration::from_secs(5)),
-            );
+            )
+            .fenced();
             let (inside, last_fence, start) = (inside.clone(), last_fence.clone(), start.clone());
             tokio::spawn(async move {
                 start.wait().await;
@@ -537,6 +619,43 @@ async fn a_hundred_waiting_tasks_never_overlap<B: LockBackend>() {
     }
 }
 
+/// The same with plain locks: 100 tasks, each its own owner, wait for one lock and count
+/// every entry that found another task inside. None may.
+async fn a_hundred_waiting_tasks_never_overlap_on_a_plain_lock<B: LockBackend>() {
+    let backend = B::start().await;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(100));
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let lock = Lock::new(
+                backend.store(),
+                key("contended-plain"),
+                Lease::Watchdog(Duration::from_secs(5)),
+            );
+            let (inside, overlaps, start) = (inside.clone(), overlaps.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                let guard = lock.acquire_within(LONG).await.expect("a turn");
+                if inside.fetch_add(1, Ordering::SeqCst) > 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert!(guard.release().await.unwrap());
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("no error");
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "entries that found another inside"
+    );
+}
+
 async fn fencing_tokens_strictly_increase_over_1000_acquisitions<B: LockBackend>() {
     let backend = B::start().await;
     let lock = key("fenced");
@@ -550,6 +669,7 @@ async fn fencing_tokens_strictly_increase_over_1000_acquisitions<B: LockBackend>
             Lease::Fixed(LONG)
         };
         let guard = Lock::new(backend.store(), lock.clone(), lease)
+            .fenced()
             .try_acquire()
             .await
             .unwrap_or_else(|error| panic!("round {round}: {error}"));
@@ -627,6 +747,11 @@ async fn one_release_wakes_one_waiter<B: LockBackend>() {
             let (store, lock) = (backend.store(), lock.clone());
             let (registered, woken) = (registered.clone(), woken.clone());
             tokio::spawn(async move {
+                let held = store
+                    .acquire_or_register_waiter(&lock, &Owner::random(), LONG, Fencing::On, LONG)
+                    .await
+                    .expect("acquire");
+                assert!(matches!(held, Acquire::Held { .. }));
                 let mut wait = pin!(store.wait_for_release(&lock, LONG));
                 // One poll registers a waiter in memory (and starts a Redis one on its way).
                 let first = poll_fn(|cx| Poll::Ready(wait.as_mut().poll(cx))).await;
@@ -662,8 +787,9 @@ async fn one_release_wakes_one_waiter<B: LockBackend>() {
     }
 }
 
-/// A waiter that saw the lock held but reaches the store only after the release is woken
-/// all the same, and a wait with no release returns `false` when its time is up.
+/// A waiter that saw the lock held (and registered in that step) but reaches the store
+/// only after the release is woken all the same, and a wait with no release returns
+/// `false` when its time is up.
 async fn a_release_just_before_the_wait_is_not_missed<B: LockBackend>() {
     let backend = B::start().await;
     let store = backend.store();
@@ -679,11 +805,86 @@ async fn a_release_just_before_the_wait_is_not_missed<B: LockBackend>() {
             .unwrap(),
         "nothing released"
     );
+    let held = store
+        .acquire_or_register_waiter(&lock, &Owner::random(), LONG, Fencing::Off, LONG)
+        .await
+        .unwrap();
+    assert!(matches!(held, Acquire::Held { .. }));
     assert!(store.release_and_signal(&lock, &holder).await.unwrap());
     let woken = tokio::time::timeout(Duration::from_secs(5), store.wait_for_release(&lock, LONG))
         .await
         .expect("woken at once, not after the wait's minute");
     assert!(woken.unwrap());
+}
+
+/// Locks nobody waits for, taken and released with `try_acquire` and with
+/// `acquire_within`, plain and fenced, leave no wake-up: a waiter that comes along once
+/// the lock is held again is not woken. On Redis, the releases ran no `RPUSH` and left no
+/// waiter count or signal list behind.
+async fn an_uncontended_release_sends_no_signal<B: LockBackend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let lock = key("uncontended");
+    let before = command_calls(&backend);
+    for _ in 0..10 {
+        let plain = Lock::new(store.clone(), lock.clone(), Lease::Fixed(LONG));
+        assert!(plain.try_acquire().await.unwrap().release().await.unwrap());
+        assert!(
+            plain
+                .acquire_within(LONG)
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap()
+        );
+        let fenced = plain.fenced();
+        assert!(fenced.try_acquire().await.unwrap().release().await.unwrap());
+        assert!(
+            fenced
+                .acquire_within(LONG)
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap()
+        );
+    }
+    let after = command_calls(&backend);
+    let calls =
+        |calls: &BTreeMap<String, u64>, command: &str| calls.get(command).copied().unwrap_or(0);
+    for command in ["rpush", "lpush", "publish", "pexpire", "incr"] {
+        let sent = calls(&after, command) - calls(&before, command);
+        // Fenced acquisitions `INCR` the fencing counter, 20 of them; nothing else counts.
+        let expected = if command == "incr" { 20 } else { 0 };
+        assert!(
+            backend.urls().is_empty() || sent == expected,
+            "{sent} `{command}` for 40 uncontended lock pairs"
+        );
+    }
+    for url in backend.urls() {
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg("*uncontended*")
+            .query(&mut redis_connection(&url))
+            .unwrap();
+        assert!(
+            keys.iter().all(|key| key.ends_with(":fence")),
+            "only the fencing counter stays: {keys:?}"
+        );
+    }
+
+    let holder = Owner::random();
+    store
+        .acquire(&lock, &holder, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .wait_for_release(&lock, Duration::from_millis(50))
+            .await
+            .unwrap(),
+        "a wake-up was left by a release nobody waited for"
+    );
 }
 
 fn current_thread_runtime() -> tokio::runtime::Runtime {
@@ -999,6 +1200,7 @@ async fn a_paused_holders_late_write_is_refused_by_its_fencing_token() {
     })
     .await;
     let next = Lock::new(store.clone(), lock.clone(), Lease::Fixed(LONG))
+        .fenced()
         .try_acquire()
         .await
         .expect("the lock is free");

@@ -834,6 +834,12 @@ async fn a_waiter_that_gets_no_waiting_connection_times_out() {
         .acquire(&name, &holder, LONG, Fencing::On)
         .await
         .unwrap();
+    // Registered, as a lock's waiter is, so the release signals it.
+    let held = store
+        .acquire_or_register_waiter(&name, &Owner::random(), LONG, Fencing::On, LONG)
+        .await
+        .unwrap();
+    assert!(matches!(held, Acquire::Held { .. }));
     let first = tokio::spawn({
         let (store, name) = (store.clone(), name.clone());
         async move { store.wait_for_release(&name, LONG).await }

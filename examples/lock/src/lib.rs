@@ -147,7 +147,7 @@ async fn write(
         Lease::Watchdog(app.lease)
     };
     // A lock of its own, so a random owner of its own: every request is another holder.
-    let lock = Lock::new(app.store.clone(), app.key.clone(), lease);
+    let lock = Lock::new(app.store.clone(), app.key.clone(), lease).fenced();
     let asked = Instant::now();
     let guard = lock.acquire_within(WAIT).await?;
     let acquired = Instant::now();

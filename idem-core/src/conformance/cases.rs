@@ -601,11 +601,12 @@ pub async fn huge_and_zero_ttls_are_kept_within_bounds<B: Backend>() {
 }
 
 /// A wait with no release ends when its time runs out; a release of the key then wakes a
-/// waiter, also one that starts waiting only after the release.
+/// waiter that registered, also one that starts waiting only after the release: the
+/// registration, made in the step that found the key held, is what the release answers.
 pub async fn a_release_wakes_a_waiter<B: Backend>() {
     let backend = B::start().await;
     let store = backend.store();
-    let (lock, holder) = (key("awaited"), Owner::random());
+    let (lock, holder, waiter) = (key("awaited"), Owner::random(), Owner::random());
     store
         .acquire(&lock, &holder, LONG, Fencing::Off)
         .await
@@ -618,12 +619,19 @@ pub async fn a_release_wakes_a_waiter<B: Backend>() {
     );
     assert!(started.elapsed() >= within, "not before its time ran out");
 
-    let waiter = tokio::spawn({
+    assert!(matches!(
+        store
+            .acquire_or_register_waiter(&lock, &waiter, LONG, Fencing::Off, LONG)
+            .await
+            .unwrap(),
+        Acquire::Held { .. }
+    ));
+    let waiting = tokio::spawn({
         let (store, lock) = (store.clone(), lock.clone());
         async move { store.wait_for_release(&lock, LONG).await.unwrap() }
     });
     assert!(store.release_and_signal(&lock, &holder).await.unwrap());
-    let woken = tokio::time::timeout(Duration::from_secs(5), waiter)
+    let woken = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("the waiter is woken long before its time runs out")
         .expect("the waiter does not panic");
@@ -632,4 +640,118 @@ pub async fn a_release_wakes_a_waiter<B: Backend>() {
         !store.release_and_signal(&lock, &holder).await.unwrap(),
         "released once"
     );
+}
+
+/// A release that nobody registered for wakes nobody, then or later: it leaves no wake-up
+/// behind for a waiter that comes along once the key is held again.
+pub async fn a_release_nobody_waits_for_leaves_no_wake_up<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (lock, holder) = (key("unawaited"), Owner::random());
+    for fencing in [Fencing::Off, Fencing::On] {
+        store.acquire(&lock, &holder, LONG, fencing).await.unwrap();
+        assert!(store.release_and_signal(&lock, &holder).await.unwrap());
+    }
+    store
+        .acquire(&lock, &holder, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(
+        !store.wait_for_release(&lock, SHORT).await.unwrap(),
+        "woken by a release nobody waited for, with the key held"
+    );
+}
+
+/// Two releases in a row, each after a registration, wake both waiters, even when neither
+/// had started waiting before the second release.
+pub async fn two_releases_wake_two_registered_waiters<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let (lock, first, second) = (key("two-waiters"), Owner::random(), Owner::random());
+    store
+        .acquire(&lock, &first, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    for waiter in [Owner::random(), Owner::random()] {
+        let answer = store
+            .acquire_or_register_waiter(&lock, &waiter, LONG, Fencing::Off, LONG)
+            .await
+            .unwrap();
+        assert!(matches!(answer, Acquire::Held { .. }), "{answer:?}");
+    }
+    assert!(store.release_and_signal(&lock, &first).await.unwrap());
+    store
+        .acquire(&lock, &second, LONG, Fencing::Off)
+        .await
+        .unwrap();
+    assert!(store.release_and_signal(&lock, &second).await.unwrap());
+    let waits = super::all_at_once(2, |_| {
+        let (store, lock) = (store.clone(), lock.clone());
+        async move { store.wait_for_release(&lock, LONG).await.unwrap() }
+    });
+    let woken = tokio::time::timeout(Duration::from_secs(5), waits)
+        .await
+        .expect("both waiters are woken long before their time runs out");
+    assert_eq!(woken, [true, true]);
+}
+
+/// Registering to wait acquires like [`Store::acquire`]: a free key is taken (with a
+/// token only when fencing is asked for), the owner's own key is re-entered with the
+/// token of its hold, and only another owner's key is `Held`.
+pub async fn registering_to_wait_acquires_like_acquire<B: Backend>() {
+    let backend = B::start().await;
+    let store = backend.store();
+    let owner = Owner::random();
+    let (plain, fenced) = (key("plain-registering"), key("fenced-registering"));
+    assert_eq!(
+        store
+            .acquire_or_register_waiter(&plain, &owner, LONG, Fencing::Off, SHORT)
+            .await
+            .unwrap(),
+        Acquire::Acquired { fence: None }
+    );
+    assert!(matches!(
+        store
+            .acquire_or_register_waiter(&plain, &owner, LONG, Fencing::Off, SHORT)
+            .await
+            .unwrap(),
+        Acquire::Reentered { fence: None, .. }
+    ));
+    assert!(matches!(
+        store
+            .acquire_or_register_waiter(&plain, &Owner::random(), LONG, Fencing::Off, SHORT)
+            .await
+            .unwrap(),
+        Acquire::Held { remaining } if remaining > LONG / 2
+    ));
+
+    let Acquire::Acquired { fence: Some(drawn) } = store
+        .acquire_or_register_waiter(&fenced, &owner, LONG, Fencing::On, SHORT)
+        .await
+        .unwrap()
+    else {
+        panic!("a free key is taken, with a token");
+    };
+    for registering in [true, false] {
+        let answer = if registering {
+            store
+                .acquire_or_register_waiter(&fenced, &owner, LONG, Fencing::On, SHORT)
+                .await
+        } else {
+            store.acquire(&fenced, &owner, LONG, Fencing::On).await
+        };
+        let Acquire::Reentered { fence, .. } = answer.unwrap() else {
+            panic!("re-entered");
+        };
+        assert_eq!(fence, Some(drawn), "the token of the hold");
+    }
+    assert!(store.release_and_signal(&fenced, &owner).await.unwrap());
+    let Acquire::Acquired { fence: Some(next) } = store
+        .acquire_or_register_waiter(&fenced, &Owner::random(), LONG, Fencing::On, SHORT)
+        .await
+        .unwrap()
+    else {
+        panic!("free again, with a token");
+    };
+    assert!(next > drawn);
 }

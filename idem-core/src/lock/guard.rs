@@ -1,5 +1,5 @@
-//! [`LockGuard`]: a held lock — its fencing token, how long it is known valid, whether it
-//! was lost — and how it is given back, explicitly or on drop.
+//! [`LockGuard`]: a held lock — its fencing token if it is fenced, how long it is known
+//! valid, whether it was lost — and how it is given back, explicitly or on drop.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::error::LockLost;
+use super::fencing::{Fenced, FencingMode, Unfenced};
 use super::watchdog::Status;
 use crate::key::{Key, Owner};
 use crate::store::{FencingToken, Store, StoreError};
@@ -16,7 +17,8 @@ use crate::store::{FencingToken, Store, StoreError};
 /// A held [`Lock`](crate::Lock). Made by [`Lock::try_acquire`](crate::Lock::try_acquire)
 /// and [`Lock::acquire_within`](crate::Lock::acquire_within).
 ///
-/// - [`fencing_token`](Self::fencing_token): pass it to the resource you protect.
+/// - [`fencing_token`](Self::fencing_token), on the guard of a [`Fenced`] lock only: pass
+///   it to the resource you protect.
 /// - [`valid_until`](Self::valid_until): the hold is known valid until then (monotonic
 ///   clock); a watchdog moves it forward.
 /// - [`lost`](Self::lost): completes when the hold is known lost or its lease ran out.
@@ -27,13 +29,23 @@ use crate::store::{FencingToken, Store, StoreError};
 /// runtime. Dropped where no runtime runs, the lock is left to its lease.
 #[derive(Debug)]
 #[must_use = "the lock is released when the guard is dropped"]
-pub struct LockGuard<S: Store> {
+pub struct LockGuard<S: Store, F: FencingMode = Unfenced> {
     key: Key,
-    fence: FencingToken,
+    token: F::Token,
     reentered: bool,
-    status: watch::Receiver<Status>,
+    validity: Validity,
     /// `None` once [`release`](Self::release) took it, so that drop does nothing more.
     hold: Option<Hold<S>>,
+}
+
+/// What a guard knows of how long its hold lasts.
+#[derive(Debug)]
+enum Validity {
+    /// A fixed lease: valid until then, never extended. No channel, no task: the common
+    /// short lock costs no more than its two store operations and the guard.
+    Fixed(Instant),
+    /// A watchdog lease: what the watchdog last learnt.
+    Watched(watch::Receiver<Status>),
 }
 
 /// What giving the lock back needs.
@@ -41,8 +53,8 @@ pub struct LockGuard<S: Store> {
 struct Hold<S> {
     store: Arc<S>,
     owner: Owner,
-    /// Kept so that the status channel stays open, also without a watchdog.
-    _status: watch::Sender<Status>,
+    /// Kept so that a watched hold's status channel stays open after its watchdog ended.
+    _status: Option<watch::Sender<Status>>,
     watchdog: Option<JoinHandle<()>>,
 }
 
@@ -65,21 +77,31 @@ impl<S: Store> Hold<S> {
     }
 }
 
-impl<S: Store> LockGuard<S> {
+impl<S: Store, F: FencingMode> LockGuard<S, F> {
+    /// A guard; `watched` is a watchdog lease's status channel and task, `None` for a
+    /// fixed lease valid until `valid_until`.
     pub(super) fn new(
         key: Key,
-        fence: FencingToken,
+        token: F::Token,
         reentered: bool,
         store: Arc<S>,
         owner: Owner,
-        status: watch::Sender<Status>,
-        watchdog: Option<JoinHandle<()>>,
+        valid_until: Instant,
+        watched: Option<(watch::Sender<Status>, JoinHandle<()>)>,
     ) -> Self {
+        let (validity, status, watchdog) = match watched {
+            None => (Validity::Fixed(valid_until), None, None),
+            Some((status, watchdog)) => (
+                Validity::Watched(status.subscribe()),
+                Some(status),
+                Some(watchdog),
+            ),
+        };
         Self {
             key,
-            fence,
+            token,
             reentered,
-            status: status.subscribe(),
+            validity,
             hold: Some(Hold {
                 store,
                 owner,
@@ -92,16 +114,6 @@ impl<S: Store> LockGuard<S> {
     /// The lock's name.
     pub fn key(&self) -> &Key {
         &self.key
-    }
-
-    /// The fencing token of this hold: larger than that of every earlier hold of this
-    /// lock, also across expiry. Hand it to the resource the lock protects, which refuses
-    /// writes carrying a smaller token than one it has seen (see the
-    /// [module docs](crate::lock)).
-    ///
-    /// A re-entered guard has the token of the hold it shares.
-    pub fn fencing_token(&self) -> FencingToken {
-        self.fence
     }
 
     /// Whether this guard re-entered a hold its owner had already (acquiring again with
@@ -117,7 +129,10 @@ impl<S: Store> LockGuard<S> {
     /// This is what the holder can know, not a promise: a process paused past this
     /// instant does not notice until it looks. That is what fencing tokens are for.
     pub fn valid_until(&self) -> Instant {
-        self.status.borrow().valid_until
+        match &self.validity {
+            Validity::Fixed(valid_until) => *valid_until,
+            Validity::Watched(status) => status.borrow().valid_until,
+        }
     }
 
     /// Completes when the hold is known lost: a renewal found it gone or taken
@@ -129,7 +144,13 @@ impl<S: Store> LockGuard<S> {
     /// behind its back is noticed only by a watchdog's renewal, or by
     /// [`release`](Self::release) answering `false`.
     pub async fn lost(&self) -> LockLost {
-        let mut status = self.status.clone();
+        let mut status = match &self.validity {
+            Validity::Fixed(valid_until) => {
+                tokio::time::sleep_until(tokio::time::Instant::from_std(*valid_until)).await;
+                return LockLost::Expired;
+            }
+            Validity::Watched(status) => status.clone(),
+        };
         loop {
             let (valid_until, lost) = {
                 let current = status.borrow_and_update();
@@ -171,7 +192,22 @@ impl<S: Store> LockGuard<S> {
     }
 }
 
-impl<S: Store> Drop for LockGuard<S> {
+impl<S: Store> LockGuard<S, Fenced> {
+    /// The fencing token of this hold: larger than that of every earlier hold of this
+    /// lock, also across expiry. Hand it to the resource the lock protects, which refuses
+    /// writes carrying a smaller token than one it has seen (see the
+    /// [module docs](crate::lock)).
+    ///
+    /// Only a [`Fenced`] lock's guard has one, always: a plain lock's guard has no such
+    /// method, rather than one that might answer "none".
+    ///
+    /// A re-entered guard has the token of the hold it shares.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.token
+    }
+}
+
+impl<S: Store, F: FencingMode> Drop for LockGuard<S, F> {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;

@@ -9,12 +9,14 @@
 //! - **A lease** ([`Lease`]), so a holder that dies cannot block the lock for ever — either
 //!   fixed, or renewed every third of it by a watchdog while the guard lives (Redisson's
 //!   watchdog). The choice is explicit.
-//! - **A fencing token** (Kleppmann) with every acquisition, larger than every token
-//!   before it for the same lock, also after an expiry.
+//! - **A fencing token** (Kleppmann), if asked for ([`Lock::fenced`]), with every
+//!   acquisition, larger than every token before it for the same lock, also after an
+//!   expiry. See [fencing or not](#fencing-or-not).
 //! - **Reentry**: acquiring again with the same [`Owner`] succeeds, as after a network
 //!   timeout that hid a success.
-//! - **Waiting** that wakes on release: a release leaves one wake-up, taken by one waiter,
-//!   so waiters neither poll in a tight loop nor stampede the store on each release.
+//! - **Waiting** that wakes on release: a release with waiters leaves one wake-up, taken
+//!   by one waiter, so waiters neither poll in a tight loop nor stampede the store on each
+//!   release; a release nobody waits for signals nothing. See [waiting](Lock#waiting).
 //!
 //! ```
 //! use std::time::Duration;
@@ -40,7 +42,7 @@
 //! - While the store keeps the key, at most one owner holds it: acquiring is one atomic
 //!   step (`SET NX` or a Lua script in Redis, one critical section in memory).
 //! - Nobody but the owner releases or renews it.
-//! - Fencing tokens strictly increase per lock name, across releases and expiry.
+//! - A fenced lock's tokens strictly increase per lock name, across releases and expiry.
 //! - A holder that dies frees the lock one lease later at most.
 //!
 //! What does not hold:
@@ -52,8 +54,9 @@
 //!   asynchronous replication). If it fails over and loses the key, a second holder can
 //!   acquire. This is no Redlock.
 //!
-//! So the lock alone is enough for **efficiency**. When **correctness** matters, pass the
-//! [fencing token](LockGuard::fencing_token) to the resource the lock protects, and have
+//! So the lock alone is enough for **efficiency**. When **correctness** matters, make it
+//! [fenced](Lock::fenced), pass the [fencing token](LockGuard::fencing_token) to the
+//! resource the lock protects, and have
 //! the resource refuse a write that carries a smaller token than one it has already seen —
 //! in a database, a conditional `UPDATE`:
 //!
@@ -87,11 +90,11 @@
 //! let mut invoices = Invoices { total: 0, fence: 0 };
 //!
 //! // Client 1 takes the lock, then stalls past its lease...
-//! let stalled = Lock::new(store.clone(), key.clone(), lease).try_acquire().await?;
+//! let stalled = Lock::new(store.clone(), key.clone(), lease).fenced().try_acquire().await?;
 //! tokio::time::sleep(Duration::from_millis(60)).await;
 //!
 //! // ...so client 2 takes it, and writes with its (larger) token.
-//! let current = Lock::new(store.clone(), key, lease).try_acquire().await?;
+//! let current = Lock::new(store.clone(), key, lease).fenced().try_acquire().await?;
 //! assert_eq!(invoices.execute(UPDATE, 200, current.fencing_token()), 1);
 //!
 //! // Client 1 wakes up and writes: the database refuses the stale token,
@@ -103,6 +106,34 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Fencing or not
+//!
+//! The choice is made by type, once, where the lock is made:
+//!
+//! | made with | type | guard | in Redis, one acquire + release |
+//! |---|---|---|---|
+//! | [`Lock::new`] | `Lock<S>` = `Lock<S, Unfenced>` | no token | `SET … NX PX … GET`; a compare-and-delete script (`GET`, `DEL`, and a `GET` of the waiter count): 2 round trips |
+//! | [`Lock::new`]`(..).`[`fenced()`](Lock::fenced) | `Lock<S, Fenced>` | [`fencing_token()`](LockGuard::fencing_token) | a script taking the lock and drawing the token (`GET`, `SET`, `INCR` of the name's counter); the same release: 2 round trips |
+//!
+//! Those are [`try_acquire`](Lock::try_acquire)'s. The attempts of
+//! [`acquire_within`](Lock::acquire_within) are one script each in either mode (take the
+//! lock, or count the caller as a waiter in the same step), and a release that has a
+//! waiter to wake also pushes its wake-up; a lock nobody waits for pays neither.
+//!
+//! A fenced guard always has its token (a store that answers a fenced acquisition without
+//! one fails the acquisition), and an unfenced guard has no `fencing_token` method at all,
+//! so code that needs a token cannot compile against a lock that draws none.
+//!
+//! What fencing costs, besides the script: one counter per lock name that ever took a
+//! token, which never expires (it is what keeps tokens growing across expiry; in Redis
+//! `namespace:{name}:fence`, a few dozen bytes).
+//!
+//! Choose **fenced** when two holders at once would corrupt data and the protected
+//! resource can check a number (a database row, a storage API with conditional writes):
+//! only a token makes the lock safe against a holder paused past its lease. Choose
+//! **unfenced** when the lock is for efficiency — sparing duplicate work, not preventing
+//! it at all costs — or when the resource cannot check a token anyway.
+//!
 //! # Runtime
 //!
 //! A lock needs a Tokio runtime with its timer enabled: the watchdog is a task, waits and
@@ -110,10 +141,12 @@
 //! acquiring fails with [`LockError::NoRuntime`].
 
 mod error;
+mod fencing;
 mod guard;
 mod lease;
 mod watchdog;
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -121,19 +154,21 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 pub use self::error::{LockError, LockLost};
+pub use self::fencing::{Fenced, FencingMode, Unfenced};
 pub use self::guard::LockGuard;
 pub use self::lease::Lease;
 use self::watchdog::{Status, Watchdog};
 use crate::key::{Key, Owner};
-use crate::store::{Acquire, Fencing, Store, StoreError};
+use crate::store::{Acquire, Store, StoreError};
 
 /// The longest a waiter sleeps before trying again on its own, should the wake-up of a
-/// release never reach it (a woken waiter was cancelled before it acquired, or two
-/// releases came so close together that one wake-up covered both). Waiters wake on
-/// release long before this; it only bounds how long such a miss costs.
+/// release never reach it (a woken waiter was cancelled before it acquired, or a waiter
+/// took a wake-up meant for one that gave up). Waiters wake on release long before this;
+/// it only bounds how long such a miss costs.
 const FALLBACK_POLL: Duration = Duration::from_secs(1);
 
-/// A named distributed lock, held by one [`Owner`].
+/// A named distributed lock, held by one [`Owner`]; [`Unfenced`] unless made
+/// [`fenced`](Lock::fenced).
 ///
 /// ```
 /// use std::time::Duration;
@@ -163,28 +198,39 @@ const FALLBACK_POLL: Duration = Duration::from_secs(1);
 ///
 /// Acquiring a lock its owner already holds succeeds at once, as after a network timeout
 /// that hid a successful acquisition. Reentry is **not counted**: the guards share one
-/// hold, with one fencing token and the lease the store has left (re-entering does not
-/// extend it). The first guard to be released (or dropped) frees the lock for all of them;
-/// the others then answer `false` to [`release`](LockGuard::release), and their watchdogs
-/// (each guard of a watchdog lock runs one, since the first acquisition's guard may have
-/// been lost with the timeout) report [`LockLost::NotHeld`].
+/// hold, with one fencing token (if fenced) and the lease the store has left (re-entering
+/// does not extend it). The first guard to be released (or dropped) frees the lock for all
+/// of them; the others then answer `false` to [`release`](LockGuard::release), and their
+/// watchdogs (each guard of a watchdog lock runs one, since the first acquisition's guard
+/// may have been lost with the timeout) report [`LockLost::NotHeld`].
 ///
 /// # Waiting
 ///
-/// [`acquire_within`](Lock::acquire_within) sleeps in the store
+/// [`acquire_within`](Lock::acquire_within) tries to acquire and, finding the lock held,
+/// registers as a waiter in the same atomic step
+/// ([`Store::acquire_or_register_waiter`]); then it sleeps in the store
 /// ([`Store::wait_for_release`]) until a release wakes it — one waiter per release — or
-/// the holder's lease runs out, then tries again. Waiters are not served in order: a
-/// newcomer may take a lock just freed before the woken waiter does.
+/// the holder's lease runs out, and tries again. Since the registration and the look at
+/// the lock are one step, a release cannot slip between them unseen: it either left the
+/// lock free for that step, or came after it and wakes a waiter. A release signals only
+/// when a waiter registered, so a lock nobody waits for costs no signal. Each wait also
+/// ends after a second at the latest, and the waiter tries again, so even a wake-up lost
+/// to a cancelled waiter costs at most that. Waiters are not served in order: a newcomer
+/// may take a lock just freed before the woken waiter does.
+///
+/// [`try_acquire`](Lock::try_acquire) never registers.
 #[derive(Debug)]
-pub struct Lock<S: Store> {
+pub struct Lock<S: Store, F: FencingMode = Unfenced> {
     store: Arc<S>,
     key: Key,
     owner: Owner,
     lease: Lease,
+    fencing: PhantomData<F>,
 }
 
 impl<S: Store> Lock<S> {
-    /// A lock named `key` in `store`, with a fresh random owner.
+    /// A lock named `key` in `store`, with a fresh random owner, without fencing tokens
+    /// (see [`fenced`](Lock::fenced)).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -197,9 +243,33 @@ impl<S: Store> Lock<S> {
             key,
             owner: Owner::random(),
             lease,
+            fencing: PhantomData,
         }
     }
 
+    /// The same lock, drawing a fencing token with each acquisition: its guards have a
+    /// [`fencing_token`](LockGuard::fencing_token). Costs one counter per lock name and a
+    /// script instead of a plain `SET` in Redis; see
+    /// [fencing or not](crate::lock#fencing-or-not).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use idem_core::{Fenced, Key, Lease, Lock, MemoryStore};
+    /// let lock: Lock<MemoryStore, Fenced> =
+    ///     Lock::new(MemoryStore::new(), Key::new("ledger").unwrap(), Lease::Fixed(Duration::from_secs(5))).fenced();
+    /// ```
+    pub fn fenced(self) -> Lock<S, Fenced> {
+        Lock {
+            store: self.store,
+            key: self.key,
+            owner: self.owner,
+            lease: self.lease,
+            fencing: PhantomData,
+        }
+    }
+}
+
+impl<S: Store, F: FencingMode> Lock<S, F> {
     /// Acquires as `owner` instead of a random owner, so that acquiring again as the same
     /// owner — from a retry, another task, another process — re-enters the hold.
     ///
@@ -236,9 +306,9 @@ impl<S: Store> Lock<S> {
     /// - [`LockError::Held`] when another owner holds it.
     /// - [`LockError::Store`] when the store fails.
     /// - [`LockError::NoRuntime`] outside a Tokio runtime.
-    pub async fn try_acquire(&self) -> Result<LockGuard<S>, LockError> {
+    pub async fn try_acquire(&self) -> Result<LockGuard<S, F>, LockError> {
         let runtime = Handle::try_current().map_err(|_| LockError::NoRuntime)?;
-        self.attempt(&runtime).await
+        self.attempt(&runtime, None).await
     }
 
     /// Takes the lock, waiting up to `timeout` for its holder to release it or for its
@@ -249,13 +319,22 @@ impl<S: Store> Lock<S> {
     /// - [`LockError::TimedOut`] when others held it for the whole wait.
     /// - [`LockError::Store`] when the store fails.
     /// - [`LockError::NoRuntime`] outside a Tokio runtime.
-    pub async fn acquire_within(&self, timeout: Duration) -> Result<LockGuard<S>, LockError> {
+    pub async fn acquire_within(&self, timeout: Duration) -> Result<LockGuard<S, F>, LockError> {
         let runtime = Handle::try_current().map_err(|_| LockError::NoRuntime)?;
         let started = Instant::now();
         let deadline = started.checked_add(timeout);
+        let left = || {
+            deadline.map_or(Duration::MAX, |deadline| {
+                deadline - Instant::now().min(deadline)
+            })
+        };
         let mut waited = false;
         loop {
-            let remaining = match self.attempt(&runtime).await {
+            // Every attempt but the last registers for the wait that may follow it, which
+            // is never longer than this.
+            let longest_wait = left().min(FALLBACK_POLL);
+            let registering = (!longest_wait.is_zero()).then_some(longest_wait);
+            let remaining = match self.attempt(&runtime, registering).await {
                 Err(LockError::Held { remaining }) => remaining,
                 Ok(guard) => {
                     if waited {
@@ -267,19 +346,17 @@ impl<S: Store> Lock<S> {
                 }
                 Err(failed) => return Err(failed),
             };
-            let now = Instant::now();
-            let left = match deadline {
-                Some(deadline) if deadline <= now => {
-                    return Err(LockError::TimedOut {
-                        waited: now - started,
-                    });
-                }
-                Some(deadline) => deadline - now,
-                None => Duration::MAX,
-            };
+            if registering.is_none() {
+                return Err(LockError::TimedOut {
+                    waited: started.elapsed(),
+                });
+            }
             // Just past the holder's lease, so that an expiry (which wakes nobody) is seen.
             let until_expiry = remaining.saturating_add(Duration::from_millis(1));
-            let within = until_expiry.min(left).min(FALLBACK_POLL);
+            let within = until_expiry.min(left()).min(FALLBACK_POLL);
+            if within.is_zero() {
+                continue;
+            }
             waited = true;
             #[cfg(feature = "metrics")]
             metrics::counter!("idem_lock_waits_total").increment(1);
@@ -292,46 +369,62 @@ impl<S: Store> Lock<S> {
         }
     }
 
-    async fn attempt(&self, runtime: &Handle) -> Result<LockGuard<S>, LockError> {
+    /// One acquisition; with `registering`, one that counts this owner as a waiter for
+    /// that long if the lock is held.
+    async fn attempt(
+        &self,
+        runtime: &Handle,
+        registering: Option<Duration>,
+    ) -> Result<LockGuard<S, F>, LockError> {
         let lease = self.lease.duration();
         let sent_at = Instant::now();
-        let acquired = self
-            .store
-            .acquire(&self.key, &self.owner, lease, Fencing::On)
-            .await
-            .map_err(LockError::Store)?;
+        let acquired = match registering {
+            None => {
+                self.store
+                    .acquire(&self.key, &self.owner, lease, F::FENCING)
+                    .await
+            }
+            Some(wait) => {
+                self.store
+                    .acquire_or_register_waiter(&self.key, &self.owner, lease, F::FENCING, wait)
+                    .await
+            }
+        }
+        .map_err(LockError::Store)?;
         let (fence, remaining, reentered) = match acquired {
             Acquire::Acquired { fence } => (fence, lease, false),
             Acquire::Reentered { remaining, fence } => (fence, remaining, true),
             Acquire::Held { remaining } => return Err(LockError::Held { remaining }),
         };
-        let fence = fence.ok_or_else(|| self.no_fence(&acquired))?;
-        let (status, _) = watch::channel(Status {
-            valid_until: lease::valid_until(sent_at, remaining, lease),
-            lost: None,
-        });
-        let watchdog = match self.lease {
+        let token = F::token(fence).ok_or_else(|| self.no_fence(&acquired))?;
+        let valid_until = lease::valid_until(sent_at, remaining, lease);
+        let watched = match self.lease {
             Lease::Fixed(_) => None,
-            Lease::Watchdog(_) => Some(
-                Watchdog {
+            Lease::Watchdog(_) => {
+                let (status, _) = watch::channel(Status {
+                    valid_until,
+                    lost: None,
+                });
+                let watchdog = Watchdog {
                     store: Arc::clone(&self.store),
                     key: self.key.clone(),
                     owner: self.owner.clone(),
                     lease,
                     status: status.clone(),
                 }
-                .spawn(runtime),
-            ),
+                .spawn(runtime);
+                Some((status, watchdog))
+            }
         };
-        tracing::debug!(key = %self.key, fence = fence.get(), reentered, "idem: lock acquired");
+        tracing::debug!(key = %self.key, ?token, reentered, "idem: lock acquired");
         Ok(LockGuard::new(
             self.key.clone(),
-            fence,
+            token,
             reentered,
             Arc::clone(&self.store),
             self.owner.clone(),
-            status,
-            watchdog,
+            valid_until,
+            watched,
         ))
     }
 

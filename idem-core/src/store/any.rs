@@ -58,6 +58,14 @@ trait ErasedStore: Send + Sync + 'static {
         fencing: Fencing,
     ) -> BoxFuture<'a, Acquire>;
     fn release<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool>;
+    fn acquire_or_register_waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: &'a Owner,
+        ttl: Duration,
+        fencing: Fencing,
+        wait: Duration,
+    ) -> BoxFuture<'a, Acquire>;
     fn release_and_signal<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool>;
     fn wait_for_release<'a>(&'a self, key: &'a Key, within: Duration) -> BoxFuture<'a, bool>;
     fn renew<'a>(&'a self, key: &'a Key, owner: &'a Owner, ttl: Duration) -> BoxFuture<'a, bool>;
@@ -110,6 +118,19 @@ impl<S: Store> ErasedStore for S {
 
     fn release<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool> {
         Box::pin(Store::release(self, key, owner))
+    }
+
+    fn acquire_or_register_waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: &'a Owner,
+        ttl: Duration,
+        fencing: Fencing,
+        wait: Duration,
+    ) -> BoxFuture<'a, Acquire> {
+        Box::pin(Store::acquire_or_register_waiter(
+            self, key, owner, ttl, fencing, wait,
+        ))
     }
 
     fn release_and_signal<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool> {
@@ -191,6 +212,19 @@ impl Store for AnyStore {
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         self.0.release(key, owner).await
+    }
+
+    async fn acquire_or_register_waiter(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+        wait: Duration,
+    ) -> Result<Acquire, StoreError> {
+        self.0
+            .acquire_or_register_waiter(key, owner, ttl, fencing, wait)
+            .await
     }
 
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {

@@ -8,7 +8,7 @@
 //! | capability | operations |
 //! |---|---|
 //! | anti-repeat window, locks | [`acquire`](Store::acquire), [`release`](Store::release), [`renew`](Store::renew), [`remaining`](Store::remaining) |
-//! | waiting for a lock ([`Lock`](crate::Lock)) | [`release_and_signal`](Store::release_and_signal), [`wait_for_release`](Store::wait_for_release) |
+//! | waiting for a lock ([`Lock`](crate::Lock)) | [`acquire_or_register_waiter`](Store::acquire_or_register_waiter), [`release_and_signal`](Store::release_and_signal), [`wait_for_release`](Store::wait_for_release) |
 //! | one-time form tokens | [`put_token`](Store::put_token), [`consume_token`](Store::consume_token) |
 //! | idempotency records | [`begin_record`](Store::begin_record), [`complete_record`](Store::complete_record), [`renew_record`](Store::renew_record), [`abandon_record`](Store::abandon_record) |
 //!
@@ -73,16 +73,54 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         owner: &Owner,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Frees `key` like [`release`](Store::release), and if it did, signals **one** caller
-    /// of [`wait_for_release`](Store::wait_for_release) on `key`.
+    /// [`acquire`](Store::acquire), and when another owner holds `key`
+    /// ([`Acquire::Held`]), counts the caller as a waiter for up to `wait`, in the same
+    /// atomic step, so that the next [`release_and_signal`](Store::release_and_signal) of
+    /// `key` leaves a wake-up for it. A caller that gets `Held` goes on to
+    /// [`wait_for_release`](Store::wait_for_release) for at most `wait`.
+    ///
+    /// Registering in the step that saw the key held is what makes a wake-up impossible to
+    /// miss: a release either came before that step (which then took the key, or saw it
+    /// taken again by someone else) or after it (and signals). A registration is never
+    /// taken back: a waiter that leaves without being woken leaves one wake-up unused,
+    /// which wakes a later waiter once for nothing; it lapses after `wait` at the latest.
+    ///
+    /// By default it is [`acquire`](Store::acquire): a store whose
+    /// [`wait_for_release`](Store::wait_for_release) registers the waiter itself (atomically
+    /// with seeing the key held) or polls has nothing to do here. A store that overrides
+    /// one of this, [`release_and_signal`](Store::release_and_signal) and
+    /// [`wait_for_release`](Store::wait_for_release) overrides the three, and a wrapper
+    /// store forwards the three, or its lock waiters are never signalled and wake only by
+    /// their fallback poll.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer (or, for [`MemoryStore`], is full).
+    fn acquire_or_register_waiter(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
+        let _ = wait;
+        self.acquire(key, owner, ttl, fencing)
+    }
+
+    /// Frees `key` like [`release`](Store::release), and if it did and a waiter is
+    /// registered, signals **one** caller of [`wait_for_release`](Store::wait_for_release)
+    /// on `key`.
     ///
     /// A separate operation so that [`release`](Store::release), on the anti-repeat path
     /// where nobody waits, stays one plain compare-and-delete. Still one atomic step: the
-    /// delete and the signal happen together or not at all.
+    /// delete, the look at the waiters and the signal happen together or not at all. A
+    /// release nobody waits for signals nothing and leaves nothing behind, so it costs what
+    /// a [`release`](Store::release) costs, give or take one read inside the step.
     ///
     /// By default it is [`release`](Store::release) and signals nothing, which suits the
     /// default [`wait_for_release`](Store::wait_for_release) (it looks at the key rather
-    /// than waiting for a signal). A store that overrides one overrides both.
+    /// than waiting for a signal).
     ///
     /// # Errors
     ///
@@ -98,10 +136,16 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// Waits until a [`release_and_signal`](Store::release_and_signal) of `key` wakes this
     /// caller, or `within` has passed. `true` when woken, `false` when the time ran out.
     ///
+    /// - A release signals only waiters that registered: by
+    ///   [`acquire_or_register_waiter`](Store::acquire_or_register_waiter) answering
+    ///   [`Acquire::Held`], or (in stores that do it that way, such as [`MemoryStore`]) by
+    ///   this call, atomically with seeing the key held — it is `true` at once when the key
+    ///   is free.
     /// - One signal wakes **one** waiter, so a release does not stampede every waiter into
     ///   the store at once.
-    /// - A signal given while nobody waited is not lost: it wakes the next waiter (who
-    ///   typically saw the key held a moment before the release and is only now arriving).
+    /// - A signal given for a registered waiter that has not started waiting yet is not
+    ///   lost: it wakes the next waiter to arrive (typically that one). A release that
+    ///   nobody registered for wakes nobody, now or later.
     /// - `true` is a hint, not a promise that the key is free: a signal can be stale, or
     ///   someone else can take the key first. Callers try to acquire again.
     /// - A key that expires, rather than being released, signals nobody: waiters pass a
@@ -260,8 +304,9 @@ pub const RELEASE_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Whether [`Store::acquire`] draws a [`FencingToken`].
 ///
-/// Locks want one; a per-client anti-repeat window does not, and skipping it saves a
-/// counter per key (and, in Redis, keeps the accept path at a single `SET`).
+/// A [fenced lock](crate::lock#fencing-or-not) wants one; a plain lock and a per-client
+/// anti-repeat window do not, and skipping it saves a counter per key (and, in Redis,
+/// keeps the accept path at a single `SET`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fencing {
     /// No token.

@@ -51,6 +51,7 @@ async fn hold(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let guard = Lock::new(store, Key::new(key.as_str())?, lease)
+        .fenced()
         .try_acquire()
         .await?;
     let fence = guard.fencing_token().get();

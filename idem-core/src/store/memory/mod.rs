@@ -53,9 +53,11 @@ const RECLAIM_CHUNK: usize = 256;
 /// capacity is given back once most entries are gone. The thread stops when the last
 /// clone of the store is dropped.
 ///
-/// Waiting ([`wait_for_release`](Store::wait_for_release)) parks on a per-key
+/// Waiting ([`wait_for_release`](Store::wait_for_release)) registers the waiter under the
+/// shard's mutex, atomically with seeing the key held, and parks on a per-key
 /// [`tokio::sync::Notify`] that exists only while someone waits; a release wakes one
-/// waiter (`notify_one`).
+/// waiter (`notify_one`), and a release nobody waits for finds no `Notify` and signals
+/// nothing.
 ///
 /// Fencing tokens come from one counter for the whole store, so they grow strictly for
 /// every key, also across expiry, and need no memory per key. The counter starts at the

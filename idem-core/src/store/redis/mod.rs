@@ -19,6 +19,8 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire_fenced.lua")));
+static ACQUIRE_OR_REGISTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire_or_register.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static RELEASE_AND_SIGNAL: LazyLock<Script> =
@@ -43,9 +45,9 @@ static CONSUME_TOKEN: LazyLock<Script> =
 const TOKEN_BUCKETS: u32 = 64;
 
 /// How long a release's wake-up stays in Redis for a waiter to take. It must cover the
-/// moment between a waiter seeing the lock held and its `BLPOP` reaching Redis (a round
-/// trip, maybe opening a connection); keeping it longer only means that a later waiter may
-/// wake once for nothing.
+/// moment between a waiter registering and its `BLPOP` reaching Redis (a round trip,
+/// maybe opening a connection); keeping it longer only means that a later waiter may wake
+/// once for nothing, when the one it was left for gave up waiting.
 const SIGNAL_KEPT_MS: u64 = 5_000;
 
 /// A [`Store`] in Redis, shared by every instance of an application.
@@ -75,9 +77,12 @@ const SIGNAL_KEPT_MS: u64 = 5_000;
 ///
 /// Key layout (with the default namespace `idem`): `idem:{key}:lock`, `idem:{key}:fence`
 /// (a lock's fencing counter: it has no TTL, so tokens keep growing across expiry — one
-/// small key per lock name that ever used fencing), `idem:{key}:signal` (a list holding
-/// at most one wake-up, written by [`release_and_signal`](Store::release_and_signal) and
-/// kept for 5 s), `idem:{key}:record`. One-time tokens are spread over 64 buckets by
+/// small key per lock name that ever used fencing), `idem:{key}:waiters` (how many
+/// waiters registered with
+/// [`acquire_or_register_waiter`](Store::acquire_or_register_waiter) and were not yet
+/// answered by a release; kept as long as the longest registered wait, plus the timeout),
+/// `idem:{key}:signal` (a list of wake-ups, one per registered waiter a release answered,
+/// kept for 5 s; neither key exists for a lock nobody waits for), `idem:{key}:record`. One-time tokens are spread over 64 buckets by
 /// their scope: `idem:{tokens/N}:all` (the bucket's tokens, by expiry) and
 /// `idem:{tokens/N}:scope:<scope>` (one scope's), so a put or a spend is one script in one
 /// slot. Each bucket holds its share of the
@@ -166,6 +171,7 @@ pub struct ReplicasBehind {
 enum Kind {
     Lock,
     Fence,
+    Waiters,
     Signal,
     Record,
 }
@@ -224,6 +230,7 @@ impl RedisStore {
         let suffix = match kind {
             Kind::Lock => "lock",
             Kind::Fence => "fence",
+            Kind::Waiters => "waiters",
             Kind::Signal => "signal",
             Kind::Record => "record",
         };
@@ -355,25 +362,7 @@ impl RedisStore {
                     .await
             })
             .await?;
-        let field = |i: usize| {
-            answer
-                .get(i)
-                .ok_or_else(|| unexpected("acquire", &answer))
-                .and_then(|value| int("acquire", value))
-        };
-        let token = || field(1).map(|n| Some(FencingToken::new(n.unsigned_abs())));
-        let remaining = || field(2).map(|ms| remaining_from_pttl(ms).unwrap_or_default());
-        match field(0)? {
-            1 => Ok(Acquire::Acquired { fence: token()? }),
-            2 => Ok(Acquire::Reentered {
-                remaining: remaining()?,
-                fence: token()?,
-            }),
-            0 => Ok(Acquire::Held {
-                remaining: remaining()?,
-            }),
-            _ => Err(unexpected("acquire", &answer)),
-        }
+        scripted_acquire(&answer, Fencing::On)
     }
 
     /// [`Store::acquire`] without fencing: one command on the accept path, whose `GET`
@@ -462,6 +451,31 @@ fn remaining_from_pttl(millis: i64) -> Option<Duration> {
     }
 }
 
+/// The answer of the acquiring scripts: `{1, token}` acquired, `{2, token, pttl}` already
+/// ours, `{0, 0, pttl}` held by another; the token counts only with fencing.
+fn scripted_acquire(answer: &[Value], fencing: Fencing) -> Result<Acquire, StoreError> {
+    let field = |i: usize| {
+        answer
+            .get(i)
+            .ok_or_else(|| unexpected("acquire", answer))
+            .and_then(|value| int("acquire", value))
+    };
+    let token =
+        || field(1).map(|n| (fencing == Fencing::On).then(|| FencingToken::new(n.unsigned_abs())));
+    let remaining = || field(2).map(|ms| remaining_from_pttl(ms).unwrap_or_default());
+    match field(0)? {
+        1 => Ok(Acquire::Acquired { fence: token()? }),
+        2 => Ok(Acquire::Reentered {
+            remaining: remaining()?,
+            fence: token()?,
+        }),
+        0 => Ok(Acquire::Held {
+            remaining: remaining()?,
+        }),
+        _ => Err(unexpected("acquire", answer)),
+    }
+}
+
 fn unexpected(operation: &'static str, answer: impl std::fmt::Debug) -> StoreError {
     StoreError::UnexpectedAnswer {
         operation,
@@ -504,13 +518,59 @@ impl Store for RedisStore {
             .await
     }
 
+    async fn acquire_or_register_waiter(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+        wait: Duration,
+    ) -> Result<Acquire, StoreError> {
+        let (lock, fence, waiters) = (
+            self.key(key, Kind::Lock),
+            self.key(key, Kind::Fence),
+            self.key(key, Kind::Waiters),
+        );
+        let (lock_key, fence, waiters) = (lock.as_str(), fence.as_str(), waiters.as_str());
+        let (owner, millis) = (owner.as_str(), ttl_millis(ttl));
+        let fenced = if fencing == Fencing::On { "1" } else { "0" };
+        // The registration must outlast the wait, and the moment its `BLPOP` takes to
+        // reach Redis.
+        let registered_ms = ttl_millis(wait.saturating_add(self.inner.timeout));
+        let answer: Vec<Value> = self
+            .run(|mut conn| async move {
+                ACQUIRE_OR_REGISTER
+                    .key(lock_key)
+                    .key(fence)
+                    .key(waiters)
+                    .arg(owner)
+                    .arg(millis)
+                    .arg(fenced)
+                    .arg(registered_ms)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let acquired = scripted_acquire(&answer, fencing)?;
+        if let Acquire::Acquired { .. } = acquired {
+            self.replicated(&lock).await?;
+        }
+        Ok(acquired)
+    }
+
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        let (lock, signal) = (self.key(key, Kind::Lock), self.key(key, Kind::Signal));
-        let (lock, signal, owner) = (lock.as_str(), signal.as_str(), owner.as_str());
+        let (lock, waiters, signal) = (
+            self.key(key, Kind::Lock),
+            self.key(key, Kind::Waiters),
+            self.key(key, Kind::Signal),
+        );
+        let (lock, waiters, signal) = (lock.as_str(), waiters.as_str(), signal.as_str());
+        let owner = owner.as_str();
         let released: i64 = self
             .run(|mut conn| async move {
                 RELEASE_AND_SIGNAL
                     .key(lock)
+                    .key(waiters)
                     .key(signal)
                     .arg(owner)
                     .arg(SIGNAL_KEPT_MS)

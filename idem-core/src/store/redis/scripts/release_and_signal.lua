@@ -1,15 +1,25 @@
--- Deletes the lock only if ARGV[1] owns it, and then leaves one wake-up for a waiter.
--- KEYS[1] the lock, KEYS[2] its signal list (same hash tag, so one cluster slot)
+-- Deletes the lock only if ARGV[1] owns it, and then, if a waiter registered, leaves one
+-- wake-up for it.
+-- KEYS[1] the lock, KEYS[2] its waiter count, KEYS[3] its signal list (one hash tag, so
+-- one cluster slot)
 -- ARGV[1] owner, ARGV[2] how long an untaken signal is kept, in milliseconds
 -- Returns 1 if deleted, else 0.
 --
--- One element wakes one `BLPOP`, so a release never stampedes the waiters. The list is
--- cut to one element: releases nobody waited for do not pile up wake-ups for later.
+-- A release nobody waits for is the compare-and-delete and one read. Each registration
+-- is answered by one element, and one element wakes one `BLPOP`: a release never
+-- stampedes the waiters, and two releases in a row wake two registered waiters.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('LPUSH', KEYS[2], 1)
-redis.call('LTRIM', KEYS[2], 0, 0)
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+local waiting = tonumber(redis.call('GET', KEYS[2]) or '0')
+if waiting > 0 then
+  if waiting == 1 then
+    redis.call('DEL', KEYS[2])
+  else
+    redis.call('DECR', KEYS[2])
+  end
+  redis.call('RPUSH', KEYS[3], 1)
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+end
 return 1
