@@ -23,49 +23,56 @@ pub(super) enum Packed {
 }
 
 impl Packed {
-    fn of(text: &str) -> Self {
-        let bytes = text.as_bytes();
-        if let Some(digits) = bytes.strip_prefix(b"#")
+    /// `text`, which a [`Key`] or an [`Owner`] guarantees is ASCII.
+    fn of(text: &[u8], or_else: impl FnOnce() -> Box<str>) -> Self {
+        if let Some(digits) = text.strip_prefix(b"#")
             && let Some(packed) = from_hex(digits)
         {
             return Self::Hashed(packed);
         }
-        match from_hex(bytes) {
+        match from_hex(text) {
             Some(packed) => Self::Hex(packed),
-            None => Self::Text(text.into()),
+            None => Self::Text(or_else()),
         }
     }
 }
 
 impl From<&Key> for Packed {
     fn from(key: &Key) -> Self {
-        Self::of(key.as_str())
+        Self::of(key.as_bytes(), || key.as_str().into())
     }
 }
 
 impl From<&Owner> for Packed {
     fn from(owner: &Owner) -> Self {
-        Self::of(owner.as_str())
+        Self::of(owner.as_bytes(), || owner.as_str().into())
     }
 }
 
+/// The value of each lowercase hex digit; 16 for every other byte.
+const NIBBLES: [u8; 256] = {
+    let mut nibbles = [16; 256];
+    let mut digit = 0;
+    while digit < 16 {
+        nibbles[b"0123456789abcdef"[digit] as usize] = digit as u8;
+        digit += 1;
+    }
+    nibbles
+};
+
 /// The 16 bytes that 32 lowercase hex digits spell, or `None` for any other text.
 fn from_hex(digits: &[u8]) -> Option<[u8; 16]> {
-    fn nibble(digit: u8) -> Option<u8> {
-        match digit {
-            b'0'..=b'9' => Some(digit - b'0'),
-            b'a'..=b'f' => Some(digit - b'a' + 10),
-            _ => None,
-        }
-    }
     if digits.len() != 32 {
         return None;
     }
     let mut bytes = [0; 16];
+    let mut invalid = 0;
     for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+        let (high, low) = (NIBBLES[usize::from(pair[0])], NIBBLES[usize::from(pair[1])]);
+        invalid |= high | low;
+        *byte = high << 4 | (low & 0xf);
     }
-    Some(bytes)
+    (invalid & 16 == 0).then_some(bytes)
 }
 
 /// An instant as nanoseconds from the store's start. TTLs are cut to a century
