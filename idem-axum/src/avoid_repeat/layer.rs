@@ -130,6 +130,10 @@ impl_guard_service!(AvoidRepeat, avoid_repeat);
 ///
 /// An `async move` block rather than an `async fn`, which would keep its arguments twice:
 /// this future is boxed per request.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold its arguments twice"
+)]
 fn avoid_repeat<S: Inner>(
     settings: Arc<Settings>,
     mut inner: S,
