@@ -80,6 +80,11 @@ impl Key {
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
+
+    /// The key's bytes, without checking again that they are text.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 impl fmt::Debug for Key {
@@ -147,6 +152,11 @@ impl Owner {
     /// The owner's value.
     pub fn as_str(&self) -> &str {
         self.0.as_str()
+    }
+
+    /// The owner's bytes, without checking again that they are text.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
     }
 }
 

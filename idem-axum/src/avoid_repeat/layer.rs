@@ -1,6 +1,7 @@
 //! [`AvoidRepeatLayer`]: the anti-repeat window for a route, as a tower layer.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,28 +127,37 @@ impl<S> AvoidRepeat<S> {
 impl_guard_service!(AvoidRepeat, avoid_repeat);
 
 /// Answers one request to a guarded route.
-async fn avoid_repeat<S: Inner>(
+///
+/// An `async move` block rather than an `async fn`, which would keep its arguments twice:
+/// this future is boxed per request.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold its arguments twice"
+)]
+fn avoid_repeat<S: Inner>(
     settings: Arc<Settings>,
     mut inner: S,
     request: Request,
-) -> Result<Response, S::Error> {
-    let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
-        Ok(opened) => opened,
-        Err(refusal) => return Ok(refusal),
-    };
-    let handler_id = handler_id(&request);
-    let (request, payload) = match settings.by {
-        RepeatBy::Client => (request, None),
-        RepeatBy::ClientAndBody => match fingerprint_payload(request).await {
-            Ok((request, fingerprint)) => (request, Some(fingerprint)),
-            Err(rejection) => return Ok(guard.refuse(rejection)),
-        },
-    };
-    let key = key_for(&guard, &handler_id, &client, payload.as_ref());
-    in_window(&guard, &settings, &handler_id, &client, key, move || {
-        inner.call(request)
-    })
-    .await
+) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+    async move {
+        let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
+            Ok(opened) => opened,
+            Err(refusal) => return Ok(refusal),
+        };
+        let handler_id = handler_id(&request);
+        let (request, payload) = match settings.by {
+            RepeatBy::Client => (request, None),
+            RepeatBy::ClientAndBody => match fingerprint_payload(request).await {
+                Ok((request, fingerprint)) => (request, Some(fingerprint)),
+                Err(rejection) => return Ok(guard.refuse(rejection)),
+            },
+        };
+        let key = key_for(&guard, &handler_id, &client, payload.as_ref());
+        in_window(&guard, &settings, &handler_id, &client, key, move || {
+            inner.call(request)
+        })
+        .await
+    }
 }
 
 /// The handler identity of a route: its method and matched path (`POST /orders/{id}`),
@@ -157,5 +167,11 @@ fn handler_id(request: &Request) -> String {
         .extensions()
         .get::<MatchedPath>()
         .map_or(request.uri().path(), MatchedPath::as_str);
-    format!("{} {path}", request.method())
+    let method = request.method().as_str();
+    // Sized once, without the formatting machinery: this runs on every request.
+    let mut id = String::with_capacity(method.len() + 1 + path.len());
+    id.push_str(method);
+    id.push(' ');
+    id.push_str(path);
+    id
 }

@@ -30,14 +30,18 @@ use crate::request_body::read_whole;
 ///
 /// The whole of it — the key taken, the handler, the key settled — runs in the request's
 /// `idem` span (see [`outcome`](crate::outcome)).
-pub(crate) async fn in_window<F, E>(
-    guard: &GuardContext,
-    settings: &Settings,
-    handler_id: &str,
+///
+/// An `async move` block rather than an `async fn`, which would keep its arguments twice
+/// (as arguments and as the block's captures): the future is part of one boxed per
+/// request.
+pub(crate) fn in_window<'a, F, E>(
+    guard: &'a GuardContext,
+    settings: &'a Settings,
+    handler_id: &'a str,
     client: &ClientId,
     key: Key,
-    start: impl FnOnce() -> F,
-) -> Result<Response, E>
+    start: impl FnOnce() -> F + 'a,
+) -> impl Future<Output = Result<Response, E>> + 'a
 where
     F: Future<Output = Result<Response, E>> + Send + 'static,
     E: Send + 'static,
@@ -87,7 +91,6 @@ where
             .unwrap_or_else(|rejection| Ok(guard.refuse(rejection)))
     }
     .instrument(span)
-    .await
 }
 
 /// Whether an answer keeps the window: only a success (1xx–3xx) does.

@@ -1,5 +1,6 @@
 //! [`MemoryStore`]: the embedded default, for one process.
 
+mod packed;
 mod reaper;
 mod reminders;
 mod shard;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
+use self::packed::{Moment, Packed};
 use self::reaper::Reaper;
 use self::shard::{Entries, Full, Shard};
 use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
@@ -95,10 +97,12 @@ struct Shared {
     /// How many tokens each shard holds at most.
     token_budget: usize,
     last_fence: AtomicU64,
+    /// What the shards' instants count from.
+    started: Instant,
 }
 
 impl Shared {
-    fn shard(&self, key: &Key) -> MutexGuard<'_, Shard> {
+    fn shard(&self, key: &Packed) -> MutexGuard<'_, Shard> {
         // `SHARDS` is a power of two, so the low bits pick the shard.
         let index = self.hasher.hash_one(key) as usize & (SHARDS - 1);
         lock(&self.shards[index])
@@ -111,9 +115,13 @@ impl Shared {
     /// full store before refusing.
     fn reclaim_all(&self) {
         for shard in &*self.shards {
-            while lock(shard).reclaim(Instant::now(), &self.entries, RECLAIM_CHUNK) {}
+            while lock(shard).reclaim(self.now(), &self.entries, RECLAIM_CHUNK) {}
             lock(shard).shrink();
         }
+    }
+
+    fn now(&self) -> Moment {
+        Moment::at(self.started, Instant::now())
     }
 
     fn draw_fence(&self) -> FencingToken {
@@ -201,11 +209,11 @@ impl MemoryStore {
     }
 
     /// Runs `op` on `key`'s shard.
-    fn with_shard<T>(&self, key: &Key, op: impl FnOnce(&mut Shard, Instant, &Entries) -> T) -> T {
+    fn with_shard<T>(&self, key: &Packed, op: impl FnOnce(&mut Shard, Moment, &Entries) -> T) -> T {
         let mut shard = self.shared.shard(key);
         // Read the clock under the lock: a caller that waited for it must not judge expiry
         // (or compute a remaining TTL) by an instant older than the last change it sees.
-        let now = Instant::now();
+        let now = self.shared.now();
         op(&mut shard, now, &self.shared.entries)
     }
 
@@ -213,8 +221,8 @@ impl MemoryStore {
     /// every expired entry and tries once more.
     fn with_room<T>(
         &self,
-        key: &Key,
-        op: impl Fn(&mut Shard, Instant, &Entries) -> Result<T, Full>,
+        key: &Packed,
+        op: impl Fn(&mut Shard, Moment, &Entries) -> Result<T, Full>,
     ) -> Result<T, StoreError> {
         self.with_shard(key, &op).or_else(|_full| {
             self.shared.reclaim_all();
@@ -234,7 +242,7 @@ impl MemoryStore {
 /// out, or its future dropped).
 struct Waiter<'a> {
     shared: &'a Shared,
-    key: &'a Key,
+    key: &'a Packed,
 }
 
 impl Drop for Waiter<'_> {
@@ -261,6 +269,8 @@ impl Store for MemoryStore {
         ttl: Duration,
         fencing: Fencing,
     ) -> Result<Acquire, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
         let ttl = kept(ttl);
         let draw = || (fencing == Fencing::On).then(|| self.shared.draw_fence());
         self.with_room(key, |shard, now, entries| {
@@ -269,12 +279,16 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
         Ok(self.with_shard(key, |shard, now, entries| {
             shard.release(key, owner, now, entries)
         }))
     }
 
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
         Ok(self.with_shard(key, |shard, now, entries| {
             let released = shard.release(key, owner, now, entries);
             if released {
@@ -285,6 +299,7 @@ impl Store for MemoryStore {
     }
 
     async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
         let Some(notify) = self.with_shard(key, |shard, now, _| shard.register_waiter(key, now))
         else {
             return Ok(true);
@@ -299,11 +314,14 @@ impl Store for MemoryStore {
     }
 
     async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
         let ttl = kept(ttl);
         Ok(self.with_shard(key, |shard, now, _| shard.renew(key, owner, ttl, now)))
     }
 
     async fn remaining(&self, key: &Key) -> Result<Option<Duration>, StoreError> {
+        let key = &Packed::from(key);
         Ok(self.with_shard(key, |shard, now, _| shard.remaining(key, now)))
     }
 
@@ -314,6 +332,8 @@ impl Store for MemoryStore {
         ttl: Duration,
         keep: usize,
     ) -> Result<(), StoreError> {
+        let scope = &Packed::from(scope);
+        let token = &Packed::from(token);
         let (ttl, keep, budget) = (kept(ttl), keep.max(1), self.shared.token_budget);
         self.with_shard(scope, |shard, now, _| {
             shard.put_token(scope, token, ttl, keep, budget, now);
@@ -322,6 +342,8 @@ impl Store for MemoryStore {
     }
 
     async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
+        let scope = &Packed::from(scope);
+        let token = &Packed::from(token);
         Ok(self.with_shard(scope, |shard, now, _| {
             shard.consume_token(scope, token, now)
         }))
@@ -334,6 +356,8 @@ impl Store for MemoryStore {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
         let lease = kept(lease);
         self.with_room(key, |shard, now, entries| {
             shard.begin_record(key, owner, fingerprint, lease, now, entries)
@@ -347,6 +371,8 @@ impl Store for MemoryStore {
         response: Bytes,
         retention: Duration,
     ) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
         let retention = kept(retention);
         self.with_room(key, |shard, now, entries| {
             shard.complete_record(key, owner, response.clone(), retention, now, entries)
@@ -359,6 +385,8 @@ impl Store for MemoryStore {
         owner: &Owner,
         lease: Duration,
     ) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
         let lease = kept(lease);
         Ok(self.with_shard(key, |shard, now, _| {
             shard.renew_record(key, owner, lease, now)
@@ -366,6 +394,8 @@ impl Store for MemoryStore {
     }
 
     async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
         Ok(self.with_shard(key, |shard, now, entries| {
             shard.abandon_record(key, owner, now, entries)
         }))
@@ -454,6 +484,7 @@ impl MemoryStoreBuilder {
             entries: Entries::new(self.capacity, self.max_bytes),
             token_budget: self.token_capacity.div_ceil(SHARDS).max(1),
             last_fence: AtomicU64::new(fence_start()),
+            started: Instant::now(),
         });
         let reaper = Reaper::spawn(Arc::downgrade(&shared), self.reclaim_interval);
         MemoryStore {
@@ -673,6 +704,7 @@ mod tests {
     }
 
     fn waiters(store: &MemoryStore, key: &Key) -> usize {
+        let key = &Packed::from(key);
         store.shared.shard(key).waiters(key)
     }
 

@@ -2,7 +2,7 @@
 //!
 //! A shard reads the clock under its mutex, so the instants it stamps never go back; two
 //! entries given the same TTL therefore come due in the order they were written. The
-//! queue keeps one FIFO per TTL (an application uses a handful: one per guard setting,
+//! queue keeps one FIFO per map and TTL (an application uses a handful: one per guard setting,
 //! lock lease, token lifetime, record retention), so adding a reminder is a push at the
 //! back and taking the next one due a pop at the front of the earliest queue: O(1) and
 //! sequential in memory, where a binary heap over every live entry walks ~log2(n) cache
@@ -10,28 +10,28 @@
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::key::Key;
+use super::packed::{Moment, Packed};
 
 /// TTLs that get a FIFO of their own; more are rare, and share [`Reminders::other`].
 const QUEUES: usize = 16;
 
 /// Which map of a shard an entry lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Space {
     Lock,
     Token,
     Record,
 }
 
-/// "The entry `key` in `space` may expire at `at`." Entries renewed or removed since are
-/// recognised when the reminder comes due, so reminders are never updated in place.
+/// "The entry `key` may expire at `at`." Entries renewed or removed since are recognised
+/// when the reminder comes due, so reminders are never updated in place. Which map the
+/// entry is in is the queue's, so each reminder does not carry it.
 #[derive(Debug)]
 pub(super) struct Due {
-    pub(super) at: Instant,
-    pub(super) space: Space,
-    pub(super) key: Key,
+    pub(super) at: Moment,
+    pub(super) key: Packed,
 }
 
 impl PartialEq for Due {
@@ -61,12 +61,21 @@ enum Source {
     Other,
 }
 
+/// The reminders of one map's entries written with one TTL, ordered by `at` because they
+/// are written in clock order.
+#[derive(Debug)]
+struct Queue {
+    space: Space,
+    ttl: Duration,
+    due: VecDeque<Due>,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Reminders {
-    /// One FIFO per TTL, each ordered by `at` because it is filled in clock order.
-    queues: Vec<(Duration, VecDeque<Due>)>,
+    /// One FIFO per map and TTL.
+    queues: Vec<Queue>,
     /// Reminders of TTLs without a queue of their own.
-    other: BinaryHeap<Reverse<Due>>,
+    other: BinaryHeap<Reverse<(Due, Space)>>,
 }
 
 impl Reminders {
@@ -74,68 +83,89 @@ impl Reminders {
     /// that of the last reminder added with the same `ttl` (the shard's clock is read
     /// under its lock); were it ever, the reminder would only come due late, when the
     /// entry counts as absent anyway.
-    pub(super) fn push(&mut self, ttl: Duration, due: Due) {
-        if let Some((_, queue)) = self.queues.iter_mut().find(|(t, _)| *t == ttl) {
-            queue.push_back(due);
-        } else if let Some(free) = self.queues.iter_mut().find(|(_, q)| q.is_empty()) {
-            *free = (ttl, VecDeque::from([due]));
-        } else if self.queues.len() < QUEUES {
-            self.queues.push((ttl, VecDeque::from([due])));
-        } else {
-            self.other.push(Reverse(due));
+    pub(super) fn push(&mut self, space: Space, ttl: Duration, due: Due) {
+        let fresh = || Queue {
+            space,
+            ttl,
+            due: VecDeque::new(),
+        };
+        let queue = self
+            .queues
+            .iter()
+            .position(|q| q.space == space && q.ttl == ttl)
+            .or_else(|| {
+                let free = self.queues.iter().position(|q| q.due.is_empty())?;
+                self.queues[free] = fresh();
+                Some(free)
+            })
+            .or_else(|| {
+                (self.queues.len() < QUEUES).then(|| {
+                    self.queues.push(fresh());
+                    self.queues.len() - 1
+                })
+            });
+        match queue {
+            Some(i) => self.queues[i].due.push_back(due),
+            None => self.other.push(Reverse((due, space))),
         }
     }
 
-    fn earliest(&self) -> Option<(Source, Instant)> {
+    fn earliest(&self) -> Option<(Source, Moment)> {
         let queued = self
             .queues
             .iter()
             .enumerate()
-            .filter_map(|(i, (_, queue))| Some((Source::Queue(i), queue.front()?.at)));
+            .filter_map(|(i, queue)| Some((Source::Queue(i), queue.due.front()?.at)));
         let other = self
             .other
             .peek()
-            .map(|Reverse(due)| (Source::Other, due.at));
+            .map(|Reverse((due, _))| (Source::Other, due.at));
         queued.chain(other).min_by_key(|&(_, at)| at)
     }
 
     /// Whether a reminder is due by `now`.
-    pub(super) fn any_due(&self, now: Instant) -> bool {
+    pub(super) fn any_due(&self, now: Moment) -> bool {
         self.earliest().is_some_and(|(_, at)| at <= now)
     }
 
-    /// Takes the earliest reminder, if it is due by `now`.
-    pub(super) fn pop_due(&mut self, now: Instant) -> Option<Due> {
+    /// Takes the earliest reminder, and the map it is for, if it is due by `now`.
+    pub(super) fn pop_due(&mut self, now: Moment) -> Option<(Space, Due)> {
         match self.earliest()? {
             (_, at) if at > now => None,
-            (Source::Queue(i), _) => self.queues[i].1.pop_front(),
-            (Source::Other, _) => self.other.pop().map(|Reverse(due)| due),
+            (Source::Queue(i), _) => {
+                let queue = &mut self.queues[i];
+                queue.due.pop_front().map(|due| (queue.space, due))
+            }
+            (Source::Other, _) => self.other.pop().map(|Reverse((due, space))| (space, due)),
         }
     }
 
     pub(super) fn len(&self) -> usize {
-        self.queues.iter().map(|(_, q)| q.len()).sum::<usize>() + self.other.len()
+        self.queues.iter().map(|q| q.due.len()).sum::<usize>() + self.other.len()
     }
 
     /// Drops the reminders `current` says are stale; the rest keep their order.
-    pub(super) fn retain(&mut self, mut current: impl FnMut(&Due) -> bool) {
-        for (_, queue) in &mut self.queues {
-            queue.retain(&mut current);
+    pub(super) fn retain(&mut self, mut current: impl FnMut(Space, &Due) -> bool) {
+        for queue in &mut self.queues {
+            let space = queue.space;
+            queue.due.retain(|due| current(space, due));
         }
-        self.other.retain(|Reverse(due)| current(due));
+        self.other
+            .retain(|Reverse((due, space))| current(*space, due));
     }
 
     /// Slots held, used or not.
     #[cfg(test)]
     pub(super) fn capacity(&self) -> usize {
-        self.queues.iter().map(|(_, q)| q.capacity()).sum::<usize>() + self.other.capacity()
+        self.queues.iter().map(|q| q.due.capacity()).sum::<usize>() + self.other.capacity()
     }
 
     /// Gives back memory a past flood left.
     pub(super) fn shrink(&mut self) {
-        for (_, queue) in &mut self.queues {
-            if queue.capacity() > 64 && queue.len() * 4 < queue.capacity() {
-                queue.shrink_to(queue.len() * 2);
+        for queue in &mut self.queues {
+            let due = &mut queue.due;
+            if due.capacity() > 64 && due.len() * 4 < due.capacity() {
+                due.shrink_to(due.len() * 2);
             }
         }
         if self.other.capacity() > 64 && self.other.len() * 4 < self.other.capacity() {
@@ -148,32 +178,36 @@ impl Reminders {
 mod tests {
     use super::*;
 
-    fn due(at: Instant, i: u32) -> Due {
+    fn due(at: Moment, i: u32) -> Due {
         Due {
             at,
-            space: Space::Token,
-            key: Key::hashed([i.to_le_bytes()]),
+            key: Packed::Hashed([i as u8; 16]),
         }
+    }
+
+    fn start() -> Moment {
+        let now = std::time::Instant::now();
+        Moment::at(now, now)
     }
 
     #[test]
     fn reminders_come_due_in_time_order_across_ttls_and_the_shared_heap() {
-        let start = Instant::now();
+        let start = start();
         let mut reminders = Reminders::default();
         let mut expected = Vec::new();
         // More TTLs than queues, written in clock order as a shard writes them.
         for i in 0..400_u32 {
-            let written = start + Duration::from_millis(u64::from(i));
+            let written = start.after(Duration::from_millis(u64::from(i)));
             let ttl = Duration::from_millis(u64::from(i % 40) * 7 + 1);
-            reminders.push(ttl, due(written + ttl, i));
-            expected.push((written + ttl, i));
+            reminders.push(Space::Token, ttl, due(written.after(ttl), i));
+            expected.push((written.after(ttl), i));
         }
         assert_eq!(reminders.len(), 400);
         assert!(!reminders.other.is_empty(), "some TTLs went to the heap");
         expected.sort();
         let until = expected[299].0;
         let mut popped = Vec::new();
-        while let Some(due) = reminders.pop_due(until) {
+        while let Some((_, due)) = reminders.pop_due(until) {
             popped.push(due.at);
         }
         let due_by_then: Vec<_> = expected
@@ -188,14 +222,17 @@ mod tests {
 
     #[test]
     fn an_emptied_queue_serves_a_new_ttl() {
-        let now = Instant::now();
+        let now = start();
         let mut reminders = Reminders::default();
         for i in 0..QUEUES as u32 {
             let ttl = Duration::from_millis(u64::from(i) + 1);
-            reminders.push(ttl, due(now + ttl, i));
+            reminders.push(Space::Lock, ttl, due(now.after(ttl), i));
         }
-        while reminders.pop_due(now + Duration::from_secs(1)).is_some() {}
-        reminders.push(Duration::from_secs(9), due(now, 99));
+        while reminders
+            .pop_due(now.after(Duration::from_secs(1)))
+            .is_some()
+        {}
+        reminders.push(Space::Record, Duration::from_secs(9), due(now, 99));
         assert!(reminders.other.is_empty(), "a free queue took the new TTL");
     }
 }

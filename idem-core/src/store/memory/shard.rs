@@ -4,22 +4,24 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use super::packed::{Moment, Packed};
 use super::reminders::{Due, Reminders, Space};
 use super::tokens::Tokens;
-use crate::key::{Fingerprint, Key, Owner};
+use crate::key::Fingerprint;
 use crate::store::{Acquire, Begin, FencingToken};
 
 /// A shard's map. Keys are SHA-256 output or names the application chose, never raw
 /// client input, so a fast hash serves; std's SipHash was the largest single cost of an
 /// operation.
-pub(super) type Map<V> = HashMap<Key, V, foldhash::fast::RandomState>;
+pub(super) type Map<V> = HashMap<Packed, V, foldhash::fast::RandomState>;
 
 /// What a window, a lock or a record counts against the store's bytes, besides a stored
 /// response: its key, its value, its map slot and its expiry reminder, rounded up.
@@ -109,34 +111,48 @@ impl Entries {
     }
 }
 
-/// `ttl` from `now`. Callers pass TTLs already cut to a century (`ttl_millis`), so this
-/// cannot overflow.
-fn deadline(now: Instant, ttl: Duration) -> Instant {
-    now + ttl
+/// `ttl` from `now`.
+fn deadline(now: Moment, ttl: Duration) -> Moment {
+    now.after(ttl)
 }
 
 #[derive(Debug)]
 pub(super) struct Lock {
-    owner: Owner,
-    expires_at: Instant,
-    fence: Option<FencingToken>,
+    owner: Packed,
+    expires_at: Moment,
+    /// The token drawn for it; the store's counter never draws zero.
+    fence: Option<NonZeroU64>,
+}
+
+impl Lock {
+    fn new(owner: &Packed, expires_at: Moment, fence: Option<FencingToken>) -> Self {
+        Self {
+            owner: owner.clone(),
+            expires_at,
+            fence: fence.and_then(|fence| NonZeroU64::new(fence.get())),
+        }
+    }
+
+    fn fence(&self) -> Option<FencingToken> {
+        self.fence.map(|fence| FencingToken::new(fence.get()))
+    }
 }
 
 #[derive(Debug)]
 pub(super) struct Record {
     fingerprint: Fingerprint,
     state: RecordState,
-    expires_at: Instant,
+    expires_at: Moment,
 }
 
 #[derive(Debug)]
 enum RecordState {
-    InProgress { owner: Owner },
+    InProgress { owner: Packed },
     Completed { response: Bytes },
 }
 
 pub(super) trait Expiring {
-    fn expires_at(&self) -> Instant;
+    fn expires_at(&self) -> Moment;
 }
 
 /// What an entry counts against the store's bytes.
@@ -145,7 +161,7 @@ trait Footprint {
 }
 
 impl Expiring for Lock {
-    fn expires_at(&self) -> Instant {
+    fn expires_at(&self) -> Moment {
         self.expires_at
     }
 }
@@ -157,7 +173,7 @@ impl Footprint for Lock {
 }
 
 impl Expiring for Record {
-    fn expires_at(&self) -> Instant {
+    fn expires_at(&self) -> Moment {
         self.expires_at
     }
 }
@@ -178,15 +194,15 @@ impl Record {
 }
 
 /// Looks up an entry that has not expired.
-fn live<'m, V: Expiring>(map: &'m mut Map<V>, key: &Key, now: Instant) -> Option<&'m mut V> {
+fn live<'m, V: Expiring>(map: &'m mut Map<V>, key: &Packed, now: Moment) -> Option<&'m mut V> {
     map.get_mut(key).filter(|v| v.expires_at() > now)
 }
 
 /// Removes the entry under `key` if it has expired by `now`, and stops counting it.
 fn remove_expired<V: Expiring + Footprint>(
     map: &mut Map<V>,
-    key: &Key,
-    now: Instant,
+    key: &Packed,
+    now: Moment,
     entries: &Entries,
 ) {
     if map.get(key).is_some_and(|v| v.expires_at() <= now)
@@ -225,12 +241,12 @@ pub(super) struct Shard {
 impl Shard {
     /// Reminds the shard that the entry `key` in `space`, just written with `ttl`, may
     /// expire at `at`.
-    fn remind(&mut self, ttl: Duration, at: Instant, space: Space, key: &Key) {
+    fn remind(&mut self, ttl: Duration, at: Moment, space: Space, key: &Packed) {
         self.due.push(
+            space,
             ttl,
             Due {
                 at,
-                space,
                 key: key.clone(),
             },
         );
@@ -257,7 +273,7 @@ impl Shard {
             due,
             ..
         } = self;
-        due.retain(|due| match due.space {
+        due.retain(|space, due| match space {
             Space::Lock => current(locks, due),
             Space::Token => tokens.expires_at(&due.key, due.at),
             Space::Record => current(records, due),
@@ -266,17 +282,17 @@ impl Shard {
 
     /// Removes entries that expired by `now`, looking at no more than `limit` reminders;
     /// `true` if more reminders are due.
-    pub(super) fn reclaim(&mut self, now: Instant, entries: &Entries, limit: usize) -> bool {
+    pub(super) fn reclaim(&mut self, now: Moment, entries: &Entries, limit: usize) -> bool {
         let mut looked = 0;
         loop {
             if looked == limit {
                 break self.due.any_due(now);
             }
-            let Some(due) = self.due.pop_due(now) else {
+            let Some((space, due)) = self.due.pop_due(now) else {
                 break false;
             };
             looked += 1;
-            match due.space {
+            match space {
                 Space::Lock => remove_expired(&mut self.locks, &due.key, now, entries),
                 Space::Token => self.tokens.remove_expired(&due.key, now),
                 Space::Record => remove_expired(&mut self.records, &due.key, now, entries),
@@ -304,11 +320,11 @@ impl Shard {
 
     pub(super) fn acquire(
         &mut self,
-        key: &Key,
-        owner: &Owner,
+        key: &Packed,
+        owner: &Packed,
         ttl: Duration,
         draw_fence: impl FnOnce() -> Option<FencingToken>,
-        now: Instant,
+        now: Moment,
         entries: &Entries,
     ) -> Result<Acquire, Full> {
         let expires_at = deadline(now, ttl);
@@ -316,33 +332,25 @@ impl Shard {
             Entry::Occupied(mut occupied) => {
                 let lock = occupied.get_mut();
                 if lock.expires_at > now {
-                    let remaining = lock.expires_at - now;
+                    let remaining = lock.expires_at.since(now);
                     return Ok(if lock.owner == *owner {
                         Acquire::Reentered {
                             remaining,
-                            fence: lock.fence,
+                            fence: lock.fence(),
                         }
                     } else {
                         Acquire::Held { remaining }
                     });
                 }
                 let fence = draw_fence();
-                *lock = Lock {
-                    owner: owner.clone(),
-                    expires_at,
-                    fence,
-                };
+                *lock = Lock::new(owner, expires_at, fence);
                 self.remind(ttl, expires_at, Space::Lock, key);
                 Ok(Acquire::Acquired { fence })
             }
             Entry::Vacant(vacant) => {
                 entries.try_add()?;
                 let fence = draw_fence();
-                vacant.insert(Lock {
-                    owner: owner.clone(),
-                    expires_at,
-                    fence,
-                });
+                vacant.insert(Lock::new(owner, expires_at, fence));
                 self.remind(ttl, expires_at, Space::Lock, key);
                 Ok(Acquire::Acquired { fence })
             }
@@ -351,9 +359,9 @@ impl Shard {
 
     pub(super) fn release(
         &mut self,
-        key: &Key,
-        owner: &Owner,
-        now: Instant,
+        key: &Packed,
+        owner: &Packed,
+        now: Moment,
         entries: &Entries,
     ) -> bool {
         let ours = live(&mut self.locks, key, now).is_some_and(|lock| lock.owner == *owner);
@@ -366,7 +374,7 @@ impl Shard {
 
     /// Wakes one waiter on `key`. `notify_one` keeps a permit when no waiter is parked yet,
     /// so one that registered but has not started waiting is woken as soon as it does.
-    pub(super) fn signal(&self, key: &Key) {
+    pub(super) fn signal(&self, key: &Packed) {
         if let Some(signal) = self.signals.get(key) {
             signal.notify.notify_one();
         }
@@ -375,7 +383,7 @@ impl Shard {
     /// Registers a waiter on `key`, or `None` when the lock is free already: deciding
     /// that under the shard's mutex is what keeps a release just before the wait from
     /// being missed.
-    pub(super) fn register_waiter(&mut self, key: &Key, now: Instant) -> Option<Arc<Notify>> {
+    pub(super) fn register_waiter(&mut self, key: &Packed, now: Moment) -> Option<Arc<Notify>> {
         live(&mut self.locks, key, now)?;
         let signal = self.signals.entry(key.clone()).or_default();
         signal.waiters += 1;
@@ -384,7 +392,7 @@ impl Shard {
 
     /// Undoes [`register_waiter`](Self::register_waiter); the last waiter to leave removes
     /// the entry (and any permit no one took).
-    pub(super) fn unregister_waiter(&mut self, key: &Key) {
+    pub(super) fn unregister_waiter(&mut self, key: &Packed) {
         if let Entry::Occupied(mut occupied) = self.signals.entry(key.clone()) {
             occupied.get_mut().waiters -= 1;
             if occupied.get().waiters == 0 {
@@ -395,11 +403,17 @@ impl Shard {
 
     /// Waiters registered on `key`.
     #[cfg(test)]
-    pub(super) fn waiters(&self, key: &Key) -> usize {
+    pub(super) fn waiters(&self, key: &Packed) -> usize {
         self.signals.get(key).map_or(0, |signal| signal.waiters)
     }
 
-    pub(super) fn renew(&mut self, key: &Key, owner: &Owner, ttl: Duration, now: Instant) -> bool {
+    pub(super) fn renew(
+        &mut self,
+        key: &Packed,
+        owner: &Packed,
+        ttl: Duration,
+        now: Moment,
+    ) -> bool {
         let expires_at = deadline(now, ttl);
         match live(&mut self.locks, key, now) {
             Some(lock) if lock.owner == *owner => {
@@ -411,8 +425,8 @@ impl Shard {
         }
     }
 
-    pub(super) fn remaining(&mut self, key: &Key, now: Instant) -> Option<Duration> {
-        live(&mut self.locks, key, now).map(|lock| lock.expires_at - now)
+    pub(super) fn remaining(&mut self, key: &Packed, now: Moment) -> Option<Duration> {
+        live(&mut self.locks, key, now).map(|lock| lock.expires_at.since(now))
     }
 
     /// Puts `token` in `scope` for `ttl`; keeps the scope's newest `keep` tokens and the
@@ -420,19 +434,19 @@ impl Shard {
     #[allow(clippy::too_many_arguments)] // one critical section's inputs, each needed
     pub(super) fn put_token(
         &mut self,
-        scope: &Key,
-        token: &Key,
+        scope: &Packed,
+        token: &Packed,
         ttl: Duration,
         keep: usize,
         budget: usize,
-        now: Instant,
+        now: Moment,
     ) {
         let expires_at = deadline(now, ttl);
         self.tokens.put(scope, token, expires_at, keep, budget);
         self.remind(ttl, expires_at, Space::Token, token);
     }
 
-    pub(super) fn consume_token(&mut self, scope: &Key, token: &Key, now: Instant) -> bool {
+    pub(super) fn consume_token(&mut self, scope: &Packed, token: &Packed, now: Moment) -> bool {
         self.tokens.consume(scope, token, now)
     }
 
@@ -443,11 +457,11 @@ impl Shard {
 
     pub(super) fn begin_record(
         &mut self,
-        key: &Key,
-        owner: &Owner,
+        key: &Packed,
+        owner: &Packed,
         fingerprint: &Fingerprint,
         lease: Duration,
-        now: Instant,
+        now: Moment,
         entries: &Entries,
     ) -> Result<Begin, Full> {
         let expires_at = deadline(now, lease);
@@ -467,7 +481,7 @@ impl Shard {
                     } else {
                         match &record.state {
                             RecordState::InProgress { .. } => Begin::InProgress {
-                                remaining: record.expires_at - now,
+                                remaining: record.expires_at.since(now),
                             },
                             RecordState::Completed { response } => Begin::Completed {
                                 response: response.clone(),
@@ -488,7 +502,7 @@ impl Shard {
     }
 
     /// The in-progress record under `key`, if `owner` began it and its lease holds.
-    fn in_progress_of(&mut self, key: &Key, owner: &Owner, now: Instant) -> Option<&mut Record> {
+    fn in_progress_of(&mut self, key: &Packed, owner: &Packed, now: Moment) -> Option<&mut Record> {
         live(&mut self.records, key, now).filter(
             |record| matches!(&record.state, RecordState::InProgress { owner: o } if o == owner),
         )
@@ -496,11 +510,11 @@ impl Shard {
 
     pub(super) fn complete_record(
         &mut self,
-        key: &Key,
-        owner: &Owner,
+        key: &Packed,
+        owner: &Packed,
         response: Bytes,
         retention: Duration,
-        now: Instant,
+        now: Moment,
         entries: &Entries,
     ) -> Result<bool, Full> {
         let expires_at = deadline(now, retention);
@@ -516,10 +530,10 @@ impl Shard {
 
     pub(super) fn renew_record(
         &mut self,
-        key: &Key,
-        owner: &Owner,
+        key: &Packed,
+        owner: &Packed,
         lease: Duration,
-        now: Instant,
+        now: Moment,
     ) -> bool {
         let expires_at = deadline(now, lease);
         let Some(record) = self.in_progress_of(key, owner, now) else {
@@ -532,9 +546,9 @@ impl Shard {
 
     pub(super) fn abandon_record(
         &mut self,
-        key: &Key,
-        owner: &Owner,
-        now: Instant,
+        key: &Packed,
+        owner: &Packed,
+        now: Moment,
         entries: &Entries,
     ) -> bool {
         if self.in_progress_of(key, owner, now).is_none() {
@@ -548,22 +562,32 @@ impl Shard {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
+    use crate::key::{Key, Owner};
+
+    fn hashed(parts: &[&[u8]]) -> Packed {
+        Packed::from(&Key::hashed(parts))
+    }
+
+    fn moment(start: Instant) -> Moment {
+        Moment::at(start, Instant::now())
+    }
 
     #[test]
     fn reminders_stay_bounded_by_the_entries_through_a_flood_of_released_keys() {
         let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000, usize::MAX));
-        let (owner, ttl) = (Owner::random(), Duration::from_secs(30));
-        let scope = Key::hashed(["client"]);
+        let (owner, ttl) = (Packed::from(&Owner::random()), Duration::from_secs(30));
+        let (scope, start) = (hashed(&[b"client"]), Instant::now());
         let mut most = 0;
         for i in 0..100_000_u32 {
-            let key = Key::hashed([i.to_le_bytes()]);
-            let now = Instant::now();
+            let (key, now) = (hashed(&[&i.to_le_bytes()]), moment(start));
             shard
                 .acquire(&key, &owner, ttl, || None, now, &entries)
                 .unwrap();
             assert!(shard.release(&key, &owner, now, &entries));
-            let token = Key::hashed([b"token".as_slice(), &i.to_le_bytes()]);
+            let token = hashed(&[b"token", &i.to_le_bytes()]);
             shard.put_token(&scope, &token, ttl, 16, 1_000_000, now);
             assert!(shard.consume_token(&scope, &token, now));
             most = most.max(shard.due.len());
@@ -580,20 +604,27 @@ mod tests {
     #[test]
     fn dropping_stale_reminders_still_expires_every_live_entry() {
         let (mut shard, entries) = (Shard::default(), Entries::new(1_000_000, usize::MAX));
-        let now = Instant::now();
+        let now = moment(Instant::now());
         for i in 0..1_000_u32 {
-            let key = Key::hashed([i.to_le_bytes()]);
+            let key = hashed(&[&i.to_le_bytes()]);
             let ttl = Duration::from_millis(u64::from(i % 7) + 1);
             // Renewing pushes a second reminder for the same entry: stale ones pile up.
             for _ in 0..2 {
                 shard.put_token(&key, &key, ttl, 16, 1_000_000, now);
                 shard
-                    .acquire(&key, &Owner::random(), ttl, || None, now, &entries)
+                    .acquire(
+                        &key,
+                        &Packed::from(&Owner::random()),
+                        ttl,
+                        || None,
+                        now,
+                        &entries,
+                    )
                     .unwrap();
             }
         }
         assert!(shard.due.len() < 4 * 1_000 + STALE_REMINDERS_KEPT + 1);
-        shard.reclaim(now + Duration::from_millis(10), &entries, usize::MAX);
+        shard.reclaim(now.after(Duration::from_millis(10)), &entries, usize::MAX);
         assert_eq!(
             shard.token_count(),
             0,

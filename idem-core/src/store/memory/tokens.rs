@@ -6,22 +6,21 @@
 //! oldest first, which costs their users a form reload and never lets a duplicate through.
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
+use super::packed::{Moment, Packed};
 use super::shard::{Expiring, Map};
-use crate::key::Key;
 
 /// Stale entries the issue order keeps beyond twice the live tokens before it drops them.
 const STALE_KEPT: usize = 64;
 
 #[derive(Debug)]
 struct Token {
-    scope: Key,
-    expires_at: Instant,
+    scope: Packed,
+    expires_at: Moment,
 }
 
 impl Expiring for Token {
-    fn expires_at(&self) -> Instant {
+    fn expires_at(&self) -> Moment {
         self.expires_at
     }
 }
@@ -30,10 +29,10 @@ impl Expiring for Token {
 pub(super) struct Tokens {
     tokens: Map<Token>,
     /// Each scope's live tokens, oldest first.
-    scopes: Map<Vec<Key>>,
+    scopes: Map<Vec<Packed>>,
     /// Every token put, oldest first; entries of tokens that are gone since are skipped
     /// when they reach the front, and dropped in bulk once they outnumber the live ones.
-    issued: VecDeque<Key>,
+    issued: VecDeque<Packed>,
 }
 
 impl Tokens {
@@ -45,9 +44,9 @@ impl Tokens {
     /// `keep` and the shard's newest `budget` tokens.
     pub(super) fn put(
         &mut self,
-        scope: &Key,
-        token: &Key,
-        expires_at: Instant,
+        scope: &Packed,
+        token: &Packed,
+        expires_at: Moment,
         keep: usize,
         budget: usize,
     ) {
@@ -61,7 +60,7 @@ impl Tokens {
         );
         let mine = self.scopes.entry(scope.clone()).or_default();
         mine.push(token.clone());
-        let lapsed: Vec<Key> = if mine.len() > keep {
+        let lapsed: Vec<Packed> = if mine.len() > keep {
             mine.drain(..mine.len() - keep).collect()
         } else {
             Vec::new()
@@ -83,7 +82,7 @@ impl Tokens {
     }
 
     /// Removes `token` if `scope` holds it: `true` if it was there and had not expired.
-    pub(super) fn consume(&mut self, scope: &Key, token: &Key, now: Instant) -> bool {
+    pub(super) fn consume(&mut self, scope: &Packed, token: &Packed, now: Moment) -> bool {
         match self.tokens.get(token) {
             Some(held) if held.scope == *scope => {
                 let live = held.expires_at > now;
@@ -95,7 +94,7 @@ impl Tokens {
     }
 
     /// Removes `token` if it has expired by `now`.
-    pub(super) fn remove_expired(&mut self, token: &Key, now: Instant) {
+    pub(super) fn remove_expired(&mut self, token: &Packed, now: Moment) {
         if self
             .tokens
             .get(token)
@@ -106,13 +105,13 @@ impl Tokens {
     }
 
     /// Whether a reminder that `token` expires at `at` is still the current one.
-    pub(super) fn expires_at(&self, token: &Key, at: Instant) -> bool {
+    pub(super) fn expires_at(&self, token: &Packed, at: Moment) -> bool {
         self.tokens
             .get(token)
             .is_some_and(|held| held.expires_at() == at)
     }
 
-    fn remove(&mut self, token: &Key) {
+    fn remove(&mut self, token: &Packed) {
         let Some(removed) = self.tokens.remove(token) else {
             return;
         };
@@ -151,20 +150,24 @@ mod tests {
 
     use super::*;
 
-    fn key(name: &str, i: usize) -> Key {
-        Key::hashed([name.as_bytes(), &i.to_le_bytes()])
+    fn key(name: &str, i: usize) -> Packed {
+        Packed::from(&crate::key::Key::hashed([
+            name.as_bytes(),
+            &i.to_le_bytes(),
+        ]))
     }
 
     #[test]
     fn a_scope_keeps_its_newest_and_the_shard_its_budget() {
         let mut tokens = Tokens::default();
-        let later = Instant::now() + Duration::from_secs(60);
+        let start = std::time::Instant::now();
+        let now = Moment::at(start, start);
+        let later = now.after(Duration::from_secs(60));
         let (alice, bob) = (key("scope", 1), key("scope", 2));
         for i in 0..10 {
             tokens.put(&alice, &key("alice", i), later, 3, 100);
         }
         assert_eq!(tokens.len(), 3);
-        let now = Instant::now();
         assert!(!tokens.consume(&alice, &key("alice", 6), now), "lapsed");
         assert!(
             !tokens.consume(&bob, &key("alice", 9), now),
