@@ -24,29 +24,14 @@ flood_ttl_ms=10000
 benchmark_requests=$((connections * 3000))
 
 # --- tools -----------------------------------------------------------------------------
-missing=()
-command -v wrk >/dev/null || missing+=(wrk)
-command -v redis-server >/dev/null || missing+=(redis-server)
-command -v redis-benchmark >/dev/null || missing+=(redis-tools)
-command -v curl >/dev/null || missing+=(curl)
-if ((${#missing[@]})); then
-    if [[ $(id -u) != 0 ]]; then
-        echo "missing: ${missing[*]}; install them (Debian: apt-get install -y ${missing[*]})" >&2
-        exit 1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
+source "$root/bench/tools.sh"
+require_tools wrk=wrk redis-server=redis-server redis-benchmark=redis-tools curl=curl
 
 # The server gets one core; wrk, redis-server and redis-benchmark the other. On a machine
 # with one core there is nothing to split.
-if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
-    on_server_core=(taskset -c 0)
-    on_load_core=(taskset -c 1)
+if split_cores; then
     core_split="server on CPU 0 (1 tokio worker); wrk, redis-server on CPU 1; redis-benchmark on CPU 0 (the client's core, the server idle meanwhile)"
 else
-    on_server_core=()
-    on_load_core=()
     core_split="not pinned ($(nproc) CPU)"
 fi
 

@@ -25,28 +25,13 @@ threads=${PEERS_THREADS:-2}
 lock_tasks=50
 
 # --- tools -----------------------------------------------------------------------------
-missing=()
-command -v wrk >/dev/null || missing+=(wrk)
-command -v redis-server >/dev/null || missing+=(redis-server)
-command -v redis-cli >/dev/null || missing+=(redis-tools)
-command -v curl >/dev/null || missing+=(curl)
-if ((${#missing[@]})); then
-    if [[ $(id -u) != 0 ]]; then
-        echo "missing: ${missing[*]}; install them (Debian: apt-get install -y ${missing[*]})" >&2
-        exit 1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
+source "$root/bench/tools.sh"
+require_tools wrk=wrk redis-server=redis-server redis-cli=redis-tools curl=curl
 
 # Servers and the lock generator on CPU 0 (one tokio worker); wrk and redis-server on CPU 1.
-if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
-    on_server_core=(taskset -c 0)
-    on_load_core=(taskset -c 1)
+if split_cores; then
     core_split="servers and the lock generator on CPU 0 (1 tokio worker); wrk and redis-server on CPU 1"
 else
-    on_server_core=()
-    on_load_core=()
     core_split="not pinned ($(nproc) CPU)"
 fi
 

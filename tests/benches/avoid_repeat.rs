@@ -8,54 +8,13 @@
 //! time their rehashing instead).
 //! `cargo bench -p idem-tests --bench avoid_repeat`
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
 use axum::Router;
-use axum::body::Body;
-use axum::http::{HeaderName, Request};
-use axum::routing::post;
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_axum::client::ClientHeader;
-use idem_axum::{AvoidRepeatLayer, Idem, avoid_repeat, store::Store};
-use idem_tests::{BenchStores, http_criterion, one_worker_runtime};
+use idem_tests::{
+    BenchStores, avoid_repeat_app as app, avoid_repeat_request as request, http_criterion,
+    one_worker_runtime,
+};
 use tower::ServiceExt;
-
-const CLIENT: HeaderName = HeaderName::from_static("x-client");
-
-async fn bare() -> &'static str {
-    "ok"
-}
-
-#[avoid_repeat(timeout = "2s")]
-async fn guarded() -> &'static str {
-    "ok"
-}
-
-fn app<S: Store>(store: S) -> Router {
-    let idem = Idem::builder()
-        .with_store(store)
-        .with_client_identity(ClientHeader::new(CLIENT))
-        .build();
-    Router::new()
-        .route("/bare", post(bare))
-        .route("/macro", post(guarded))
-        .route(
-            "/layer",
-            post(bare).route_layer(AvoidRepeatLayer::new(Duration::from_secs(2))),
-        )
-        .layer(idem.layer())
-}
-
-/// A new client for every request.
-fn request(path: &str) -> Request<Body> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let client = NEXT.fetch_add(1, Ordering::Relaxed);
-    Request::post(path)
-        .header(&CLIENT, client.to_string())
-        .body(Body::empty())
-        .expect("a valid request")
-}
 
 fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::Runtime) {
     let mut group = c.benchmark_group(format!("avoid_repeat/{backend}"));

@@ -30,7 +30,8 @@ pub use backend::{
     RedisScriptAcquireBackend, SentinelBackend, SqliteBackend,
 };
 pub use bench::{
-    BenchRounds, BenchStores, benching, env_number, http_criterion, one_worker_runtime,
+    BenchRounds, BenchStores, avoid_repeat_app, avoid_repeat_request, benching, env_number,
+    http_criterion, one_worker_runtime,
 };
 pub use forwarder::Forwarder;
 pub use http::{Answer, Shop, answer, body_text, form_token_in, from_loopback, problem_code, send};
