@@ -1,4 +1,4 @@
-//! What the small examples (`example-avoid-repeat`, `example-form-token`,
+//! What the small examples (`example-avoid-repeat`, `example-form-token`, `example-payments`,
 //! `example-idempotency-key`, `example-lock`) share, so that each one's `main` is only its
 //! own: the command line ([`CommandLine`]), the store `--redis` picks, and serving a
 //! router on 127.0.0.1 ([`serve`]).
