@@ -49,10 +49,12 @@ pub mod lock;
 pub mod store;
 
 pub use key::{Fingerprint, Key, KeyError, Owner};
-pub use lock::{Fenced, FencingMode, Lease, Lock, LockError, LockGuard, LockLost, Unfenced};
+pub use lock::{
+    FairLock, Fenced, FencingMode, Lease, Lock, LockError, LockGuard, LockLost, Unfenced,
+};
 pub use store::{
-    Acquire, AnyStore, Begin, BoxError, Fencing, FencingToken, MemoryStore, MemoryStoreBuilder,
-    RELEASE_POLL_INTERVAL, Store, StoreError,
+    Acquire, AnyStore, Begin, BoxError, FairStore, Fencing, FencingToken, MemoryStore,
+    MemoryStoreBuilder, RELEASE_POLL_INTERVAL, Store, StoreError, Turn,
 };
 #[cfg(feature = "redis")]
 pub use store::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder, ReplicasBehind};

@@ -43,6 +43,7 @@
 //! [`all_at_once`] and [`eventually`], are exported for a store's own tests.
 
 pub mod cases;
+pub mod fair;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -113,6 +114,38 @@ macro_rules! store_conformance {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 $crate::conformance::cases::$case::<$backend>().await;
+            }
+        )+
+    };
+}
+
+/// Generates a `#[tokio::test]` for each case of the [`FairStore`](crate::FairStore)
+/// conformance suite ([`fair`](crate::conformance::fair)), run on the
+/// [`Backend`](crate::conformance::Backend) given, whose store must be a `FairStore`.
+///
+/// `fair_store_conformance!(MyBackend)` generates every case;
+/// `fair_store_conformance!(MyBackend: case, case, …)` only the cases named. A store that
+/// keeps the default, polling [`wait_for_turn`](crate::FairStore::wait_for_turn) leaves
+/// out `a_release_wakes_the_head_of_the_queue_only`.
+#[macro_export]
+macro_rules! fair_store_conformance {
+    ($backend:ty) => {
+        $crate::fair_store_conformance!(
+            $backend:
+            a_fair_lock_is_granted_in_arrival_order,
+            a_newcomer_never_takes_the_lock_past_a_waiter,
+            a_lapsed_place_is_skipped,
+            a_release_wakes_the_head_of_the_queue_only,
+            leaving_the_queue_passes_the_turn_on,
+            a_fair_lock_keeps_fencing_reentry_and_ownership,
+            one_winner_among_200_concurrent_fair_attempts,
+        );
+    };
+    ($backend:ty: $($case:ident),+ $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                $crate::conformance::fair::$case::<$backend>().await;
             }
         )+
     };

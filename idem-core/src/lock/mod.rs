@@ -141,6 +141,7 @@
 //! acquiring fails with [`LockError::NoRuntime`].
 
 mod error;
+mod fair;
 mod fencing;
 mod guard;
 mod lease;
@@ -154,6 +155,7 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 pub use self::error::{LockError, LockLost};
+pub use self::fair::FairLock;
 pub use self::fencing::{Fenced, FencingMode, Unfenced};
 pub use self::guard::LockGuard;
 pub use self::lease::Lease;
@@ -165,7 +167,7 @@ use crate::store::{Acquire, Store, StoreError};
 /// release never reach it (a woken waiter was cancelled before it acquired, or a waiter
 /// took a wake-up meant for one that gave up). Waiters wake on release long before this;
 /// it only bounds how long such a miss costs.
-const FALLBACK_POLL: Duration = Duration::from_secs(1);
+pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
 
 /// A named distributed lock, held by one [`Owner`]; [`Unfenced`] unless made
 /// [`fenced`](Lock::fenced).
@@ -391,6 +393,18 @@ impl<S: Store, F: FencingMode> Lock<S, F> {
             }
         }
         .map_err(LockError::Store)?;
+        self.guard(runtime, acquired, sent_at)
+    }
+
+    /// The guard of an acquisition the store answered with `acquired`, to a request sent
+    /// at `sent_at`; [`LockError::Held`] if it was not acquired.
+    fn guard(
+        &self,
+        runtime: &Handle,
+        acquired: Acquire,
+        sent_at: Instant,
+    ) -> Result<LockGuard<S, F>, LockError> {
+        let lease = self.lease.duration();
         let (fence, remaining, reentered) = match acquired {
             Acquire::Acquired { fence } => (fence, lease, false),
             Acquire::Reentered { remaining, fence } => (fence, remaining, true),

@@ -1,6 +1,7 @@
 //! [`MemoryStore`]: the embedded default, for one process.
 
 mod packed;
+mod queue;
 mod reaper;
 mod reminders;
 mod shard;
@@ -16,7 +17,9 @@ use bytes::Bytes;
 use self::packed::{Moment, Packed};
 use self::reaper::Reaper;
 use self::shard::{Entries, Full, Shard};
-use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
+use super::{
+    Acquire, Begin, FairStore, Fencing, FencingToken, Store, StoreError, Turn, ttl_millis,
+};
 use crate::key::{Fingerprint, Key, Owner};
 
 /// Shards split the lock so concurrent requests on different keys rarely wait on each
@@ -116,6 +119,7 @@ impl Shared {
     fn reclaim_all(&self) {
         for shard in &*self.shards {
             while lock(shard).reclaim(self.now(), &self.entries, RECLAIM_CHUNK) {}
+            lock(shard).drop_lapsed_places(self.now());
             lock(shard).shrink();
         }
     }
@@ -251,6 +255,49 @@ impl Drop for Waiter<'_> {
     }
 }
 
+impl FairStore for MemoryStore {
+    async fn acquire_in_turn(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+        place: Option<Duration>,
+    ) -> Result<Turn, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
+        let (ttl, place) = (kept(ttl), place.map(kept));
+        let draw = || (fencing == Fencing::On).then(|| self.shared.draw_fence());
+        self.with_room(key, |shard, now, entries| {
+            shard.acquire_in_turn(key, owner, ttl, draw, place, now, entries)
+        })
+    }
+
+    async fn wait_for_turn(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        within: Duration,
+    ) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
+        // No place: it lapsed or was never taken; the caller's next attempt queues again.
+        let Some(turn) = self.with_shard(key, |shard, _, _| shard.turn(key, owner)) else {
+            return Ok(true);
+        };
+        Ok(tokio::time::timeout(kept(within), turn.notified())
+            .await
+            .is_ok())
+    }
+
+    async fn leave_queue(&self, key: &Key, owner: &Owner) -> Result<(), StoreError> {
+        let key = &Packed::from(key);
+        let owner = &Packed::from(owner);
+        self.with_shard(key, |shard, now, _| shard.leave_queue(key, owner, now));
+        Ok(())
+    }
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -293,6 +340,7 @@ impl Store for MemoryStore {
             let released = shard.release(key, owner, now, entries);
             if released {
                 shard.signal(key);
+                shard.hand_turn(key, now);
             }
             released
         }))

@@ -13,10 +13,11 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::packed::{Moment, Packed};
+use super::queue::Queues;
 use super::reminders::{Due, Reminders, Space};
 use super::tokens::Tokens;
 use crate::key::Fingerprint;
-use crate::store::{Acquire, Begin, FencingToken};
+use crate::store::{Acquire, Begin, FencingToken, Turn};
 
 /// A shard's map. Keys are SHA-256 output or names the application chose, never raw
 /// client input, so a fast hash serves; std's SipHash was the largest single cost of an
@@ -235,6 +236,7 @@ pub(super) struct Shard {
     tokens: Tokens,
     records: Map<Record>,
     signals: Map<Signal>,
+    queues: Queues,
     due: Reminders,
 }
 
@@ -370,6 +372,82 @@ impl Shard {
             entries.remove(1, ENTRY_BYTES);
         }
         ours
+    }
+
+    /// [`FairStore::acquire_in_turn`](crate::FairStore::acquire_in_turn) in one critical
+    /// section.
+    #[allow(clippy::too_many_arguments)] // one critical section's inputs, each needed
+    pub(super) fn acquire_in_turn(
+        &mut self,
+        key: &Packed,
+        owner: &Packed,
+        ttl: Duration,
+        draw_fence: impl FnOnce() -> Option<FencingToken>,
+        place: Option<Duration>,
+        now: Moment,
+        entries: &Entries,
+    ) -> Result<Turn, Full> {
+        let remaining = match live(&mut self.locks, key, now) {
+            Some(lock) if lock.owner == *owner => {
+                return Ok(Turn::Reentered {
+                    remaining: lock.expires_at.since(now),
+                    fence: lock.fence(),
+                });
+            }
+            Some(lock) => Some(lock.expires_at.since(now)),
+            None => None,
+        };
+        let my_turn = self.queues.head(key, now).is_none_or(|head| head == owner);
+        if remaining.is_none() && my_turn {
+            let acquired = self.acquire(key, owner, ttl, draw_fence, now, entries)?;
+            self.queues.pop_head(key, owner);
+            return Ok(match acquired {
+                Acquire::Acquired { fence } => Turn::Acquired { fence },
+                Acquire::Reentered { remaining, fence } => Turn::Reentered { remaining, fence },
+                Acquire::Held { remaining } => Turn::Queued {
+                    next: true,
+                    remaining: Some(remaining),
+                },
+            });
+        }
+        if remaining.is_none() {
+            // Free, and another waiter's turn: make sure it knows (its place may just have
+            // come to the head when a lapsed one before it was dropped).
+            self.queues.hand_turn(key, now);
+        }
+        let next = match place {
+            Some(lapse) => self.queues.queue(key, owner, lapse, now),
+            None => self.queues.is_head(key, owner, now),
+        };
+        Ok(Turn::Queued { next, remaining })
+    }
+
+    /// Hands the turn on `key` to the head of its queue, if any.
+    pub(super) fn hand_turn(&mut self, key: &Packed, now: Moment) {
+        self.queues.hand_turn(key, now);
+    }
+
+    /// [`FairStore::leave_queue`](crate::FairStore::leave_queue) in one critical section.
+    pub(super) fn leave_queue(&mut self, key: &Packed, owner: &Packed, now: Moment) {
+        if self.queues.leave(key, owner) && live(&mut self.locks, key, now).is_none() {
+            self.queues.hand_turn(key, now);
+        }
+    }
+
+    /// Where `owner`'s turn on `key` is signalled; `None` if it holds no place.
+    pub(super) fn turn(&self, key: &Packed, owner: &Packed) -> Option<Arc<Notify>> {
+        self.queues.turn(key, owner)
+    }
+
+    /// Drops every lapsed place in the shard's queues.
+    pub(super) fn drop_lapsed_places(&mut self, now: Moment) {
+        self.queues.drop_lapsed(now);
+    }
+
+    /// Places in `key`'s queue, lapsed or not.
+    #[cfg(test)]
+    pub(super) fn places(&self, key: &Packed) -> usize {
+        self.queues.len(key)
     }
 
     /// Wakes one waiter on `key`. `notify_one` keeps a permit when no waiter is parked yet,

@@ -1,6 +1,7 @@
 //! [`RedisStore`]: the store for several instances behind a load balancer.
 
 mod connection;
+mod fair;
 mod server;
 
 use std::future::Future;
@@ -24,7 +25,7 @@ static ACQUIRE_OR_REGISTER: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static RELEASE_AND_SIGNAL: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release_and_signal.lua")));
+    LazyLock::new(|| fair_script(include_str!("scripts/release_and_signal.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 static BEGIN_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/begin_record.lua")));
@@ -38,6 +39,11 @@ static PUT_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/put_token.lua")));
 static CONSUME_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/consume_token.lua")));
+
+/// A script that uses the fair queue's functions: their definitions, then its body.
+fn fair_script(body: &str) -> Script {
+    Script::new(&[include_str!("scripts/fair_prelude.lua"), body].concat())
+}
 
 /// Buckets the one-time tokens are spread over, each one hash tag (one cluster slot) with
 /// its share of the token budget: enough to spread them over a cluster's nodes, few
@@ -174,6 +180,10 @@ enum Kind {
     Waiters,
     Signal,
     Record,
+    /// A fair lock's queue of owners.
+    Queue,
+    /// When each place in a fair lock's queue lapses.
+    Places,
 }
 
 impl RedisStore {
@@ -233,6 +243,8 @@ impl RedisStore {
             Kind::Waiters => "waiters",
             Kind::Signal => "signal",
             Kind::Record => "record",
+            Kind::Queue => "queue",
+            Kind::Places => "places",
         };
         format!("{}:{{{}}}:{suffix}", self.inner.namespace, key.as_str())
     }
@@ -316,6 +328,55 @@ impl RedisStore {
                 acknowledged,
                 wanted: acks.replicas,
             }))
+        }
+    }
+
+    /// The prefix of the wake-up lists of `key`'s fair waiters: `namespace:{key}:turn:`,
+    /// followed by the owner.
+    fn turn_prefix(&self, key: &Key) -> String {
+        format!("{}:{{{}}}:turn:", self.inner.namespace, key.as_str())
+    }
+
+    /// Takes a wake-up from `list`, waiting for one with `BLPOP` on a waiting connection
+    /// up to `within`; `true` if it took one.
+    async fn pop_wake_up(&self, list: &str, within: Duration) -> Result<bool, StoreError> {
+        let inner = &self.inner;
+        let within = Duration::from_millis(ttl_millis(within));
+        let deadline = Instant::now() + within;
+        // At the bound, wait within the caller's time for a waiting connection to come
+        // free; none coming is the wait running out, as if no release came.
+        let Ok(Ok(_seat)) = tokio::time::timeout(within, inner.waiting.seat()).await else {
+            return Ok(false);
+        };
+        let millis = ttl_millis(deadline.saturating_duration_since(Instant::now()));
+        // `BLPOP` takes seconds; 0 would mean "for ever", which `ttl_millis` rules out.
+        let seconds = format!("{}.{:03}", millis / 1000, millis % 1000);
+        let mut conn = tokio::time::timeout(inner.timeout, inner.waiting.take())
+            .await
+            .map_err(|_elapsed| StoreError::Timeout(inner.timeout))??;
+        let limit = Duration::from_millis(millis) + inner.timeout;
+        conn.allow_responses_within(limit);
+        let popped = tokio::time::timeout(
+            limit,
+            redis::cmd("BLPOP")
+                .arg(list)
+                .arg(&seconds)
+                .query_async::<Option<(Vec<u8>, Vec<u8>)>>(&mut conn),
+        )
+        .await;
+        match popped {
+            Ok(Ok(popped)) => {
+                inner.waiting.give_back(conn);
+                Ok(popped.is_some())
+            }
+            Ok(Err(error)) => {
+                inner.waiting.discard_idle();
+                Err(StoreError::backend(error))
+            }
+            Err(_elapsed) => {
+                inner.waiting.discard_idle();
+                Err(StoreError::Timeout(limit))
+            }
         }
     }
 
@@ -559,68 +620,25 @@ impl Store for RedisStore {
     }
 
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        let (lock, waiters, signal) = (
+        let (lock, waiters, signal, queue, places, turns) = (
             self.key(key, Kind::Lock),
             self.key(key, Kind::Waiters),
             self.key(key, Kind::Signal),
+            self.key(key, Kind::Queue),
+            self.key(key, Kind::Places),
+            self.turn_prefix(key),
         );
-        let (lock, waiters, signal) = (lock.as_str(), waiters.as_str(), signal.as_str());
-        let owner = owner.as_str();
-        let released: i64 = self
-            .run(|mut conn| async move {
-                RELEASE_AND_SIGNAL
-                    .key(lock)
-                    .key(waiters)
-                    .key(signal)
-                    .arg(owner)
-                    .arg(SIGNAL_KEPT_MS)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(released == 1)
+        let kept = SIGNAL_KEPT_MS.to_string();
+        self.flag(
+            &RELEASE_AND_SIGNAL,
+            &[&lock, &waiters, &signal, &queue, &places],
+            &[owner.as_str().as_bytes(), kept.as_bytes(), turns.as_bytes()],
+        )
+        .await
     }
 
     async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
-        let inner = &self.inner;
-        let signal = self.key(key, Kind::Signal);
-        let within = Duration::from_millis(ttl_millis(within));
-        let deadline = Instant::now() + within;
-        // At the bound, wait within the caller's time for a waiting connection to come
-        // free; none coming is the wait running out, as if no release came.
-        let Ok(Ok(_seat)) = tokio::time::timeout(within, inner.waiting.seat()).await else {
-            return Ok(false);
-        };
-        let millis = ttl_millis(deadline.saturating_duration_since(Instant::now()));
-        // `BLPOP` takes seconds; 0 would mean "for ever", which `ttl_millis` rules out.
-        let seconds = format!("{}.{:03}", millis / 1000, millis % 1000);
-        let mut conn = tokio::time::timeout(inner.timeout, inner.waiting.take())
-            .await
-            .map_err(|_elapsed| StoreError::Timeout(inner.timeout))??;
-        let limit = Duration::from_millis(millis) + inner.timeout;
-        conn.allow_responses_within(limit);
-        let popped = tokio::time::timeout(
-            limit,
-            redis::cmd("BLPOP")
-                .arg(&signal)
-                .arg(&seconds)
-                .query_async::<Option<(Vec<u8>, Vec<u8>)>>(&mut conn),
-        )
-        .await;
-        match popped {
-            Ok(Ok(popped)) => {
-                inner.waiting.give_back(conn);
-                Ok(popped.is_some())
-            }
-            Ok(Err(error)) => {
-                inner.waiting.discard_idle();
-                Err(StoreError::backend(error))
-            }
-            Err(_elapsed) => {
-                inner.waiting.discard_idle();
-                Err(StoreError::Timeout(limit))
-            }
-        }
+        self.pop_wake_up(&self.key(key, Kind::Signal), within).await
     }
 
     async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {

@@ -1,0 +1,17 @@
+//! The fair-lock conformance suite (`idem_core::conformance::fair`) on every store of this
+//! repository that implements `FairStore`: `MemoryStore`, and `RedisStore` on a
+//! standalone server and on a three-master Redis Cluster (where a release computes the
+//! head's wake-up list inside its script: the case that wakes the head checks that it
+//! stays in the lock's slot).
+
+mod memory {
+    idem_core::fair_store_conformance!(idem_tests::MemoryBackend);
+}
+
+mod redis {
+    idem_core::fair_store_conformance!(idem_tests::RedisBackend);
+}
+
+mod redis_cluster {
+    idem_core::fair_store_conformance!(idem_tests::ClusterBackend);
+}
