@@ -13,13 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use idem_core::{
-    Acquire, Begin, Fenced, Fencing, FencingMode, Fingerprint, Key, Lease, Lock, LockError,
-    LockLost, MemoryStore, Owner, Store, StoreError, Unfenced,
+    Acquire, Fenced, Fencing, FencingMode, Key, Lease, Lock, LockError, LockLost, MemoryStore,
+    Owner, Store, Unfenced,
 };
 use idem_tests::{
-    AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend, eventually,
+    AnyMemoryBackend, Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend, eventually,
 };
 use tokio::sync::Barrier;
 
@@ -179,151 +178,6 @@ async fn delete_behind_its_back<B: LockBackend>(backend: &B, key: &Key, owner: &
         })
         .sum();
     assert_eq!(deleted, 1, "the lock's key was there to delete");
-}
-
-/// A store that counts the calls that matter to the lock, and forwards everything.
-#[derive(Debug, Clone)]
-struct Counting<S> {
-    inner: S,
-    counts: Arc<Counts>,
-}
-
-#[derive(Debug, Default)]
-struct Counts {
-    acquire: AtomicUsize,
-    renew: AtomicUsize,
-    wait: AtomicUsize,
-    woken: AtomicUsize,
-}
-
-impl<S> Counting<S> {
-    fn new(inner: S) -> Self {
-        Self {
-            inner,
-            counts: Arc::default(),
-        }
-    }
-
-    fn acquires(&self) -> usize {
-        self.counts.acquire.load(Ordering::SeqCst)
-    }
-
-    fn renewals(&self) -> usize {
-        self.counts.renew.load(Ordering::SeqCst)
-    }
-
-    fn waits(&self) -> usize {
-        self.counts.wait.load(Ordering::SeqCst)
-    }
-
-    /// Waits that ended woken, not timed out.
-    fn wakes(&self) -> usize {
-        self.counts.woken.load(Ordering::SeqCst)
-    }
-}
-
-impl<S: Store> Store for Counting<S> {
-    async fn acquire(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        ttl: Duration,
-        fencing: Fencing,
-    ) -> Result<Acquire, StoreError> {
-        self.counts.acquire.fetch_add(1, Ordering::SeqCst);
-        self.inner.acquire(key, owner, ttl, fencing).await
-    }
-
-    async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        self.inner.release(key, owner).await
-    }
-
-    async fn acquire_or_register_waiter(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        ttl: Duration,
-        fencing: Fencing,
-        wait: Duration,
-    ) -> Result<Acquire, StoreError> {
-        self.counts.acquire.fetch_add(1, Ordering::SeqCst);
-        self.inner
-            .acquire_or_register_waiter(key, owner, ttl, fencing, wait)
-            .await
-    }
-
-    async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        self.inner.release_and_signal(key, owner).await
-    }
-
-    async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
-        self.counts.wait.fetch_add(1, Ordering::SeqCst);
-        let woken = self.inner.wait_for_release(key, within).await;
-        if matches!(woken, Ok(true)) {
-            self.counts.woken.fetch_add(1, Ordering::SeqCst);
-        }
-        woken
-    }
-
-    async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
-        self.counts.renew.fetch_add(1, Ordering::SeqCst);
-        self.inner.renew(key, owner, ttl).await
-    }
-
-    async fn remaining(&self, key: &Key) -> Result<Option<Duration>, StoreError> {
-        self.inner.remaining(key).await
-    }
-
-    async fn put_token(
-        &self,
-        scope: &Key,
-        token: &Key,
-        ttl: Duration,
-        keep: usize,
-    ) -> Result<(), StoreError> {
-        self.inner.put_token(scope, token, ttl, keep).await
-    }
-
-    async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
-        self.inner.consume_token(scope, token).await
-    }
-
-    async fn begin_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        fingerprint: &Fingerprint,
-        lease: Duration,
-    ) -> Result<Begin, StoreError> {
-        self.inner
-            .begin_record(key, owner, fingerprint, lease)
-            .await
-    }
-
-    async fn complete_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        response: Bytes,
-        retention: Duration,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .complete_record(key, owner, response, retention)
-            .await
-    }
-
-    async fn renew_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        self.inner.renew_record(key, owner, lease).await
-    }
-
-    async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        self.inner.abandon_record(key, owner).await
-    }
 }
 
 fn key(name: &str) -> Key {
