@@ -7,8 +7,10 @@
 //! tasks (default 20) contend for one lock name for `IDEM_BENCH_SECONDS` seconds
 //! (default 3) per mode and round, over `IDEM_BENCH_ROUNDS` rounds (default 3), the two
 //! modes one after the other in each round. Each task, in a loop: asks for the lock
-//! (`acquire_within`), holds it 200 µs, releases it, and works 1 ms outside it, so the
-//! lock is always wanted. Per mode, the medians over the rounds of:
+//! (`acquire_within`), holds it 100 µs (a busy wait), releases it, and then either works
+//! 1 ms outside it ("steady": most contenders wait, not all) or asks again at once
+//! ("saturated": a releaser may take the lock straight back, which a plain lock allows
+//! and a fair one does not). Per mode, the medians over the rounds of:
 //! - acquisitions per second;
 //! - hand-off: from a holder calling `release` to another task holding the lock, p50 and
 //!   p99;
@@ -26,14 +28,43 @@ use idem_tests::{RedisServer, benching, env_number};
 
 const LEASE: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(120);
-const HOLD: Duration = Duration::from_micros(200);
-const OUTSIDE: Duration = Duration::from_millis(1);
+/// How long a holder keeps the lock: a busy wait, since a timer this short would sleep a
+/// millisecond.
+const HOLD: Duration = Duration::from_micros(100);
 
 #[derive(Debug, Clone, Copy)]
 struct Settings {
     tasks: usize,
     duration: Duration,
     rounds: usize,
+}
+
+/// What a task does between releasing the lock and asking for it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outside {
+    /// Works 1 ms (a timer), so most contenders are waiting, but not all.
+    Steady,
+    /// Asks again at once: every contender always wants the lock, and a releaser may take
+    /// it straight back.
+    Saturated,
+}
+
+impl Outside {
+    const ALL: [Self; 2] = [Self::Steady, Self::Saturated];
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Steady => "each works 1 ms between holds",
+            Self::Saturated => "each asks again at once",
+        }
+    }
+
+    async fn work(self) {
+        match self {
+            Self::Steady => tokio::time::sleep(Duration::from_millis(1)).await,
+            Self::Saturated => tokio::task::yield_now().await,
+        }
+    }
 }
 
 impl Settings {
@@ -95,6 +126,7 @@ type LastRelease = Arc<Mutex<Option<(usize, Instant)>>>;
 async fn round<S: FairStore + Clone>(
     store: S,
     mode: Mode,
+    outside: Outside,
     settings: Settings,
     name: &str,
 ) -> Round {
@@ -123,10 +155,13 @@ async fn round<S: FairStore + Clone>(
                     {
                         hand_offs.push(now - released_at);
                     }
-                    tokio::time::sleep(HOLD).await;
+                    let holding = Instant::now();
+                    while holding.elapsed() < HOLD {
+                        std::hint::spin_loop();
+                    }
                     *last_release.lock().unwrap() = Some((me, Instant::now()));
                     assert!(guard.release().await.expect("release"));
-                    tokio::time::sleep(OUTSIDE).await;
+                    outside.work().await;
                 }
                 (hand_offs, waits, in_time)
             })
@@ -171,22 +206,24 @@ fn table<S: FairStore + Clone>(
     runtime: &tokio::runtime::Runtime,
     store: &S,
     store_name: &str,
+    outside: Outside,
     settings: Settings,
 ) {
     println!(
-        "\n## {store_name}: {} tasks on one lock, {:?} per mode and round, {} rounds (medians)\n\n\
+        "\n## {store_name}: {} tasks on one lock, {}; {:?} per mode and round, {} rounds (medians)\n\n\
          | mode | acquisitions/s | hand-off p50 | hand-off p99 | wait p50 | wait p99 | longest wait | fewest / most per task |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|",
-        settings.tasks, settings.duration, settings.rounds
+        settings.tasks,
+        outside.describe(),
+        settings.duration,
+        settings.rounds
     );
     let mut rounds: Vec<(Mode, Round)> = Vec::new();
     for r in 0..settings.rounds {
         for mode in Mode::ALL {
-            let name = format!("fairness-{r}-{mode:?}");
-            rounds.push((
-                mode,
-                runtime.block_on(round(store.clone(), mode, settings, &name)),
-            ));
+            let name = format!("fairness-{outside:?}-{r}-{mode:?}");
+            let measured = runtime.block_on(round(store.clone(), mode, outside, settings, &name));
+            rounds.push((mode, measured));
         }
     }
     for mode in Mode::ALL {
@@ -220,6 +257,14 @@ fn main() {
         .expect("a runtime");
     let server = RedisServer::start();
     let redis: RedisStore = server.store();
-    table(&runtime, &redis, "RedisStore", settings);
-    table(&runtime, &MemoryStore::new(), "MemoryStore", settings);
+    for outside in Outside::ALL {
+        table(&runtime, &redis, "RedisStore", outside, settings);
+        table(
+            &runtime,
+            &MemoryStore::new(),
+            "MemoryStore",
+            outside,
+            settings,
+        );
+    }
 }

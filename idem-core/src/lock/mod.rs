@@ -17,6 +17,8 @@
 //! - **Waiting** that wakes on release: a release with waiters leaves one wake-up, taken
 //!   by one waiter, so waiters neither poll in a tight loop nor stampede the store on each
 //!   release; a release nobody waits for signals nothing. See [waiting](Lock#waiting).
+//! - **Arrival order**, if asked for ([`Lock::fair`], a [`FairLock`]): waiters queue, and
+//!   the lock goes to the head of the queue only, so no caller waits without bound.
 //!
 //! ```
 //! use std::time::Duration;
@@ -218,7 +220,9 @@ pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
 /// when a waiter registered, so a lock nobody waits for costs no signal. Each wait also
 /// ends after a second at the latest, and the waiter tries again, so even a wake-up lost
 /// to a cancelled waiter costs at most that. Waiters are not served in order: a newcomer
-/// may take a lock just freed before the woken waiter does.
+/// may take a lock just freed before the woken waiter does, and under steady contention
+/// an unlucky caller can wait long; [`fair`](Lock::fair) makes a [`FairLock`], served in
+/// arrival order.
 ///
 /// [`try_acquire`](Lock::try_acquire) never registers.
 #[derive(Debug)]
