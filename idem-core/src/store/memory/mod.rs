@@ -751,6 +751,54 @@ mod tests {
         }
     }
 
+    /// Places of waiters that died, in queues nobody looks at again, are dropped by the
+    /// reaper once they lapse, with their queues.
+    #[tokio::test]
+    async fn the_reaper_drops_lapsed_places() {
+        let store = MemoryStore::builder()
+            .with_reclaim_interval(Duration::from_millis(10))
+            .build();
+        let holder = Owner::random();
+        let locks: Vec<Key> = (0..100).map(key).collect();
+        for lock in &locks {
+            store
+                .acquire_in_turn(lock, &holder, Duration::from_secs(60), Fencing::Off, None)
+                .await
+                .unwrap();
+            for _ in 0..3 {
+                let place = Some(Duration::from_millis(50));
+                let turn = store
+                    .acquire_in_turn(
+                        lock,
+                        &Owner::random(),
+                        Duration::from_secs(60),
+                        Fencing::Off,
+                        place,
+                    )
+                    .await
+                    .unwrap();
+                assert!(matches!(turn, Turn::Queued { .. }), "{turn:?}");
+            }
+        }
+        let places = || -> usize {
+            locks
+                .iter()
+                .map(|lock| {
+                    store
+                        .shared
+                        .shard(&Packed::from(lock))
+                        .places(&Packed::from(lock))
+                })
+                .sum()
+        };
+        assert_eq!(places(), 300);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while places() > 0 {
+            assert!(Instant::now() < deadline, "{} places left", places());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     fn waiters(store: &MemoryStore, key: &Key) -> usize {
         let key = &Packed::from(key);
         store.shared.shard(key).waiters(key)
