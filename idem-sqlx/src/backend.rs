@@ -3,7 +3,8 @@
 //!
 //! The control flow of every operation (claim, then report; loops; timeouts; the purge;
 //! the migration runner) is written once, over [`SqlBackend`]; each database says only
-//! what differs: its SQL, its timeout error codes, and how `put_token` runs.
+//! what differs: its SQL, its timeout error codes, how `put_token` runs, and how a fair
+//! attempt keeps other attempts on its lock out of its transaction.
 
 use std::borrow::Cow;
 

@@ -5,7 +5,9 @@
 //! from the sequence `idem_fence`. A refused `acquire` or `begin_record` reports the row it
 //! met in the same statement (a data-modifying `WITH`), so a duplicate costs one statement
 //! like a first request; only when that row changed under the statement (a concurrent
-//! writer committed it after the statement's snapshot) does the store read it again.
+//! writer committed it after the statement's snapshot) does the store read it again. A fair
+//! lock's attempt runs in a transaction that first takes an advisory lock on a hash of the
+//! lock's name, so attempts on one lock run one after the other.
 
 use std::str::FromStr;
 

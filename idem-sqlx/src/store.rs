@@ -19,8 +19,8 @@ use crate::purge::{PurgeTask, Purged};
 /// A [`Store`] in a SQL database, on an sqlx pool: `PostgresStore` (feature `postgres`)
 /// or `SqliteStore` (feature `sqlite`).
 ///
-/// Every operation is one statement, or (SQLite's `put_token`) one short transaction; the
-/// [crate docs](crate) list them. Every operation, taking a connection from the pool
+/// Every operation is one statement, or (SQLite's `put_token`, and a fair lock's
+/// `acquire_in_turn`) one short transaction; the [crate docs](crate) list them. Every operation, taking a connection from the pool
 /// included, is cut off after the store's [timeout](SqlStoreBuilder::with_timeout)
 /// (default 1 s) with [`StoreError::Timeout`]. Clones share the pool and the purge.
 pub struct SqlStore<DB: sqlx::Database> {
@@ -654,6 +654,14 @@ mod tests {
             (false, Some(true), None, None),
         ] {
             assert!(begun(row.clone()).is_err(), "{row:?}");
+        }
+        for answer in [
+            InTurn::Acquired(None),
+            InTurn::Acquired(Some(-1)),
+            InTurn::Reentered(None, None),
+            InTurn::Reentered(Some(5), Some(-1)),
+        ] {
+            assert!(in_turn(answer.clone(), Fencing::On).is_err(), "{answer:?}");
         }
     }
 }
