@@ -1,8 +1,9 @@
 //! What only the SQL stores (`idem_sqlx`) have to get right, beyond the conformance suite:
 //! their migrations, the bounded purge and the token capacity, timeouts on a database
 //! that does not answer, completing a record inside the application's own transaction,
-//! several instances (pools) on one database, fencing tokens across a restart, and rows
-//! the store cannot read. Every case runs on a real PostgreSQL server and on a SQLite
+//! several instances (pools) on one database, fencing tokens across a restart, rows the
+//! store cannot read, and fair locks whose waiters poll the queue table (their turns
+//! across instances, and the places they leave). Every case runs on a real PostgreSQL server and on a SQLite
 //! file.
 
 use std::any::Any;
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use idem_core::{
-    Acquire, Begin, FairStore, Fencing, Fingerprint, Key, Owner, Store, StoreError, Turn,
+    Acquire, Begin, FairStore, Fencing, Fingerprint, Key, Lease, Lock, LockError, Owner, Store,
+    StoreError, Turn,
 };
 use idem_sqlx::{CommitError, PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
 use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually};
@@ -283,6 +285,8 @@ on_both_databases!(
     several_instances_on_one_database_have_one_winner,
     fencing_tokens_keep_growing_across_a_restart,
     a_row_the_store_cannot_read_is_an_unexpected_answer,
+    fair_locks_of_several_instances_take_turns_in_arrival_order,
+    a_fair_waiter_that_times_out_or_is_cancelled_leaves_the_queue,
 );
 
 async fn migrations_run_twice_and_from_several_instances_at_once<D: Database>() {
@@ -690,4 +694,73 @@ async fn a_row_the_store_cannot_read_is_an_unexpected_answer<D: Database>() {
         ),
         "{answer:?}"
     );
+}
+
+/// Waits until `key`'s queue has `places` places.
+async fn until_queued<D: Database>(db: &D, places: i64) {
+    eventually(Duration::from_secs(5), "the waiter is queued", || async {
+        db.count("idem_queue").await == places
+    })
+    .await;
+}
+
+async fn fair_locks_of_several_instances_take_turns_in_arrival_order<D: Database>() {
+    let db = D::start().await;
+    let stores = [db.store(), db.store_of_another_instance()];
+    let name = key("fair-instances");
+    let fair = |i: usize| Lock::new(stores[i % 2].clone(), name.clone(), Lease::Fixed(LONG)).fair();
+    let holder = fair(0).try_acquire().await.expect("the free lock");
+    let (taken, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let (lock, taken) = (fair(i + 1), taken.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = lock
+                .acquire_within(Duration::from_secs(10))
+                .await
+                .expect("its turn comes");
+            taken.send(i).expect("the test listens");
+            guard.release().await.expect("released");
+        }));
+        // Each waiter queues before the next one starts: that is the arrival order.
+        until_queued(&db, i64::try_from(i).unwrap() + 1).await;
+    }
+    drop(taken);
+    assert!(holder.release().await.unwrap());
+    for waiter in waiters {
+        waiter.await.expect("the waiter's task");
+    }
+    let mut turns = Vec::new();
+    while let Some(i) = order.recv().await {
+        turns.push(i);
+    }
+    assert_eq!(turns, [0, 1, 2], "the order they came in, across instances");
+    assert_eq!(db.count("idem_queue").await, 0, "each took its place out");
+}
+
+async fn a_fair_waiter_that_times_out_or_is_cancelled_leaves_the_queue<D: Database>() {
+    let db = D::start().await;
+    let name = key("fair-leaving");
+    let fair = || Lock::new(db.store(), name.clone(), Lease::Fixed(LONG)).fair();
+    let holder = fair().try_acquire().await.expect("the free lock");
+    let timed_out = fair().acquire_within(Duration::from_millis(100)).await;
+    assert!(
+        matches!(timed_out, Err(LockError::TimedOut { .. })),
+        "{timed_out:?}"
+    );
+    assert_eq!(db.count("idem_queue").await, 0, "left when it timed out");
+    let cancelled = tokio::spawn({
+        let lock = fair();
+        async move { lock.acquire_within(LONG).await.map(drop) }
+    });
+    until_queued(&db, 1).await;
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    eventually(
+        Duration::from_secs(5),
+        "the cancelled waiter leaves",
+        || async { db.count("idem_queue").await == 0 },
+    )
+    .await;
+    assert!(holder.release().await.unwrap());
 }
