@@ -206,11 +206,14 @@ impl Dialect for Sqlite {
             SELECT issued FROM idem_tokens
             WHERE issued <= (SELECT max(issued) FROM idem_tokens) - $1
             ORDER BY issued LIMIT $2)",
+        // SQLite's clock counts whole milliseconds (it drops the rest), so a place counts
+        // as lapsed only once the clock has passed `lapses_at`, never at it: it then lapses
+        // no sooner than its lapse after it was renewed.
         drop_lapsed_head: concat!(
-            "DELETE FROM idem_queue WHERE key = $1 AND lapses_at <= ",
+            "DELETE FROM idem_queue WHERE key = $1 AND lapses_at < ",
             now_ms!(),
             " AND arrival < coalesce(
-                (SELECT min(arrival) FROM idem_queue WHERE key = $1 AND lapses_at > ",
+                (SELECT min(arrival) FROM idem_queue WHERE key = $1 AND lapses_at >= ",
             now_ms!(),
             "), 9223372036854775807)"
         ),
@@ -236,14 +239,14 @@ impl Dialect for Sqlite {
             now_ms!(),
             ") AND NOT EXISTS (
                     SELECT 1 FROM idem_queue AS ahead
-                    WHERE ahead.key = $1 AND ahead.lapses_at > ",
+                    WHERE ahead.key = $1 AND ahead.lapses_at >= ",
             now_ms!(),
             " AND ahead.arrival < (
                             SELECT arrival FROM idem_queue WHERE key = $1 AND owner = $2)))"
         ),
         purge_queue: concat!(
             "DELETE FROM idem_queue WHERE arrival IN (
-                SELECT arrival FROM idem_queue WHERE lapses_at <= ",
+                SELECT arrival FROM idem_queue WHERE lapses_at < ",
             now_ms!(),
             " ORDER BY lapses_at LIMIT $1)"
         ),

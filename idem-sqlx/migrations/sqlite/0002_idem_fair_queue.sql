@@ -1,7 +1,8 @@
 -- The queues of idem's fair locks in SQLite: per lock name, the owners waiting for it, in
--- the order they came. A waiter's place lapses at `lapses_at` (milliseconds since 1970 by
--- SQLite's clock) unless the waiter renews it; a lapsed place at the head of a queue is
--- dropped by the next attempt on the lock, and any other by the store's purge.
+-- the order they came. A waiter's place lapses once SQLite's clock (whole milliseconds
+-- since 1970) has passed `lapses_at`, unless the waiter renews it first; a lapsed place at
+-- the head of a queue is dropped by the next attempt on the lock, and any other by the
+-- store's purge.
 --
 -- Safe to run more than once. An application may copy this file into its own migrations
 -- instead of calling `migrate()`.
