@@ -3,7 +3,8 @@
 //!
 //! The control flow of every operation (claim, then report; loops; timeouts; the purge;
 //! the migration runner) is written once, over [`SqlBackend`]; each database says only
-//! what differs: its SQL, its timeout error codes, and how `put_token` runs.
+//! what differs: its SQL, its timeout error codes, how `put_token` runs, and how a fair
+//! attempt keeps other attempts on its lock out of its transaction.
 
 use std::borrow::Cow;
 
@@ -26,6 +27,24 @@ pub(crate) type LockRow = (bool, Option<String>, Option<i64>, Option<i64>);
 /// else whether the fingerprint matches, the stored response (completed records with the
 /// same fingerprint only) and the milliseconds left.
 pub(crate) type RecordRow = (bool, Option<bool>, Option<Vec<u8>>, Option<i64>);
+
+/// A row `read_turn` answers: the live holder of the lock, its milliseconds left and its
+/// fencing token (all `NULL` when the lock is free), and the owner at the head of its
+/// queue (`NULL` when nobody waits).
+pub(crate) type TurnRow = (Option<String>, Option<i64>, Option<i64>, Option<String>);
+
+/// What one fair attempt found, as the database said it: the store reads the tokens and
+/// milliseconds into a [`Turn`](idem_core::Turn).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InTurn {
+    /// The caller took the lock; the fencing token drawn, if one was asked for.
+    Acquired(Option<i64>),
+    /// The caller already held the lock: its milliseconds left and its fencing token.
+    Reentered(Option<i64>, Option<i64>),
+    /// Someone else holds the lock or waits ahead: whether the caller is at the head of
+    /// the queue, and the holder's milliseconds left (`None` when the lock is free).
+    Queued(bool, Option<i64>),
+}
 
 /// A value bound to a statement's parameter (`$1`, `$2`, … in both dialects).
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +96,21 @@ pub struct Statements {
     /// `$1 capacity, $2 batch`: deletes at most `batch` of the tokens issued before the
     /// newest `capacity`.
     pub evict_tokens: &'static str,
+    /// `$1 key`: deletes the lapsed places at the head of the key's queue, that is every
+    /// lapsed place with no live one ahead of it.
+    pub drop_lapsed_head: &'static str,
+    /// `$1 key` → one [`TurnRow`].
+    pub read_turn: &'static str,
+    /// `$1 key, $2 owner, $3 lapse ms`: queues the owner at the back, or keeps its place,
+    /// and sets the place to lapse that long from now.
+    pub queue_place: &'static str,
+    /// `$1 key, $2 owner`: deletes the owner's place, if it has one.
+    pub leave_queue: &'static str,
+    /// `$1 key, $2 owner` → whether the owner may try now: it has no place, or the lock
+    /// is free and no live place ranks before the owner's. A read only.
+    pub is_turn: &'static str,
+    /// `$1 batch`: deletes at most `batch` lapsed places.
+    pub purge_queue: &'static str,
     /// Creates the table of applied migrations, if missing.
     pub create_migrations: &'static str,
     /// → the applied migrations' versions.
@@ -99,7 +133,7 @@ pub struct Migration {
 pub(crate) mod sealed {
     use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-    use super::{Arg, LockRow, Migration, RecordRow, Statements};
+    use super::{Arg, InTurn, LockRow, Migration, RecordRow, Statements, TurnRow};
 
     /// A future the store can hold across an `.await` in its `Send` futures.
     pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -116,6 +150,10 @@ pub(crate) mod sealed {
         /// Run first in the migration transaction, so that two instances starting at
         /// once migrate one after the other.
         const MIGRATION_LOCK: Option<&'static str>;
+        /// `$1 key`, run first in a fair attempt's transaction, so that attempts on one
+        /// lock run one after the other (PostgreSQL); `None` where beginning the
+        /// transaction already does (SQLite's `BEGIN IMMEDIATE`).
+        const QUEUE_LOCK: Option<&'static str>;
         /// Error codes that mean the database gave up waiting (a lock, a statement
         /// timeout), reported as [`idem_core::StoreError::Timeout`].
         const TIMEOUT_CODES: &'static [&'static str];
@@ -149,7 +187,13 @@ pub(crate) mod sealed {
     /// The sqlx calls the store makes, written once for every database whose driver
     /// encodes and decodes the types the statements use.
     pub trait Queries:
-        Database + Sized + Reads<LockRow> + Reads<RecordRow> + Reads<(bool,)> + Reads<(i64,)>
+        Database
+        + Sized
+        + Reads<LockRow>
+        + Reads<RecordRow>
+        + Reads<TurnRow>
+        + Reads<(bool,)>
+        + Reads<(i64,)>
     {
         /// Runs a statement that answers at most one row, read as an `R`.
         fn fetch<'a, R: Send + 'a>(
@@ -178,6 +222,18 @@ pub(crate) mod sealed {
 
         /// Applies the migrations not applied yet, in one transaction.
         fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), sqlx::Error>>;
+
+        /// [`FairStore::acquire_in_turn`](idem_core::FairStore::acquire_in_turn) in one
+        /// transaction; `place_ms` is how long the caller's place lasts (`None`: it takes
+        /// none).
+        fn acquire_in_turn<'a>(
+            pool: &'a Pool<Self>,
+            key: &'a str,
+            owner: &'a str,
+            ttl_ms: i64,
+            fenced: bool,
+            place_ms: Option<i64>,
+        ) -> BoxFuture<'a, Result<InTurn, sqlx::Error>>;
     }
 
     /// The rows a statement changed, which sqlx reports per database.
@@ -212,6 +268,7 @@ pub(crate) mod sealed {
         for<'q> bool: Encode<'q, DB> + Type<DB>,
         for<'r> LockRow: FromRow<'r, DB::Row>,
         for<'r> RecordRow: FromRow<'r, DB::Row>,
+        for<'r> TurnRow: FromRow<'r, DB::Row>,
         for<'r> (bool,): FromRow<'r, DB::Row>,
         for<'r> (i64,): FromRow<'r, DB::Row>,
     {
@@ -266,6 +323,80 @@ pub(crate) mod sealed {
                     run(&mut *tx, statements.record_migration, &args).await?;
                 }
                 tx.commit().await
+            })
+        }
+
+        fn acquire_in_turn<'a>(
+            pool: &'a Pool<Self>,
+            key: &'a str,
+            owner: &'a str,
+            ttl_ms: i64,
+            fenced: bool,
+            place_ms: Option<i64>,
+        ) -> BoxFuture<'a, Result<InTurn, sqlx::Error>> {
+            Box::pin(async move {
+                let sql = &DB::STATEMENTS;
+                let (caller, key, owner) = (owner, Arg::Text(key), Arg::Text(owner));
+                let (on_key, on_place) = ([key], [key, owner]);
+                let claim = [key, owner, Arg::Int(ttl_ms), Arg::Bool(fenced)];
+                // The steps below read, then write: the transaction makes them one step,
+                // which the lock on the key's name (or SQLite's write lock) keeps other
+                // attempts on the same lock out of.
+                let mut tx = pool.begin_with(DB::BEGIN_WRITE).await?;
+                if let Some(lock) = DB::QUEUE_LOCK {
+                    run(&mut *tx, lock, &on_key).await?;
+                }
+                run(&mut *tx, sql.drop_lapsed_head, &on_key).await?;
+                let (holder, mut remaining, fence, head): TurnRow =
+                    fetch(&mut *tx, sql.read_turn, &on_key)
+                        .await?
+                        .ok_or(sqlx::Error::RowNotFound)?;
+                if holder.as_deref() == Some(caller) {
+                    tx.commit().await?;
+                    return Ok(InTurn::Reentered(remaining, fence));
+                }
+                let at_head = head.as_deref() == Some(caller);
+                if holder.is_none() && (head.is_none() || at_head) {
+                    // `acquire`'s statement, so the token is drawn as it draws one. A
+                    // refusal that does not say by whom (or names a row that has expired
+                    // since) is read again, and a read that finds none (released in
+                    // between) claims again, as `acquire` does; the store's timeout
+                    // bounds the loop.
+                    let drawn = loop {
+                        let claimed: Option<LockRow> = fetch(&mut *tx, sql.acquire, &claim).await?;
+                        match claimed {
+                            Some((true, _, _, drawn)) => break Ok(drawn),
+                            Some((false, _, Some(left), _)) if left > 0 => break Err(left),
+                            _ => {}
+                        }
+                        let held: Option<LockRow> = fetch(&mut *tx, sql.read_lock, &on_key).await?;
+                        if let Some((_, _, Some(left), _)) = held {
+                            break Err(left);
+                        }
+                    };
+                    match drawn {
+                        Ok(drawn) => {
+                            if at_head {
+                                run(&mut *tx, sql.leave_queue, &on_place).await?;
+                            }
+                            tx.commit().await?;
+                            return Ok(InTurn::Acquired(drawn));
+                        }
+                        // Taken in between by a plain `acquire`, which the queue does not
+                        // hold back: the caller queues behind that holder.
+                        Err(left) => remaining = Some(left),
+                    }
+                }
+                let next = match place_ms {
+                    Some(lapse) => {
+                        let args = [key, owner, Arg::Int(lapse)];
+                        run(&mut *tx, sql.queue_place, &args).await?;
+                        head.is_none() || at_head
+                    }
+                    None => at_head,
+                };
+                tx.commit().await?;
+                Ok(InTurn::Queued(next, remaining))
             })
         }
     }

@@ -5,7 +5,8 @@
 //! [`PostgresStore`] (feature `postgres`) and [`SqliteStore`] (feature `sqlite`) implement
 //! [`idem_core::Store`], so every guard of idem runs on them (anti-repeat windows, one-time
 //! form tokens, `Idempotency-Key` records, the distributed [`Lock`](idem_core::Lock)), and
-//! they pass the same conformance suite as the memory and Redis stores. What they add is
+//! [`idem_core::FairStore`], so a [`FairLock`](idem_core::FairLock) runs on them too; they
+//! pass the same conformance suites as the memory and Redis stores. What they add is
 //! [`commit_with_record`](SqlStore::commit_with_record): completing a record inside a
 //! transaction of the caller's, and committing both
 //! ([`complete_record_in`](SqlStore::complete_record_in) is the completing statement
@@ -93,7 +94,9 @@
 //!   statement (`INSERT … ON CONFLICT … DO UPDATE … WHERE <expired>`, `DELETE …
 //!   RETURNING`, `UPDATE … WHERE owner = $2 RETURNING`): the primary key and the row lock
 //!   make it atomic, never a read that decides a later write. A thousand concurrent
-//!   acquires, from one pool or from several instances' pools, have one winner.
+//!   acquires, from one pool or from several instances' pools, have one winner. A fair
+//!   lock's attempt, which must read its queue before it writes, is the one exception: a
+//!   short transaction that the other attempts on that lock wait for.
 //! - **Exactly-once with the business data**, where the memory and Redis stores cannot
 //!   give it: a record completed with
 //!   [`complete_record_in`](SqlStore::complete_record_in) commits with the handler's own
@@ -118,7 +121,9 @@
 //!   ([`RELEASE_POLL_INTERVAL`](idem_core::RELEASE_POLL_INTERVAL)), and every waiter
 //!   sees a release at once. Fine for a few waiters per lock; with many, each one costs a
 //!   `SELECT` every 10 ms (PostgreSQL's `LISTEN`/`NOTIFY` would need a connection per
-//!   store kept listening, and is not used).
+//!   store kept listening, and is not used). A [`FairLock`](idem_core::FairLock)'s waiters
+//!   poll the same way, each with a read of whether its turn has come (see
+//!   [The fair lock's queue](#the-fair-locks-queue)).
 //! - **No request waits longer than the timeout.** Every operation, taking a connection
 //!   from the pool included, is cut off after the store's
 //!   [timeout](SqlStoreBuilder::with_timeout) (default 1 s) with
@@ -133,16 +138,17 @@
 //! # Schema
 //!
 //! Everything is prefixed `idem_`: the tables `idem_locks` (windows and locks),
-//! `idem_tokens`, `idem_records` and `idem_migrations` (which migrations ran), and for
-//! fencing tokens PostgreSQL's sequence `idem_fence` (and `idem_token_issued`, which
-//! orders tokens) or SQLite's one-row table `idem_fence` with the two triggers that move
-//! it. [`SqlStore::migrate`] creates them; an application
+//! `idem_tokens`, `idem_records`, `idem_queue` (the fair locks' waiters) and
+//! `idem_migrations` (which migrations ran), and for fencing tokens PostgreSQL's sequence
+//! `idem_fence` (and `idem_token_issued`, which orders tokens, and `idem_queue_arrival`,
+//! which orders waiters) or SQLite's one-row table `idem_fence` with the two triggers that
+//! move it. [`SqlStore::migrate`] creates them; an application
 //! may instead copy the files of the crate's `migrations/postgres` or
 //! `migrations/sqlite` folder into its own migrations. The store never creates or
 //! changes anything else.
 //!
 //! Statements per operation (each one round trip; "+1" only when the row changed between
-//! the two):
+//! the two; a transaction's `BEGIN` and `COMMIT` are two more):
 //!
 //! | operation | PostgreSQL | SQLite |
 //! |---|---|---|
@@ -153,11 +159,35 @@
 //! | `put_token` | 1: the upsert and the `DELETE` of the scope's lapsed tokens in one `WITH` | a `BEGIN IMMEDIATE` transaction of 2 (`REPLACE`, `DELETE`) |
 //! | `begin_record` | 1, like `acquire` (+1) | 1 when started; 2 otherwise |
 //! | `acquire_or_register_waiter`, `release_and_signal`, `wait_for_release` | the trait's defaults: `acquire`; `release`; one `remaining` every 10 ms | the same |
-//! | [`purge`](SqlStore::purge) | 4 `DELETE`s of at most a batch each | 4 |
+//! | `acquire_in_turn` ([`FairStore`](idem_core::FairStore)) | a transaction: `pg_advisory_xact_lock` on the name, a `DELETE` of the lapsed places at the head, a `SELECT` of the holder and the head; then `acquire`'s upsert and a `DELETE` of the caller's place, or an upsert of its place (or nothing) | a `BEGIN IMMEDIATE` transaction of the same, without the advisory lock |
+//! | `wait_for_turn` | one `SELECT` every 10 ms, which never writes | the same |
+//! | `leave_queue` | 1 `DELETE` | 1 |
+//! | [`purge`](SqlStore::purge) | 5 `DELETE`s of at most a batch each | 5 |
 //!
 //! Fencing tokens come from a sequence (PostgreSQL `idem_fence`; SQLite the `idem_fence`
 //! row, moved up by a trigger of the statement that draws a token), in the statement
 //! that acquires: they grow across release, expiry, purge and restarts.
+//!
+//! # The fair lock's queue
+//!
+//! A [`FairLock`](idem_core::FairLock)'s waiters are rows of `idem_queue`: the lock's name,
+//! the owner, its arrival (from PostgreSQL's sequence `idem_queue_arrival`, SQLite's
+//! rowid, drawn when the owner takes its place, so the order is the one the database saw)
+//! and when its place lapses (by the database's clock, as expiry is). An attempt
+//! (`acquire_in_turn`) reads the lock and its queue, then writes, in one transaction that
+//! attempts on the same lock wait for: PostgreSQL takes a transaction-scoped advisory lock
+//! on a hash of the name (so it works before the lock has a row), SQLite takes its write
+//! lock with `BEGIN IMMEDIATE`. It takes the lock with `acquire`'s own statement, so
+//! fencing tokens come from the same sequence.
+//!
+//! SQL has no signal a release could send, so a release is `release`'s `DELETE` and leaves
+//! the queue alone, and a waiter polls: `wait_for_turn` reads, every 10 ms, whether the
+//! lock is free and the waiter's place is the first one not lapsed (or the waiter has lost
+//! its place, so that its next attempt queues it again). Only the head of the queue sees
+//! its turn, so a release still sends one waiter to the lock, not all of them; each
+//! waiter costs a `SELECT` per 10 ms meanwhile. Leaving the queue is one `DELETE`: the
+//! next waiter's poll sees its place come to the head. A lapsed place at the head of a
+//! queue is dropped by the next attempt on the lock; the purge deletes the others.
 //!
 //! # Expiry and the purge
 //!
@@ -166,7 +196,8 @@
 //! its first operation runs [`SqlStore::purge`] every second
 //! ([`with_purge_interval`](SqlStoreBuilder::with_purge_interval); `None` leaves it to the
 //! application), deleting at most 1,000 expired rows of each table per run
-//! ([`with_purge_batch`](SqlStoreBuilder::with_purge_batch)), so a run's cost is bounded
+//! ([`with_purge_batch`](SqlStoreBuilder::with_purge_batch)), lapsed places of fair locks'
+//! queues included, so a run's cost is bounded
 //! however much has piled up. It stops when the last clone of the store is dropped.
 //! PostgreSQL purges with `FOR UPDATE SKIP LOCKED`, so instances purging at once share the
 //! work and never wait on a request's row.
@@ -185,9 +216,9 @@
 //! one connection of its own, in WAL mode (readers go on while it writes), with a busy
 //! timeout equal to the store's timeout: the operations of one process queue for that
 //! connection in order rather than polling SQLite's lock, and other processes on the
-//! file wait for the lock up to the timeout. Each decision is one statement, and the one
-//! operation of two statements runs in `BEGIN IMMEDIATE`, which takes the write lock
-//! before reading. An application writing to the same file in a transaction should begin
+//! file wait for the lock up to the timeout. Each decision is one statement, and the
+//! operations of several statements (`put_token`, a fair lock's `acquire_in_turn`) run in
+//! `BEGIN IMMEDIATE`, which takes the write lock before reading. An application writing to the same file in a transaction should begin
 //! it the same way (`pool.begin_with("BEGIN IMMEDIATE")`), as the example does.
 //!
 //! # One type, two databases

@@ -5,7 +5,9 @@
 //! from the sequence `idem_fence`. A refused `acquire` or `begin_record` reports the row it
 //! met in the same statement (a data-modifying `WITH`), so a duplicate costs one statement
 //! like a first request; only when that row changed under the statement (a concurrent
-//! writer committed it after the statement's snapshot) does the store read it again.
+//! writer committed it after the statement's snapshot) does the store read it again. A fair
+//! lock's attempt runs in a transaction that first takes an advisory lock on a hash of the
+//! lock's name, so attempts on one lock run one after the other.
 
 use std::str::FromStr;
 
@@ -207,6 +209,37 @@ impl Dialect for Postgres {
             SELECT scope, token FROM idem_tokens
             WHERE issued <= (SELECT last_value FROM idem_token_issued) - $1
             ORDER BY issued LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        drop_lapsed_head: "DELETE FROM idem_queue
+            WHERE key = $1 AND lapses_at <= clock_timestamp() AND arrival < coalesce(
+                (SELECT min(arrival) FROM idem_queue
+                WHERE key = $1 AND lapses_at > clock_timestamp()),
+                9223372036854775807)",
+        read_turn: concat!(
+            "SELECT held.owner, ",
+            left_ms!(),
+            ", held.fence,
+                (SELECT owner FROM idem_queue WHERE key = $1 ORDER BY arrival LIMIT 1)
+            FROM (SELECT $1::text AS key) AS wanted
+            LEFT JOIN idem_locks AS held
+                ON held.key = wanted.key AND held.expires_at > clock_timestamp()"
+        ),
+        queue_place: concat!(
+            "INSERT INTO idem_queue (key, owner, lapses_at) VALUES ($1, $2, ",
+            in_ms!("$3"),
+            ") ON CONFLICT (key, owner) DO UPDATE SET lapses_at = excluded.lapses_at"
+        ),
+        leave_queue: "DELETE FROM idem_queue WHERE key = $1 AND owner = $2",
+        is_turn: "SELECT NOT EXISTS (SELECT 1 FROM idem_queue WHERE key = $1 AND owner = $2)
+            OR (NOT EXISTS (
+                    SELECT 1 FROM idem_locks WHERE key = $1 AND expires_at > clock_timestamp())
+                AND NOT EXISTS (
+                    SELECT 1 FROM idem_queue AS ahead
+                    WHERE ahead.key = $1 AND ahead.lapses_at > clock_timestamp()
+                        AND ahead.arrival < (
+                            SELECT arrival FROM idem_queue WHERE key = $1 AND owner = $2)))",
+        purge_queue: "DELETE FROM idem_queue WHERE (key, owner) IN (
+            SELECT key, owner FROM idem_queue WHERE lapses_at <= clock_timestamp()
+            ORDER BY lapses_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
         create_migrations: "CREATE TABLE IF NOT EXISTS idem_migrations (
             version    bigint PRIMARY KEY,
             name       text NOT NULL,
@@ -215,16 +248,30 @@ impl Dialect for Postgres {
         record_migration: "INSERT INTO idem_migrations (version, name) VALUES ($1, $2)",
     };
 
-    const MIGRATIONS: &'static [Migration] = &[Migration {
-        version: 1,
-        name: "idem_schema",
-        sql: include_str!("../migrations/postgres/0001_idem_schema.sql"),
-    }];
+    const MIGRATIONS: &'static [Migration] = &[
+        Migration {
+            version: 1,
+            name: "idem_schema",
+            sql: include_str!("../migrations/postgres/0001_idem_schema.sql"),
+        },
+        Migration {
+            version: 2,
+            name: "idem_fair_queue",
+            sql: include_str!("../migrations/postgres/0002_idem_fair_queue.sql"),
+        },
+    ];
 
     const BEGIN_WRITE: &'static str = "BEGIN";
 
     const MIGRATION_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtext('idem_migrations'))");
+
+    /// A transaction-scoped advisory lock on a hash of the lock's name (in a class of
+    /// idem's own, the first key): fair attempts on one lock wait for each other, and
+    /// attempts on other locks go on (two names with the same hash only share the wait).
+    /// No row is locked, so it works for a lock that has no row yet.
+    const QUEUE_LOCK: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock(hashtext('idem_queue'), hashtext($1))");
 
     /// `query_canceled` (a `statement_timeout`) and `lock_not_available` (a
     /// `lock_timeout`).

@@ -20,6 +20,8 @@ pub struct Purged {
     pub records: u64,
     /// Live tokens evicted as the oldest past the token capacity.
     pub evicted_tokens: u64,
+    /// Lapsed places in fair locks' queues.
+    pub places: u64,
 }
 
 /// The background purge of one store (and its clones); aborted when dropped, that is when

@@ -206,6 +206,50 @@ impl Dialect for Sqlite {
             SELECT issued FROM idem_tokens
             WHERE issued <= (SELECT max(issued) FROM idem_tokens) - $1
             ORDER BY issued LIMIT $2)",
+        // SQLite's clock counts whole milliseconds (it drops the rest), so a place counts
+        // as lapsed only once the clock has passed `lapses_at`, never at it: it then lapses
+        // no sooner than its lapse after it was renewed.
+        drop_lapsed_head: concat!(
+            "DELETE FROM idem_queue WHERE key = $1 AND lapses_at < ",
+            now_ms!(),
+            " AND arrival < coalesce(
+                (SELECT min(arrival) FROM idem_queue WHERE key = $1 AND lapses_at >= ",
+            now_ms!(),
+            "), 9223372036854775807)"
+        ),
+        read_turn: concat!(
+            "SELECT held.owner, held.expires_at - ",
+            now_ms!(),
+            ", held.fence,
+                (SELECT owner FROM idem_queue WHERE key = $1 ORDER BY arrival LIMIT 1)
+            FROM (SELECT $1 AS key) AS wanted
+            LEFT JOIN idem_locks AS held
+                ON held.key = wanted.key AND held.expires_at > ",
+            now_ms!()
+        ),
+        queue_place: concat!(
+            "INSERT INTO idem_queue (key, owner, lapses_at) VALUES ($1, $2, ",
+            now_ms!(),
+            " + $3) ON CONFLICT (key, owner) DO UPDATE SET lapses_at = excluded.lapses_at"
+        ),
+        leave_queue: "DELETE FROM idem_queue WHERE key = $1 AND owner = $2",
+        is_turn: concat!(
+            "SELECT NOT EXISTS (SELECT 1 FROM idem_queue WHERE key = $1 AND owner = $2)
+            OR (NOT EXISTS (SELECT 1 FROM idem_locks WHERE key = $1 AND expires_at > ",
+            now_ms!(),
+            ") AND NOT EXISTS (
+                    SELECT 1 FROM idem_queue AS ahead
+                    WHERE ahead.key = $1 AND ahead.lapses_at >= ",
+            now_ms!(),
+            " AND ahead.arrival < (
+                            SELECT arrival FROM idem_queue WHERE key = $1 AND owner = $2)))"
+        ),
+        purge_queue: concat!(
+            "DELETE FROM idem_queue WHERE arrival IN (
+                SELECT arrival FROM idem_queue WHERE lapses_at < ",
+            now_ms!(),
+            " ORDER BY lapses_at LIMIT $1)"
+        ),
         create_migrations: "CREATE TABLE IF NOT EXISTS idem_migrations (
             version    INTEGER PRIMARY KEY,
             name       TEXT NOT NULL,
@@ -214,11 +258,18 @@ impl Dialect for Sqlite {
         record_migration: "INSERT INTO idem_migrations (version, name) VALUES ($1, $2)",
     };
 
-    const MIGRATIONS: &'static [Migration] = &[Migration {
-        version: 1,
-        name: "idem_schema",
-        sql: include_str!("../migrations/sqlite/0001_idem_schema.sql"),
-    }];
+    const MIGRATIONS: &'static [Migration] = &[
+        Migration {
+            version: 1,
+            name: "idem_schema",
+            sql: include_str!("../migrations/sqlite/0001_idem_schema.sql"),
+        },
+        Migration {
+            version: 2,
+            name: "idem_fair_queue",
+            sql: include_str!("../migrations/sqlite/0002_idem_fair_queue.sql"),
+        },
+    ];
 
     /// Takes the write lock at once: a deferred transaction that read first and then
     /// finds another writer committed meanwhile fails without waiting.
@@ -226,6 +277,9 @@ impl Dialect for Sqlite {
 
     /// `BEGIN IMMEDIATE` already lets one migration at a time in.
     const MIGRATION_LOCK: Option<&'static str> = None;
+
+    /// `BEGIN IMMEDIATE` already lets one fair attempt at a time in.
+    const QUEUE_LOCK: Option<&'static str> = None;
 
     /// `SQLITE_BUSY` once the busy timeout has passed, and its variants for a database
     /// in recovery and a VFS that reports the timeout itself.

@@ -7,19 +7,20 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idem_core::{
-    Acquire, Begin, Fencing, FencingToken, Fingerprint, Key, Owner, Store, StoreError,
+    Acquire, Begin, FairStore, Fencing, FencingToken, Fingerprint, Key, Owner,
+    RELEASE_POLL_INTERVAL, Store, StoreError, Turn,
 };
 use sqlx::Pool;
 
-use crate::backend::{Arg, LockRow, RecordRow, SqlBackend, is_timeout};
+use crate::backend::{Arg, InTurn, LockRow, RecordRow, SqlBackend, is_timeout};
 use crate::builder::{Settings, SqlStoreBuilder};
 use crate::purge::{PurgeTask, Purged};
 
 /// A [`Store`] in a SQL database, on an sqlx pool: `PostgresStore` (feature `postgres`)
 /// or `SqliteStore` (feature `sqlite`).
 ///
-/// Every operation is one statement, or (SQLite's `put_token`) one short transaction; the
-/// [crate docs](crate) list them. Every operation, taking a connection from the pool
+/// Every operation is one statement, or (SQLite's `put_token`, and a fair lock's
+/// `acquire_in_turn`) one short transaction; the [crate docs](crate) list them. Every operation, taking a connection from the pool
 /// included, is cut off after the store's [timeout](SqlStoreBuilder::with_timeout)
 /// (default 1 s) with [`StoreError::Timeout`]. Clones share the pool and the purge.
 pub struct SqlStore<DB: sqlx::Database> {
@@ -119,14 +120,18 @@ impl<DB: SqlBackend> SqlStore<DB> {
             .map_err(StoreError::backend)
     }
 
-    /// Deletes expired windows, locks, tokens and records, and evicts the oldest tokens
-    /// past the [token capacity](SqlStoreBuilder::with_token_capacity): at most
+    /// Deletes expired windows, locks, tokens and records and the lapsed places of fair
+    /// locks' queues, and evicts the oldest tokens past the
+    /// [token capacity](SqlStoreBuilder::with_token_capacity): at most
     /// [`purge_batch`](SqlStoreBuilder::with_purge_batch) rows of each, one statement
     /// each, so a run's cost is bounded however much has piled up.
     ///
     /// The store runs this every [`purge_interval`](SqlStoreBuilder::with_purge_interval)
     /// by itself; call it yourself when that is off. An expired row counts as absent to
     /// every operation whether or not it was purged: purging only gives the space back.
+    /// (A lapsed place is the one difference: one further back in its queue keeps its
+    /// rank if its waiter comes back before the purge deletes it, as a
+    /// [`FairStore`] allows.)
     ///
     /// # Errors
     ///
@@ -140,24 +145,26 @@ impl<DB: SqlBackend> SqlStore<DB> {
             Arg::Int(settings.token_capacity),
             Arg::Int(settings.purge_batch),
         ];
-        let mut deleted = [0; 4];
+        let mut deleted = [0; 5];
         let runs = [
             (sql.purge_locks, &batch[..]),
             (sql.purge_tokens, &batch),
             (sql.purge_records, &batch),
             (sql.evict_tokens, &evict),
+            (sql.purge_queue, &batch),
         ];
         for (rows, (sql, args)) in deleted.iter_mut().zip(runs) {
             *rows = self
                 .run("purge", DB::execute(&self.inner.pool, sql, args))
                 .await?;
         }
-        let [locks, tokens, records, evicted_tokens] = deleted;
+        let [locks, tokens, records, evicted_tokens, places] = deleted;
         Ok(Purged {
             locks,
             tokens,
             records,
             evicted_tokens,
+            places,
         })
     }
 
@@ -366,6 +373,30 @@ fn lock_answers((claimed, _, remaining, _): &LockRow) -> bool {
     *claimed || remaining.is_some_and(|ms| ms > 0)
 }
 
+/// What an [`InTurn`] says; an answer it cannot read, as text.
+fn in_turn(answer: InTurn, fencing: Fencing) -> Result<Turn, String> {
+    match answer {
+        InTurn::Acquired(drawn) => {
+            let fence = fence(drawn)?;
+            if fencing == Fencing::On && fence.is_none() {
+                return Err("a fenced acquisition without a fencing token".to_owned());
+            }
+            Ok(Turn::Acquired { fence })
+        }
+        InTurn::Reentered(remaining, drawn) => match left(remaining) {
+            Some(remaining) => Ok(Turn::Reentered {
+                remaining,
+                fence: fence(drawn)?,
+            }),
+            None => Err(format!("{answer:?}")),
+        },
+        InTurn::Queued(next, remaining) => Ok(Turn::Queued {
+            next,
+            remaining: left(remaining),
+        }),
+    }
+}
+
 fn record_answers((started, _, _, remaining): &RecordRow) -> bool {
     *started || remaining.is_some_and(|ms| ms > 0)
 }
@@ -501,6 +532,67 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
     }
 }
 
+/// The fair lock's queue is the table `idem_queue`: one row per waiting owner, ranked by
+/// the order the database saw them arrive, with when its place lapses. An attempt is one
+/// transaction over the lock's row and its queue; a wait polls, as
+/// [`wait_for_release`](Store::wait_for_release) does, since SQL has no signal to wait
+/// on.
+impl<DB: SqlBackend> FairStore for SqlStore<DB> {
+    async fn acquire_in_turn(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        ttl: Duration,
+        fencing: Fencing,
+        place: Option<Duration>,
+    ) -> Result<Turn, StoreError> {
+        let attempt = DB::acquire_in_turn(
+            &self.inner.pool,
+            key.as_str(),
+            owner.as_str(),
+            millis(ttl),
+            fencing == Fencing::On,
+            place.map(millis),
+        );
+        in_turn(self.run("acquire_in_turn", attempt).await?, fencing)
+            .map_err(|answer| unexpected("acquire_in_turn", answer))
+    }
+
+    /// Reads, every [`RELEASE_POLL_INTERVAL`], whether the lock is free and `owner`'s place
+    /// is the first live one in its queue, or `owner` has no place (its next attempt queues
+    /// it again). It never writes: a release needs no signal, and waiters cost the
+    /// database a read each per interval. Only the head of the queue sees its turn, so a
+    /// release still wakes one waiter.
+    async fn wait_for_turn(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        within: Duration,
+    ) -> Result<bool, StoreError> {
+        let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let turn = self.flag("wait_for_turn", DB::STATEMENTS.is_turn, &args);
+            if turn.await? == Some(true) {
+                return Ok(true);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep_until(deadline.min(now + RELEASE_POLL_INTERVAL)).await;
+        }
+    }
+
+    /// One `DELETE` of the owner's place. The turn passes on by itself: the next waiter's
+    /// [`wait_for_turn`](FairStore::wait_for_turn) sees its place come to the head.
+    async fn leave_queue(&self, key: &Key, owner: &Owner) -> Result<(), StoreError> {
+        let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
+        let leave = DB::execute(&self.inner.pool, DB::STATEMENTS.leave_queue, &args);
+        self.run("leave_queue", leave).await.map(drop)
+    }
+}
+
 #[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use idem_core::conformance::eventually;
@@ -562,6 +654,14 @@ mod tests {
             (false, Some(true), None, None),
         ] {
             assert!(begun(row.clone()).is_err(), "{row:?}");
+        }
+        for answer in [
+            InTurn::Acquired(None),
+            InTurn::Acquired(Some(-1)),
+            InTurn::Reentered(None, None),
+            InTurn::Reentered(Some(5), Some(-1)),
+        ] {
+            assert!(in_turn(answer.clone(), Fencing::On).is_err(), "{answer:?}");
         }
     }
 }

@@ -1,8 +1,9 @@
 //! What only the SQL stores (`idem_sqlx`) have to get right, beyond the conformance suite:
 //! their migrations, the bounded purge and the token capacity, timeouts on a database
 //! that does not answer, completing a record inside the application's own transaction,
-//! several instances (pools) on one database, fencing tokens across a restart, and rows
-//! the store cannot read. Every case runs on a real PostgreSQL server and on a SQLite
+//! several instances (pools) on one database, fencing tokens across a restart, rows the
+//! store cannot read, and fair locks whose waiters poll the queue table (their turns
+//! across instances, and the places they leave). Every case runs on a real PostgreSQL server and on a SQLite
 //! file.
 
 use std::any::Any;
@@ -10,7 +11,10 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store, StoreError};
+use idem_core::{
+    Acquire, Begin, FairStore, Fencing, Fingerprint, Key, Lease, Lock, LockError, Owner, Store,
+    StoreError, Turn,
+};
 use idem_sqlx::{CommitError, PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
 use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually};
 use sqlx::{Executor, FromRow, Pool, Postgres, Sqlite, Transaction};
@@ -281,6 +285,8 @@ on_both_databases!(
     several_instances_on_one_database_have_one_winner,
     fencing_tokens_keep_growing_across_a_restart,
     a_row_the_store_cannot_read_is_an_unexpected_answer,
+    fair_locks_of_several_instances_take_turns_in_arrival_order,
+    a_fair_waiter_that_times_out_or_is_cancelled_leaves_the_queue,
 );
 
 async fn migrations_run_twice_and_from_several_instances_at_once<D: Database>() {
@@ -299,7 +305,11 @@ async fn migrations_run_twice_and_from_several_instances_at_once<D: Database>() 
         result.expect("migrate");
     }
     db.store().migrate().await.expect("and once more");
-    assert_eq!(db.count("idem_migrations").await, 1, "each migration once");
+    assert_eq!(
+        db.count("idem_migrations").await,
+        2,
+        "each of the two migrations once"
+    );
     let store = db.store();
     let owner = Owner::random();
     assert!(matches!(
@@ -314,11 +324,30 @@ async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: Database>() {
     let db = D::start().await;
     let store = db.store_with(manual()).await;
     let (owner, fp, scope) = (Owner::random(), Fingerprint::of(["x"]), key("client"));
+    // A fair lock held, and a waiter with a long place at the head of its queue: the
+    // short places behind it lapse there, where only the purge deletes them.
+    let (fair, head) = (key("fair"), Owner::random());
+    let turn = store
+        .acquire_in_turn(&fair, &owner, LONG, Fencing::Off, None)
+        .await
+        .unwrap();
+    assert_eq!(turn, Turn::Acquired { fence: None });
+    let turn = store
+        .acquire_in_turn(&fair, &head, LONG, Fencing::Off, Some(LONG))
+        .await
+        .unwrap();
+    assert!(matches!(turn, Turn::Queued { next: true, .. }), "{turn:?}");
     for i in 0..10 {
         let ttl = if i < 6 { SHORT } else { LONG };
         let name = key(&format!("k{i}"));
         store.put_token(&scope, &name, ttl, 100).await.unwrap();
         store.begin_record(&name, &owner, &fp, ttl).await.unwrap();
+        let waiter = Owner::new(format!("waiter-{i}")).unwrap();
+        let turn = store
+            .acquire_in_turn(&fair, &waiter, LONG, Fencing::Off, Some(ttl))
+            .await
+            .unwrap();
+        assert!(matches!(turn, Turn::Queued { .. }), "{turn:?}");
         // Last, so that once this lock has expired every short-lived row has.
         store
             .acquire(&name, &owner, ttl, Fencing::On)
@@ -333,13 +362,25 @@ async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: Database>() {
             purged.locks,
             purged.tokens,
             purged.records,
-            purged.evicted_tokens
+            purged.evicted_tokens,
+            purged.places,
         ),
-        (6, 6, 6, 0)
+        (6, 6, 6, 0, 6)
     );
-    for table in ["idem_locks", "idem_tokens", "idem_records"] {
+    for table in ["idem_tokens", "idem_records"] {
         assert_eq!(db.count(table).await, 4, "{table}: the live rows are left");
     }
+    assert_eq!(db.count("idem_locks").await, 5, "the live locks are left");
+    assert_eq!(db.count("idem_queue").await, 5, "the live places are left");
+    // The live places keep their order: once the head leaves, the first of the others
+    // is next.
+    store.leave_queue(&fair, &head).await.unwrap();
+    let first_live = Owner::new("waiter-6").unwrap();
+    let turn = store
+        .acquire_in_turn(&fair, &first_live, LONG, Fencing::Off, None)
+        .await
+        .unwrap();
+    assert!(matches!(turn, Turn::Queued { next: true, .. }), "{turn:?}");
     assert!(store.release(&key("k9"), &owner).await.unwrap());
     assert!(store.consume_token(&scope, &key("k9")).await.unwrap());
     assert!(
@@ -354,9 +395,21 @@ async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: Database>() {
 async fn a_purge_run_deletes_at_most_a_batch_of_each_table<D: Database>() {
     let db = D::start().await;
     let store = db.store_with(manual().with_purge_batch(4)).await;
-    let owner = Owner::random();
+    // A fair lock held, and a waiter with a long place at the head of its queue: the
+    // short places behind it lapse there, where only the purge deletes them.
+    let (owner, fair) = (Owner::random(), key("fair"));
+    for place in [None, Some(LONG)] {
+        store
+            .acquire_in_turn(&fair, &Owner::random(), LONG, Fencing::Off, place)
+            .await
+            .unwrap();
+    }
     for i in 0..10 {
         let name = key(&format!("k{i}"));
+        store
+            .acquire_in_turn(&fair, &Owner::random(), LONG, Fencing::Off, Some(SHORT))
+            .await
+            .unwrap();
         store
             .acquire(&name, &owner, SHORT, Fencing::Off)
             .await
@@ -365,13 +418,13 @@ async fn a_purge_run_deletes_at_most_a_batch_of_each_table<D: Database>() {
     until_expired(&store, &key("k9")).await;
     let mut runs = Vec::new();
     loop {
-        let locks = store.purge().await.unwrap().locks;
-        runs.push(locks);
-        if locks == 0 {
+        let purged = store.purge().await.unwrap();
+        runs.push((purged.locks, purged.places));
+        if purged.locks == 0 {
             break;
         }
     }
-    assert_eq!(runs, [4, 4, 2, 0]);
+    assert_eq!(runs, [(4, 4), (4, 4), (2, 2), (0, 0)]);
 }
 
 async fn tokens_past_the_capacity_are_evicted_oldest_first<D: Database>() {
@@ -641,4 +694,73 @@ async fn a_row_the_store_cannot_read_is_an_unexpected_answer<D: Database>() {
         ),
         "{answer:?}"
     );
+}
+
+/// Waits until `key`'s queue has `places` places.
+async fn until_queued<D: Database>(db: &D, places: i64) {
+    eventually(Duration::from_secs(5), "the waiter is queued", || async {
+        db.count("idem_queue").await == places
+    })
+    .await;
+}
+
+async fn fair_locks_of_several_instances_take_turns_in_arrival_order<D: Database>() {
+    let db = D::start().await;
+    let stores = [db.store(), db.store_of_another_instance()];
+    let name = key("fair-instances");
+    let fair = |i: usize| Lock::new(stores[i % 2].clone(), name.clone(), Lease::Fixed(LONG)).fair();
+    let holder = fair(0).try_acquire().await.expect("the free lock");
+    let (taken, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let (lock, taken) = (fair(i + 1), taken.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = lock
+                .acquire_within(Duration::from_secs(10))
+                .await
+                .expect("its turn comes");
+            taken.send(i).expect("the test listens");
+            guard.release().await.expect("released");
+        }));
+        // Each waiter queues before the next one starts: that is the arrival order.
+        until_queued(&db, i64::try_from(i).unwrap() + 1).await;
+    }
+    drop(taken);
+    assert!(holder.release().await.unwrap());
+    for waiter in waiters {
+        waiter.await.expect("the waiter's task");
+    }
+    let mut turns = Vec::new();
+    while let Some(i) = order.recv().await {
+        turns.push(i);
+    }
+    assert_eq!(turns, [0, 1, 2], "the order they came in, across instances");
+    assert_eq!(db.count("idem_queue").await, 0, "each took its place out");
+}
+
+async fn a_fair_waiter_that_times_out_or_is_cancelled_leaves_the_queue<D: Database>() {
+    let db = D::start().await;
+    let name = key("fair-leaving");
+    let fair = || Lock::new(db.store(), name.clone(), Lease::Fixed(LONG)).fair();
+    let holder = fair().try_acquire().await.expect("the free lock");
+    let timed_out = fair().acquire_within(Duration::from_millis(100)).await;
+    assert!(
+        matches!(timed_out, Err(LockError::TimedOut { .. })),
+        "{timed_out:?}"
+    );
+    assert_eq!(db.count("idem_queue").await, 0, "left when it timed out");
+    let cancelled = tokio::spawn({
+        let lock = fair();
+        async move { lock.acquire_within(LONG).await.map(drop) }
+    });
+    until_queued(&db, 1).await;
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    eventually(
+        Duration::from_secs(5),
+        "the cancelled waiter leaves",
+        || async { db.count("idem_queue").await == 0 },
+    )
+    .await;
+    assert!(holder.release().await.unwrap());
 }
