@@ -67,10 +67,12 @@ const SHORTEST_PLACE_TIMEOUT: Duration = Duration::from_millis(30);
 ///   sits free meanwhile. Acquisitions per second under contention are lower than a plain
 ///   lock's for that reason.
 /// - **A dead waiter** at the head holds the lock free for up to the place timeout.
-/// - **Store work**: a waiting attempt, a release and a leave are each one script over the
-///   lock, its queue and the places' lapse times (in Redis `namespace:{name}:queue`,
-///   `…:places` and one wake-up list per waiter, `…:turn:<owner>`), and each waiter
-///   renews its place every third of the place timeout.
+/// - **Store work**: a waiting attempt, a release and a leave are each one atomic step over
+///   the lock, its queue and the places' lapse times — in Redis one script (keys
+///   `namespace:{name}:queue`, `…:places`, and one wake-up list per waiter,
+///   `…:turn:<owner>`), in the SQL stores one transaction on a queue table, where the head
+///   of the queue polls for its turn — and each waiter renews its place every third of the
+///   place timeout.
 ///
 /// BENCHMARKS.md in the repository measures hand-off latency, acquisitions per second and
 /// the longest wait of the two locks under the same contention.
