@@ -162,14 +162,44 @@ async fn a_cancelled_waiter_leaves_the_queue_at_once<B: Backend>()
 where
     B::Store: FairStore,
 {
+    a_waiter_that_gives_up_leaves_the_queue::<B>(GivesUp::Cancelled).await;
+}
+
+/// A waiter that times out leaves the queue, and the waiter behind it is not held up.
+async fn a_waiter_that_times_out_leaves_the_queue<B: Backend>()
+where
+    B::Store: FairStore,
+{
+    a_waiter_that_gives_up_leaves_the_queue::<B>(GivesUp::TimesOut).await;
+}
+
+/// How the first of two waiters stops waiting.
+#[derive(Debug, Clone, Copy)]
+enum GivesUp {
+    /// Its task is aborted.
+    Cancelled,
+    /// Its `acquire_within` runs out.
+    TimesOut,
+}
+
+/// A holder, a waiter that gives up, and a waiter behind it, each place good for a minute:
+/// released, the lock goes to the waiter behind within seconds.
+async fn a_waiter_that_gives_up_leaves_the_queue<B: Backend>(gives_up: GivesUp)
+where
+    B::Store: FairStore,
+{
     let backend = B::start().await;
     let store = Counting::new(backend.store());
-    let lock =
-        || fair(store.clone(), "fair-cancelled", Lease::Fixed(LONG)).with_place_timeout(LONG);
+    let name = format!("fair-{gives_up:?}");
+    let lock = || fair(store.clone(), &name, Lease::Fixed(LONG)).with_place_timeout(LONG);
     let holder = lock().try_acquire().await.unwrap();
-    let cancelled = tokio::spawn({
+    let patience = match gives_up {
+        GivesUp::Cancelled => LONG,
+        GivesUp::TimesOut => Duration::from_millis(300),
+    };
+    let first = tokio::spawn({
         let lock = lock();
-        async move { lock.acquire_within(LONG).await.map(drop) }
+        async move { lock.acquire_within(patience).await.map(drop) }
     });
     eventually(
         Duration::from_secs(5),
@@ -187,53 +217,23 @@ where
         || async { store.queued() >= 2 },
     )
     .await;
-    cancelled.abort();
-    assert!(cancelled.await.unwrap_err().is_cancelled());
-    assert!(holder.release().await.unwrap());
-    let guard = tokio::time::timeout(Duration::from_secs(10), behind)
-        .await
-        .expect("the waiter behind is not held up by the cancelled one's place")
-        .unwrap()
-        .expect("a turn");
-    assert!(guard.release().await.unwrap());
-}
-
-/// A waiter that times out leaves the queue, and the waiter behind it is not held up.
-async fn a_waiter_that_times_out_leaves_the_queue<B: Backend>()
-where
-    B::Store: FairStore,
-{
-    let backend = B::start().await;
-    let store = Counting::new(backend.store());
-    let lock = || fair(store.clone(), "fair-timeout", Lease::Fixed(LONG)).with_place_timeout(LONG);
-    let holder = lock().try_acquire().await.unwrap();
-    let impatient = tokio::spawn({
-        let lock = lock();
-        async move {
-            lock.acquire_within(Duration::from_millis(300))
-                .await
-                .map(drop)
+    match gives_up {
+        GivesUp::Cancelled => {
+            first.abort();
+            assert!(first.await.unwrap_err().is_cancelled());
         }
-    });
-    eventually(
-        Duration::from_secs(5),
-        "the first waiter queues",
-        || async { store.queued() >= 1 },
-    )
-    .await;
-    let behind = tokio::spawn({
-        let lock = lock();
-        async move { lock.acquire_within(LONG).await }
-    });
-    let gave_up = impatient.await.unwrap();
-    assert!(
-        matches!(gave_up, Err(LockError::TimedOut { .. })),
-        "{gave_up:?}"
-    );
+        GivesUp::TimesOut => {
+            let answer = first.await.unwrap();
+            assert!(
+                matches!(answer, Err(LockError::TimedOut { .. })),
+                "{answer:?}"
+            );
+        }
+    }
     assert!(holder.release().await.unwrap());
     let guard = tokio::time::timeout(Duration::from_secs(10), behind)
         .await
-        .expect("the waiter behind is not held up by the one that gave up")
+        .expect("the waiter behind is not held up by the place of the one that gave up")
         .unwrap()
         .expect("a turn");
     assert!(guard.release().await.unwrap());

@@ -3,9 +3,15 @@
 //! standalone server and on a three-master Redis Cluster, `PostgresStore` on a PostgreSQL
 //! server and `SqliteStore` on a database file; the cases that acquire also run against
 //! `RedisStore` taking keys the way it does on servers before Redis 7.0.
+//!
+//! The stores that implement `FairStore` (all but `AnyStore`) also run the fair-lock
+//! cases (`idem_core::conformance::fair`). On Redis Cluster they check that a release,
+//! which names the head's wake-up list inside its script, stays in the lock's slot; the
+//! SQL stores, which poll for a turn, pass the same cases as the stores that signal.
 
 mod memory {
     idem_core::store_conformance!(idem_tests::MemoryBackend);
+    idem_core::fair_store_conformance!(idem_tests::MemoryBackend);
 }
 
 mod any_store {
@@ -14,6 +20,7 @@ mod any_store {
 
 mod redis {
     idem_core::store_conformance!(idem_tests::RedisBackend);
+    idem_core::fair_store_conformance!(idem_tests::RedisBackend);
 }
 
 mod redis_sentinel {
@@ -22,14 +29,17 @@ mod redis_sentinel {
 
 mod redis_cluster {
     idem_core::store_conformance!(idem_tests::ClusterBackend);
+    idem_core::fair_store_conformance!(idem_tests::ClusterBackend);
 }
 
 mod postgres {
     idem_core::store_conformance!(idem_tests::PostgresBackend);
+    idem_core::fair_store_conformance!(idem_tests::PostgresBackend);
 }
 
 mod sqlite {
     idem_core::store_conformance!(idem_tests::SqliteBackend);
+    idem_core::fair_store_conformance!(idem_tests::SqliteBackend);
 }
 
 mod redis_script_acquire {

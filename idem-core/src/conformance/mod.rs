@@ -40,7 +40,9 @@
 //! cases' keys are unused.
 //!
 //! The cases are in [`cases`], each also callable by itself, and the helpers they use,
-//! [`all_at_once`] and [`eventually`], are exported for a store's own tests.
+//! [`all_at_once`] and [`eventually`], are exported for a store's own tests. A store that
+//! also implements [`FairStore`](crate::FairStore) runs the cases in [`fair`] with
+//! [`fair_store_conformance!`](crate::fair_store_conformance), in the same way.
 
 pub mod cases;
 pub mod fair;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 
-use super::{FencingMode, Lease, Lock, LockError, LockGuard, Unfenced};
+use super::{FencingMode, Lease, Lock, LockError, LockGuard, Unfenced, time_left};
 use crate::key::{Key, Owner};
 use crate::store::{FairStore, Turn};
 
@@ -171,12 +171,7 @@ impl<S: FairStore, F: FencingMode> FairLock<S, F> {
     pub async fn acquire_within(&self, timeout: Duration) -> Result<LockGuard<S, F>, LockError> {
         let runtime = Handle::try_current().map_err(|_| LockError::NoRuntime)?;
         let started = Instant::now();
-        let deadline = started.checked_add(timeout);
-        let left = || {
-            deadline.map_or(Duration::MAX, |deadline| {
-                deadline - Instant::now().min(deadline)
-            })
-        };
+        let left = time_left(started, timeout);
         // Three renewals per place timeout, and never longer than a plain lock's waits.
         let renew_every = (self.place_timeout / 3).min(super::FALLBACK_POLL);
         let mut place = Place {

@@ -171,6 +171,17 @@ use crate::store::{Acquire, Store, StoreError};
 /// it only bounds how long such a miss costs.
 pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
 
+/// How much of a wait of `timeout` from `started` is left, each time it is called; a
+/// timeout too long for the clock never runs out.
+pub(crate) fn time_left(started: Instant, timeout: Duration) -> impl Fn() -> Duration {
+    let deadline = started.checked_add(timeout);
+    move || {
+        deadline.map_or(Duration::MAX, |deadline| {
+            deadline - Instant::now().min(deadline)
+        })
+    }
+}
+
 /// A named distributed lock, held by one [`Owner`]; [`Unfenced`] unless made
 /// [`fenced`](Lock::fenced).
 ///
@@ -328,12 +339,7 @@ impl<S: Store, F: FencingMode> Lock<S, F> {
     pub async fn acquire_within(&self, timeout: Duration) -> Result<LockGuard<S, F>, LockError> {
         let runtime = Handle::try_current().map_err(|_| LockError::NoRuntime)?;
         let started = Instant::now();
-        let deadline = started.checked_add(timeout);
-        let left = || {
-            deadline.map_or(Duration::MAX, |deadline| {
-                deadline - Instant::now().min(deadline)
-            })
-        };
+        let left = time_left(started, timeout);
         let mut waited = false;
         loop {
             // Every attempt but the last registers for the wait that may follow it, which
