@@ -39,7 +39,7 @@ impl FairStore for RedisStore {
             if fencing == Fencing::On { "1" } else { "0" }.to_owned(),
             place.map_or(0, ttl_millis).to_string(),
             turns,
-            SIGNAL_KEPT_MS.to_string(),
+            SIGNAL_KEPT_MS.to_owned(),
         ];
         let (keys, args) = (&keys, &args);
         let answer: Vec<Value> = self
@@ -74,7 +74,6 @@ impl FairStore for RedisStore {
     async fn leave_queue(&self, key: &Key, owner: &Owner) -> Result<(), StoreError> {
         let turns = self.turn_prefix(key);
         let turn = format!("{turns}{}", owner.as_str());
-        let kept = SIGNAL_KEPT_MS.to_string();
         self.flag(
             &LEAVE_QUEUE,
             &[
@@ -83,7 +82,11 @@ impl FairStore for RedisStore {
                 &self.key(key, Kind::Places),
                 &turn,
             ],
-            &[owner.as_str().as_bytes(), turns.as_bytes(), kept.as_bytes()],
+            &[
+                owner.as_str().as_bytes(),
+                turns.as_bytes(),
+                SIGNAL_KEPT_MS.as_bytes(),
+            ],
         )
         .await?;
         Ok(())

@@ -53,8 +53,9 @@ const TOKEN_BUCKETS: u32 = 64;
 /// How long a release's wake-up stays in Redis for a waiter to take. It must cover the
 /// moment between a waiter registering and its `BLPOP` reaching Redis (a round trip,
 /// maybe opening a connection); keeping it longer only means that a later waiter may wake
-/// once for nothing, when the one it was left for gave up waiting.
-const SIGNAL_KEPT_MS: u64 = 5_000;
+/// once for nothing, when the one it was left for gave up waiting. In milliseconds, as
+/// the scripts take it.
+const SIGNAL_KEPT_MS: &str = "5000";
 
 /// A [`Store`] in Redis, shared by every instance of an application.
 ///
@@ -620,19 +621,17 @@ impl Store for RedisStore {
     }
 
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        let (lock, waiters, signal, queue, places, turns) = (
-            self.key(key, Kind::Lock),
-            self.key(key, Kind::Waiters),
-            self.key(key, Kind::Signal),
-            self.key(key, Kind::Queue),
-            self.key(key, Kind::Places),
-            self.turn_prefix(key),
-        );
-        let kept = SIGNAL_KEPT_MS.to_string();
+        let lock = self.key(key, Kind::Lock);
+        // The script names the lock's other keys from its prefix, `namespace:{key}:`.
+        let prefix = &lock[..lock.len() - "lock".len()];
         self.flag(
             &RELEASE_AND_SIGNAL,
-            &[&lock, &waiters, &signal, &queue, &places],
-            &[owner.as_str().as_bytes(), kept.as_bytes(), turns.as_bytes()],
+            &[&lock],
+            &[
+                owner.as_str().as_bytes(),
+                SIGNAL_KEPT_MS.as_bytes(),
+                prefix.as_bytes(),
+            ],
         )
         .await
     }

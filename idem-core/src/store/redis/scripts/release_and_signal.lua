@@ -1,9 +1,12 @@
 -- Deletes the lock only if ARGV[1] owns it, and then wakes whoever waits: the head of
 -- the fair queue, if it has one, and one waiter that registered, if any.
--- KEYS[1] the lock, KEYS[2] its waiter count, KEYS[3] its signal list, KEYS[4] its fair
--- queue, KEYS[5] the fair places' lapse times (one hash tag, so one cluster slot)
--- ARGV[1] owner, ARGV[2] how long an untaken signal is kept, in milliseconds, ARGV[3] the
--- prefix of every fair waiter's wake-up list
+-- KEYS[1] the lock
+-- ARGV[1] owner, ARGV[2] how long an untaken wake-up is kept, in milliseconds, ARGV[3]
+-- the prefix of the lock's keys (`namespace:{key}:`), to which the lock's waiter count
+-- (`waiters`), its wake-up list (`signal`), its fair queue (`queue`, `places`) and each
+-- fair waiter's wake-ups (`turn:<owner>`) add their suffix. They share the lock's hash
+-- tag, so one cluster slot; naming them here rather than passing them spares a release
+-- nobody waits for the client's work of spelling five key names.
 -- Returns 1 if deleted, else 0.
 --
 -- A release nobody waits for is the compare-and-delete and two reads. Each registration
@@ -13,17 +16,21 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-local waiting = tonumber(redis.call('GET', KEYS[2]) or '0')
+local prefix = ARGV[3]
+local waiters = prefix .. 'waiters'
+local waiting = tonumber(redis.call('GET', waiters) or '0')
 if waiting > 0 then
   if waiting == 1 then
-    redis.call('DEL', KEYS[2])
+    redis.call('DEL', waiters)
   else
-    redis.call('DECR', KEYS[2])
+    redis.call('DECR', waiters)
   end
-  redis.call('RPUSH', KEYS[3], 1)
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  local signal = prefix .. 'signal'
+  redis.call('RPUSH', signal, 1)
+  redis.call('PEXPIRE', signal, ARGV[2])
 end
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  hand_turn(KEYS[4], KEYS[5], now_ms(), ARGV[3], ARGV[2])
+local queue = prefix .. 'queue'
+if redis.call('EXISTS', queue) == 1 then
+  hand_turn(queue, prefix .. 'places', now_ms(), prefix .. 'turn:', ARGV[2])
 end
 return 1
