@@ -194,13 +194,16 @@ impl<S: FairStore, F: FencingMode> FairLock<S, F> {
                 }
                 return self.lock.guard(&runtime, turn.into_acquire(), sent_at);
             };
-            place.held = !last;
             if last {
-                place.leave().await;
+                // The last attempt takes no place; one an earlier attempt took is left.
+                if place.held {
+                    place.leave().await;
+                }
                 return Err(LockError::TimedOut {
                     waited: started.elapsed(),
                 });
             }
+            place.held = true;
             // The head also looks again just past the holder's lease, so that an expiry
             // (which hands the turn to nobody) is seen.
             let until_expiry = match (next, remaining) {
