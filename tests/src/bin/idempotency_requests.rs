@@ -37,7 +37,10 @@ fn main() {
         .build();
     let app = Router::new()
         .route("/bare", post(create))
-        .route("/guarded", post(create).route_layer(IdempotencyLayer::new()))
+        .route(
+            "/guarded",
+            post(create).route_layer(IdempotencyLayer::new()),
+        )
         .layer(idem.layer());
     let next = AtomicU64::new(0);
     idem_tests::one_worker_runtime().block_on(async {
