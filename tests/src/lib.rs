@@ -18,6 +18,7 @@
 mod backend;
 mod bench;
 pub mod chaos;
+mod contention;
 mod counting;
 mod forwarder;
 mod http;
@@ -34,6 +35,7 @@ pub use bench::{
     BenchRounds, BenchStores, avoid_repeat_app, avoid_repeat_request, benching, env_number,
     http_criterion, one_worker_runtime,
 };
+pub use contention::a_hundred_contenders_never_overlap;
 pub use counting::Counting;
 pub use forwarder::Forwarder;
 pub use http::{Answer, Shop, answer, body_text, form_token_in, from_loopback, problem_code, send};

@@ -6,12 +6,13 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idem_core::{FairLock, FairStore, Fenced, Key, Lease, Lock, LockError};
 use idem_tests::{
-    Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend, RedisServer, eventually,
+    Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend, RedisServer,
+    a_hundred_contenders_never_overlap, eventually,
 };
 use tokio::sync::{Barrier, mpsc};
 
@@ -66,55 +67,17 @@ where
     B::Store: FairStore,
 {
     let backend = B::start().await;
-    let inside = Arc::new(AtomicUsize::new(0));
-    let (overlaps, entries) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let last_fence = Arc::new(AtomicU64::new(0));
-    let start = Arc::new(Barrier::new(100));
-    let tasks: Vec<_> = (0..100)
-        .map(|_| {
-            let lock: FairLock<B::Store, Fenced> = Lock::new(
-                backend.store(),
-                key("fair-contended"),
-                Lease::Watchdog(Duration::from_secs(5)),
-            )
-            .fenced()
-            .fair();
-            let (inside, overlaps, entries, last_fence, start) = (
-                inside.clone(),
-                overlaps.clone(),
-                entries.clone(),
-                last_fence.clone(),
-                start.clone(),
-            );
-            tokio::spawn(async move {
-                start.wait().await;
-                let guard = lock.acquire_within(LONG).await.expect("a turn");
-                if inside.fetch_add(1, Ordering::SeqCst) > 0 {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                entries.fetch_add(1, Ordering::SeqCst);
-                let fence = guard.fencing_token().get();
-                let before = last_fence.fetch_max(fence, Ordering::SeqCst);
-                assert!(before < fence, "token {fence} after {before}");
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                assert!(guard.release().await.unwrap());
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("no error");
-    }
-    assert_eq!(
-        overlaps.load(Ordering::SeqCst),
-        0,
-        "entries that found another inside"
-    );
-    assert_eq!(
-        entries.load(Ordering::SeqCst),
-        100,
-        "every task had its turn"
-    );
+    a_hundred_contenders_never_overlap(|| {
+        let lock: FairLock<B::Store, Fenced> = Lock::new(
+            backend.store(),
+            key("fair-contended"),
+            Lease::Watchdog(Duration::from_secs(5)),
+        )
+        .fenced()
+        .fair();
+        async move { lock.acquire_within(LONG).await }
+    })
+    .await;
 }
 
 /// A holder, fifty waiters queued behind it, and then each releases in turn: every release

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::pin::pin;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,8 @@ use idem_core::{
     Owner, Store, Unfenced,
 };
 use idem_tests::{
-    AnyMemoryBackend, Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend, eventually,
+    AnyMemoryBackend, Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend,
+    a_hundred_contenders_never_overlap, eventually,
 };
 use tokio::sync::Barrier;
 
@@ -439,38 +440,20 @@ async fn a_fixed_lease_reports_its_end<B: LockBackend>() {
     assert!(Instant::now() >= guard.valid_until(), "not before its end");
 }
 
-/// 100 tasks, each its own owner, wait for one lock; inside the critical section a shared
-/// flag must be down on entry, and fencing tokens must grow from one holder to the next.
+/// 100 tasks, each its own owner, wait for one fenced lock: no entry finds another task
+/// inside, fencing tokens grow from one holder to the next, and every task gets its turn.
 async fn a_hundred_waiting_tasks_never_overlap<B: LockBackend>() {
     let backend = B::start().await;
-    let inside = Arc::new(AtomicBool::new(false));
-    let last_fence = Arc::new(AtomicU64::new(0));
-    let start = Arc::new(Barrier::new(100));
-    let tasks: Vec<_> = (0..100)
-        .map(|_| {
-            let lock = Lock::new(
-                backend.store(),
-                key("contended"),
-                Lease::Watchdog(Duration::from_secs(5)),
-            )
-            .fenced();
-            let (inside, last_fence, start) = (inside.clone(), last_fence.clone(), start.clone());
-            tokio::spawn(async move {
-                start.wait().await;
-                let guard = lock.acquire_within(LONG).await.expect("a turn");
-                assert!(!inside.swap(true, Ordering::SeqCst), "two tasks inside");
-                let fence = guard.fencing_token().get();
-                let before = last_fence.fetch_max(fence, Ordering::SeqCst);
-                assert!(before < fence, "token {fence} after {before}");
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                inside.store(false, Ordering::SeqCst);
-                assert!(guard.release().await.unwrap());
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("no overlap, no error");
-    }
+    a_hundred_contenders_never_overlap(|| {
+        let lock = Lock::new(
+            backend.store(),
+            key("contended"),
+            Lease::Watchdog(Duration::from_secs(5)),
+        )
+        .fenced();
+        async move { lock.acquire_within(LONG).await }
+    })
+    .await;
 }
 
 /// The same with plain locks: 100 tasks, each its own owner, wait for one lock and count
