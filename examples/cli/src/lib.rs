@@ -1,5 +1,6 @@
-//! What the small examples (`example-avoid-repeat`, `example-form-token`, `example-payments`,
-//! `example-idempotency-key`, `example-lock`) share, so that each one's `main` is only its
+//! What the examples (`example-webshop`, `example-payments`, and the small ones:
+//! `example-avoid-repeat`, `example-form-token`, `example-idempotency-key`, `example-lock`)
+//! share, so that each one's `main` is only its
 //! own: the command line ([`CommandLine`]), the store `--redis` picks, and serving a
 //! router on 127.0.0.1 ([`serve`]).
 

@@ -16,89 +16,42 @@
 //! database, committed with the order or the payment, and so are the browsers' sessions,
 //! whose expired rows a background task deletes every hour.
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use example_cli::{CommandLine, serve};
 use example_webshop::Shop;
-use idem_axum::{MemoryStore, RedisStore};
-
-/// The port when neither `--port` nor `PORT` gives one.
-const DEFAULT_PORT: u16 = 3000;
 
 /// How often expired browser sessions are deleted from the database.
 const SESSION_CLEANUP: Duration = Duration::from_secs(60 * 60);
 
 const USAGE: &str = "usage: example-webshop [--port N] [--db URL] [--redis URL]";
 
-/// What the command line and the environment ask for.
-#[derive(Debug)]
-struct Config {
-    port: u16,
-    db: String,
-    redis: Option<String>,
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let config = Config::from_args_and_env()?;
-    let db = example_webshop::connect(&config.db).await?;
-    let shop = match &config.redis {
-        Some(url) => Shop::new(db, RedisStore::from_url(url)?),
-        None => Shop::new(db, MemoryStore::new()),
+    let command_line = CommandLine::parse(USAGE, &["--db", "--redis"])?;
+    let port = command_line.port(3000)?;
+    let db = match command_line
+        .value("--db")
+        .map(str::to_owned)
+        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|v| !v.is_empty()))
+    {
+        Some(db) => db,
+        None => default_database()?,
     };
+    let shop = Shop::new(example_webshop::connect(&db).await?, command_line.store()?);
     let cleanup = shop.clone();
     tokio::spawn(async move {
         if let Err(error) = cleanup.delete_expired_sessions(SESSION_CLEANUP).await {
             eprintln!("expired sessions are no longer deleted: {error}");
         }
     });
-    let listener =
-        tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, config.port))).await?;
-    let store = config.redis.as_deref().unwrap_or("the in-memory store");
     println!(
-        "database {} (with the records of API orders and payments), guards on {store}",
-        config.db
+        "database {db} (with the records of API orders and payments), guards {}",
+        command_line.store_name()
     );
-    println!("idem example shop: open http://{}/", listener.local_addr()?);
-    axum::serve(listener, shop.router())
-        .with_graceful_shutdown(async {
-            // Without a signal handler there is nothing to wait for: serve until killed.
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        })
-        .await?;
+    serve("idem example shop", shop.router(), port).await?;
     Ok(())
-}
-
-impl Config {
-    /// Options win over variables, which win over the defaults.
-    fn from_args_and_env() -> Result<Self, String> {
-        let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-        let mut port = env("PORT");
-        let mut db = env("DATABASE_URL");
-        let mut redis = env("IDEM_REDIS_URL");
-        let mut args = std::env::args().skip(1);
-        while let Some(arg) = args.next() {
-            let slot = match arg.as_str() {
-                "--port" => &mut port,
-                "--db" => &mut db,
-                "--redis" => &mut redis,
-                "-h" | "--help" => return Err(USAGE.to_owned()),
-                other => return Err(format!("unknown argument {other:?}; {USAGE}")),
-            };
-            *slot = Some(args.next().ok_or(format!("{arg} needs a value; {USAGE}"))?);
-        }
-        let port = port.map_or(Ok(DEFAULT_PORT), |p| {
-            p.parse().map_err(|_| format!("invalid port {p:?}"))
-        })?;
-        let db = match db {
-            Some(db) => db,
-            None => default_database()?,
-        };
-        Ok(Self { port, db, redis })
-    }
 }
 
 /// `data/webshop.db` beside this crate's manifest (ignored by git), so `cargo run -p
