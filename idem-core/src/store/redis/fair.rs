@@ -25,38 +25,31 @@ impl FairStore for RedisStore {
         fencing: Fencing,
         place: Option<Duration>,
     ) -> Result<Turn, StoreError> {
-        let turns = self.turn_prefix(key);
+        let (lock, turns) = (self.key(key, Kind::Lock), self.key(key, Kind::Turns));
         let keys = [
-            self.key(key, Kind::Lock),
-            self.key(key, Kind::Fence),
-            self.key(key, Kind::Queue),
-            self.key(key, Kind::Places),
-            format!("{turns}{}", owner.as_str()),
+            lock.as_str(),
+            &self.key(key, Kind::Fence),
+            &self.key(key, Kind::Queue),
+            &self.key(key, Kind::Places),
+            &self.turn_list(key, owner),
         ];
-        let args = [
-            owner.as_str().to_owned(),
+        let (ttl, place) = (
             ttl_millis(ttl).to_string(),
-            if fencing == Fencing::On { "1" } else { "0" }.to_owned(),
             place.map_or(0, ttl_millis).to_string(),
-            turns,
-            SIGNAL_KEPT_MS.to_owned(),
+        );
+        let fenced = if fencing == Fencing::On { "1" } else { "0" };
+        let args = [
+            owner.as_str().as_bytes(),
+            ttl.as_bytes(),
+            fenced.as_bytes(),
+            place.as_bytes(),
+            turns.as_bytes(),
+            SIGNAL_KEPT_MS.as_bytes(),
         ];
-        let (keys, args) = (&keys, &args);
-        let answer: Vec<Value> = self
-            .run(|mut conn| async move {
-                let mut invocation = ACQUIRE_IN_TURN.prepare_invoke();
-                for key in keys {
-                    invocation.key(key);
-                }
-                for arg in args {
-                    invocation.arg(arg);
-                }
-                invocation.invoke_async(&mut conn).await
-            })
-            .await?;
+        let answer: Vec<Value> = self.script(&ACQUIRE_IN_TURN, &keys, &args).await?;
         let turn = scripted_turn(&answer, fencing)?;
         if let Turn::Acquired { .. } = turn {
-            self.replicated(&keys[0]).await?;
+            self.replicated(&lock).await?;
         }
         Ok(turn)
     }
@@ -67,20 +60,18 @@ impl FairStore for RedisStore {
         owner: &Owner,
         within: Duration,
     ) -> Result<bool, StoreError> {
-        let turn = format!("{}{}", self.turn_prefix(key), owner.as_str());
-        self.pop_wake_up(&turn, within).await
+        self.pop_wake_up(&self.turn_list(key, owner), within).await
     }
 
     async fn leave_queue(&self, key: &Key, owner: &Owner) -> Result<(), StoreError> {
-        let turns = self.turn_prefix(key);
-        let turn = format!("{turns}{}", owner.as_str());
+        let turns = self.key(key, Kind::Turns);
         self.flag(
             &LEAVE_QUEUE,
             &[
                 &self.key(key, Kind::Lock),
                 &self.key(key, Kind::Queue),
                 &self.key(key, Kind::Places),
-                &turn,
+                &self.turn_list(key, owner),
             ],
             &[
                 owner.as_str().as_bytes(),

@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
+use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
 use self::connection::{Connection, Connections, Source, WaitingConnections, unbounded_responses};
 use self::server::{AcquireCommand, Checks};
@@ -185,6 +185,25 @@ enum Kind {
     Queue,
     /// When each place in a fair lock's queue lapses.
     Places,
+    /// The prefix of a fair lock's waiters' wake-up lists, each followed by its owner.
+    Turns,
+}
+
+impl Kind {
+    /// What follows `namespace:{key}:` in a key of this kind. The release script, which
+    /// names the lock's other keys from that prefix, spells the same suffixes.
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Lock => "lock",
+            Self::Fence => "fence",
+            Self::Waiters => "waiters",
+            Self::Signal => "signal",
+            Self::Record => "record",
+            Self::Queue => "queue",
+            Self::Places => "places",
+            Self::Turns => "turn:",
+        }
+    }
 }
 
 impl RedisStore {
@@ -238,16 +257,18 @@ impl RedisStore {
     }
 
     fn key(&self, key: &Key, kind: Kind) -> String {
-        let suffix = match kind {
-            Kind::Lock => "lock",
-            Kind::Fence => "fence",
-            Kind::Waiters => "waiters",
-            Kind::Signal => "signal",
-            Kind::Record => "record",
-            Kind::Queue => "queue",
-            Kind::Places => "places",
-        };
-        format!("{}:{{{}}}:{suffix}", self.inner.namespace, key.as_str())
+        format!(
+            "{}:{{{}}}:{}",
+            self.inner.namespace,
+            key.as_str(),
+            kind.suffix()
+        )
+    }
+
+    /// The wake-up list of `owner` waiting in `key`'s fair queue:
+    /// `namespace:{key}:turn:<owner>`.
+    fn turn_list(&self, key: &Key, owner: &Owner) -> String {
+        format!("{}{}", self.key(key, Kind::Turns), owner.as_str())
     }
 
     /// The keys of `scope`'s tokens: its bucket's set and its own, under one hash tag.
@@ -332,12 +353,6 @@ impl RedisStore {
         }
     }
 
-    /// The prefix of the wake-up lists of `key`'s fair waiters: `namespace:{key}:turn:`,
-    /// followed by the owner.
-    fn turn_prefix(&self, key: &Key) -> String {
-        format!("{}:{{{}}}:turn:", self.inner.namespace, key.as_str())
-    }
-
     /// Takes a wake-up from `list`, waiting for one with `BLPOP` on a waiting connection
     /// up to `within`; `true` if it took one.
     async fn pop_wake_up(&self, list: &str, within: Duration) -> Result<bool, StoreError> {
@@ -381,6 +396,26 @@ impl RedisStore {
         }
     }
 
+    /// Runs `script` on `keys` with `args`.
+    async fn script<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T, StoreError> {
+        self.run(|mut conn| async move {
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(*key);
+            }
+            for arg in args {
+                invocation.arg(*arg);
+            }
+            invocation.invoke_async(&mut conn).await
+        })
+        .await
+    }
+
     /// Runs a script whose answer is 0 or 1.
     async fn flag(
         &self,
@@ -388,18 +423,7 @@ impl RedisStore {
         keys: &[&str],
         args: &[&[u8]],
     ) -> Result<bool, StoreError> {
-        let answer: i64 = self
-            .run(|mut conn| async move {
-                let mut invocation = script.prepare_invoke();
-                for key in keys {
-                    invocation.key(*key);
-                }
-                for arg in args {
-                    invocation.arg(*arg);
-                }
-                invocation.invoke_async(&mut conn).await
-            })
-            .await?;
+        let answer: i64 = self.script(script, keys, args).await?;
         Ok(answer == 1)
     }
 
@@ -623,7 +647,7 @@ impl Store for RedisStore {
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         let lock = self.key(key, Kind::Lock);
         // The script names the lock's other keys from its prefix, `namespace:{key}:`.
-        let prefix = &lock[..lock.len() - "lock".len()];
+        let prefix = &lock[..lock.len() - Kind::Lock.suffix().len()];
         self.flag(
             &RELEASE_AND_SIGNAL,
             &[&lock],
