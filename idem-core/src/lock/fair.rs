@@ -254,9 +254,7 @@ struct Place<S: FairStore> {
 impl<S: FairStore> Place<S> {
     async fn leave(&mut self) {
         self.held = false;
-        if let Err(error) = self.store.leave_queue(&self.key, &self.owner).await {
-            tracing::debug!(key = %self.key, ?error, "idem: leaving a lock's queue failed; the place lapses");
-        }
+        leave(&*self.store, &self.key, &self.owner).await;
     }
 }
 
@@ -270,10 +268,14 @@ impl<S: FairStore> Drop for Place<S> {
             self.key.clone(),
             self.owner.clone(),
         );
-        self.runtime.spawn(async move {
-            if let Err(error) = store.leave_queue(&key, &owner).await {
-                tracing::debug!(%key, ?error, "idem: leaving a lock's queue failed; the place lapses");
-            }
-        });
+        self.runtime
+            .spawn(async move { leave(&*store, &key, &owner).await });
+    }
+}
+
+/// Gives up `owner`'s place in `key`'s queue; a store that fails leaves the place to lapse.
+async fn leave<S: FairStore>(store: &S, key: &Key, owner: &Owner) {
+    if let Err(error) = store.leave_queue(key, owner).await {
+        tracing::debug!(%key, ?error, "idem: leaving a lock's queue failed; the place lapses");
     }
 }
