@@ -6,9 +6,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use idem_core::store::poll_until;
 use idem_core::{
-    Acquire, Begin, FairStore, Fencing, FencingToken, Fingerprint, Key, Owner,
-    RELEASE_POLL_INTERVAL, Store, StoreError, Turn,
+    Acquire, Begin, FairStore, Fencing, FencingToken, Fingerprint, Key, Owner, Store, StoreError,
+    Turn,
 };
 use sqlx::Pool;
 
@@ -558,9 +559,10 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
             .map_err(|answer| unexpected("acquire_in_turn", answer))
     }
 
-    /// Reads, every [`RELEASE_POLL_INTERVAL`], whether the lock is free and `owner`'s place
-    /// is the first live one in its queue, or `owner` has no place (its next attempt queues
-    /// it again). It never writes: a release needs no signal, and waiters cost the
+    /// Reads, every [`RELEASE_POLL_INTERVAL`](idem_core::RELEASE_POLL_INTERVAL) (with
+    /// [`poll_until`]), whether the lock is free and `owner`'s place is the first live one
+    /// in its queue, or `owner` has no place (its next attempt queues it again). It never
+    /// writes: a release needs no signal, and waiters cost the
     /// database a read each per interval. Only the head of the queue sees its turn, so a
     /// release still wakes one waiter.
     async fn wait_for_turn(
@@ -570,18 +572,11 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
         within: Duration,
     ) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
+        poll_until(within, || async {
             let turn = self.flag("wait_for_turn", DB::STATEMENTS.is_turn, &args);
-            if turn.await? == Some(true) {
-                return Ok(true);
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return Ok(false);
-            }
-            tokio::time::sleep_until(deadline.min(now + RELEASE_POLL_INTERVAL)).await;
-        }
+            Ok(turn.await? == Some(true))
+        })
+        .await
     }
 
     /// One `DELETE` of the owner's place. The turn passes on by itself: the next waiter's

@@ -171,19 +171,9 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         key: &Key,
         within: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        async move {
-            let deadline = tokio::time::Instant::now() + within;
-            loop {
-                if self.remaining(key).await?.is_none() {
-                    return Ok(true);
-                }
-                let now = tokio::time::Instant::now();
-                if now >= deadline {
-                    return Ok(false);
-                }
-                tokio::time::sleep_until(deadline.min(now + RELEASE_POLL_INTERVAL)).await;
-            }
-        }
+        poll_until(within, move || async move {
+            Ok(self.remaining(key).await?.is_none())
+        })
     }
 
     /// Sets the TTL of `key` to `ttl` from now if `owner` holds it. `true` if it did.
@@ -304,6 +294,46 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
 
 /// How often the default [`Store::wait_for_release`] looks at the key it waits for.
 pub const RELEASE_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Asks `ready` every [`RELEASE_POLL_INTERVAL`], and once more when `within` has passed:
+/// `true` as soon as it answers `true`, `false` if it never did. How a store that cannot
+/// signal waits, as the default [`Store::wait_for_release`] does.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
+/// use std::time::Duration;
+/// let mut asked = 0;
+/// let ready = idem_core::store::poll_until(Duration::from_secs(1), || {
+///     asked += 1;
+///     let now = asked;
+///     async move { Ok(now == 3) }
+/// })
+/// .await?;
+/// assert!(ready);
+/// assert_eq!(asked, 3);
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// The first error `ready` answers.
+pub async fn poll_until<F, Fut>(within: Duration, mut ready: F) -> Result<bool, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, StoreError>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if ready().await? {
+            return Ok(true);
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep_until(deadline.min(now + RELEASE_POLL_INTERVAL)).await;
+    }
+}
 
 /// Whether [`Store::acquire`] draws a [`FencingToken`].
 ///
