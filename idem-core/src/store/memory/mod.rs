@@ -119,8 +119,9 @@ impl Shared {
     fn reclaim_all(&self) {
         for shard in &*self.shards {
             while lock(shard).reclaim(self.now(), &self.entries, RECLAIM_CHUNK) {}
-            lock(shard).drop_lapsed_places(self.now());
-            lock(shard).shrink();
+            let mut shard = lock(shard);
+            shard.drop_lapsed_places(self.now());
+            shard.shrink();
         }
     }
 
