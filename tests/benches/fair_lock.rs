@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_core::{FairStore, Key, Lease, Lock, LockError, LockGuard, MemoryStore, RedisStore};
-use idem_tests::{RedisServer, benching, env_number};
+use idem_tests::{RedisServer, benching, env_number, median, percentile};
 
 const LEASE: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(120);
@@ -186,18 +186,6 @@ async fn round<S: FairStore + Clone>(
     round
 }
 
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
-}
-
-fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
-    values.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
-    values[values.len() / 2]
-}
-
 fn ms(duration: Duration) -> String {
     format!("{:.2} ms", duration.as_secs_f64() * 1000.0)
 }
@@ -232,19 +220,25 @@ fn table<S: FairStore + Clone>(
             .filter(|(m, _)| *m == mode)
             .map(|(_, r)| r)
             .collect();
-        let pick =
-            |f: &dyn Fn(&Round) -> Duration| ms(median(of_mode.iter().map(|r| f(r)).collect()));
+        let pick = |f: &dyn Fn(&Round) -> Duration| {
+            ms(median(&of_mode.iter().map(|r| f(r)).collect::<Vec<_>>()))
+        };
         println!(
             "| {} | {:.0} | {} | {} | {} | {} | {} | {} / {} |",
             mode.name(),
-            median(of_mode.iter().map(|r| r.acquisitions_per_second).collect()),
+            median(
+                &of_mode
+                    .iter()
+                    .map(|r| r.acquisitions_per_second)
+                    .collect::<Vec<_>>()
+            ),
             pick(&|r| percentile(&r.hand_offs, 50)),
             pick(&|r| percentile(&r.hand_offs, 99)),
             pick(&|r| percentile(&r.waits, 50)),
             pick(&|r| percentile(&r.waits, 99)),
             pick(&|r| r.waits.last().copied().unwrap_or_default()),
-            median(of_mode.iter().map(|r| r.fewest).collect()),
-            median(of_mode.iter().map(|r| r.most).collect()),
+            median(&of_mode.iter().map(|r| r.fewest).collect::<Vec<_>>()),
+            median(&of_mode.iter().map(|r| r.most).collect::<Vec<_>>()),
         );
     }
 }

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use idem_core::{
     Acquire, Fencing, FencingMode, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store,
 };
-use idem_tests::{RedisServer, benching, env_number};
+use idem_tests::{RedisServer, benching, env_number, median, percentile};
 use redis::aio::MultiplexedConnection;
 
 /// The plain compare-and-delete release script a bare Redis lock runs.
@@ -298,15 +298,6 @@ async fn pairs_per_second(
     total as f64 / started.elapsed().as_secs_f64()
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
-}
-
 /// Who released the lock last, and when.
 type LastRelease = Arc<Mutex<Option<(usize, Instant)>>>;
 
@@ -414,9 +405,9 @@ fn pairs_table(
         .iter()
         .enumerate()
         .map(|(i, client)| {
-            let rate = median(&mut rates[i]);
+            let rate = median(&rates[i]);
             match client.baseline() {
-                Some(_) => format!("**{rate:.0} ({:.2})**", median(&mut ratios[i])),
+                Some(_) => format!("**{rate:.0} ({:.2})**", median(&ratios[i])),
                 None => format!("**{rate:.0}**"),
             }
         })

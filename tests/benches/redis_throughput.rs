@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
-use idem_tests::{BenchRounds, RedisServer};
+use idem_tests::{BenchRounds, RedisServer, median};
 
 const LOCK_TTL: Duration = Duration::from_secs(30);
 
@@ -242,12 +242,6 @@ fn machine_shares(before: &[u64], after: &[u64]) -> Option<MachineShares> {
         steal: delta(7)? / total,
         idle: (delta(3)? + delta(4)?) / total,
     })
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
 }
 
 fn main() {

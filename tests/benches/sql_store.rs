@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
 use idem_sqlx::{SqlBackend, SqlStore, SqliteStore};
-use idem_tests::{BenchRounds, PostgresServer};
+use idem_tests::{BenchRounds, PostgresServer, median};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
@@ -182,12 +182,6 @@ where
     };
     rates.push(rate(settings, round, complete).await);
     rates
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
 }
 
 /// The markdown table of one database's rounds.

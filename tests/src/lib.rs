@@ -33,7 +33,7 @@ pub use backend::{
 };
 pub use bench::{
     BenchRounds, BenchStores, avoid_repeat_app, avoid_repeat_request, benching, env_number,
-    http_criterion, one_worker_runtime,
+    http_criterion, median, micros_since_epoch, one_worker_runtime, percentile,
 };
 pub use contention::a_hundred_contenders_never_overlap;
 pub use counting::Counting;

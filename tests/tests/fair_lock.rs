@@ -7,12 +7,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use idem_core::{FairLock, FairStore, Fenced, Key, Lease, Lock, LockError};
 use idem_tests::{
     Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend, RedisServer,
-    a_hundred_contenders_never_overlap, eventually,
+    a_hundred_contenders_never_overlap, eventually, micros_since_epoch,
 };
 use tokio::sync::{Barrier, mpsc};
 
@@ -42,13 +42,6 @@ fair_suite!(
     a_cancelled_waiter_leaves_the_queue_at_once,
     a_waiter_that_times_out_leaves_the_queue,
 );
-
-fn micros_now() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_micros()
-}
 
 fn key(name: &str) -> Key {
     Key::new(name).expect("a valid test key")
@@ -357,7 +350,7 @@ async fn fifty_waiters_in_two_processes_acquire_in_arrival_order() {
             while barging.load(Ordering::SeqCst) {
                 let newcomer = Lock::new(store.clone(), lock.clone(), Lease::Fixed(LONG)).fair();
                 if let Ok(guard) = newcomer.try_acquire().await {
-                    taken_at_us.push(micros_now());
+                    taken_at_us.push(micros_since_epoch());
                     assert!(guard.release().await.unwrap());
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;

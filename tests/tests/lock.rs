@@ -19,7 +19,7 @@ use idem_core::{
 };
 use idem_tests::{
     AnyMemoryBackend, Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend,
-    a_hundred_contenders_never_overlap, eventually,
+    a_hundred_contenders_never_overlap, eventually, percentile,
 };
 use tokio::sync::Barrier;
 
@@ -205,10 +205,6 @@ impl Mode for Fenced {
     fn make<S: Store>(lock: Lock<S>) -> Lock<S, Fenced> {
         lock.fenced()
     }
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
 }
 
 async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {

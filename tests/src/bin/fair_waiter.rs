@@ -10,7 +10,7 @@
 //! microseconds since 1970), holds the lock 2 ms and releases it.
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use idem_core::{Key, Lease, Lock, Owner, RedisStore};
 use redis::AsyncCommands;
@@ -25,13 +25,6 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn micros_now() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_micros()
 }
 
 async fn wait(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
@@ -60,7 +53,7 @@ async fn wait(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         .with_place_timeout(place_timeout);
         let (mut counter, order_key) = (counter.clone(), format!("fair-order:{key}"));
         tokio::spawn(async move {
-            let asked_at = micros_now();
+            let asked_at = idem_tests::micros_since_epoch();
             let guard = match lock.acquire_within(Duration::from_secs(60)).await {
                 Ok(guard) => guard,
                 Err(error) => {
@@ -68,7 +61,7 @@ async fn wait(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
                     return;
                 }
             };
-            let acquired_at = micros_now();
+            let acquired_at = idem_tests::micros_since_epoch();
             let order: u64 = counter.incr(&order_key, 1).await.expect("INCR");
             println!(
                 "acquired {} {order} {asked_at} {acquired_at}",
