@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_core::{FairLock, FairStore, Fenced, Key, Lease, Lock, LockError};
+use idem_core::{FairLock, FairStore, Fenced, Key, Lease, Lock, LockError, LockGuard, RedisStore};
 use idem_tests::{
     Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend, RedisServer,
     a_hundred_contenders_never_overlap, eventually, micros_since_epoch,
@@ -60,16 +60,19 @@ where
     B::Store: FairStore,
 {
     let backend = B::start().await;
-    a_hundred_contenders_never_overlap(|| {
-        let lock: FairLock<B::Store, Fenced> = Lock::new(
-            backend.store(),
-            key("fair-contended"),
-            Lease::Watchdog(Duration::from_secs(5)),
-        )
-        .fenced()
-        .fair();
-        async move { lock.acquire_within(LONG).await }
-    })
+    a_hundred_contenders_never_overlap(
+        || {
+            let lock: FairLock<B::Store, Fenced> = Lock::new(
+                backend.store(),
+                key("fair-contended"),
+                Lease::Watchdog(Duration::from_secs(5)),
+            )
+            .fenced()
+            .fair();
+            async move { lock.acquire_within(LONG).await }
+        },
+        |guard| Some(guard.fencing_token().get()),
+    )
     .await;
 }
 
@@ -285,6 +288,15 @@ async fn queue_becomes(server: &RedisServer, lock: &Key, expected: &[String]) {
     .await;
 }
 
+/// Takes `lock` on `server` for a minute, for waiters to queue behind.
+async fn hold(server: &RedisServer, lock: &Key) -> LockGuard<RedisStore> {
+    let store = RedisStore::from_url(&server.url()).expect("a store on the test Redis");
+    fair(store, lock.as_str(), Lease::Fixed(LONG))
+        .try_acquire()
+        .await
+        .expect("a free lock")
+}
+
 /// Reads `count` acquisitions from the waiters' lines.
 async fn acquisitions(
     lines: &mut mpsc::UnboundedReceiver<String>,
@@ -320,11 +332,7 @@ async fn acquisitions(
 async fn fifty_waiters_in_two_processes_acquire_in_arrival_order() {
     let server = RedisServer::start();
     let lock = key("fair-order");
-    let store = idem_core::RedisStore::from_url(&server.url()).unwrap();
-    let holder = fair(store, lock.as_str(), Lease::Fixed(LONG))
-        .try_acquire()
-        .await
-        .unwrap();
+    let holder = hold(&server, &lock).await;
     let (sender, mut lines) = mpsc::unbounded_channel();
     let mut processes = [
         WaiterProcess::start(&lock, LONG, &server.url(), sender.clone()),
@@ -341,7 +349,7 @@ async fn fifty_waiters_in_two_processes_acquire_in_arrival_order() {
     let barging = Arc::new(AtomicBool::new(true));
     let barger = tokio::spawn({
         let (store, lock, barging) = (
-            idem_core::RedisStore::from_url(&server.url()).unwrap(),
+            RedisStore::from_url(&server.url()).unwrap(),
             lock.clone(),
             barging.clone(),
         );
@@ -395,11 +403,7 @@ async fn a_killed_waiter_in_the_middle_of_the_queue_is_skipped_after_its_place_t
     let server = RedisServer::start();
     let lock = key("fair-killed");
     let place_timeout = Duration::from_secs(1);
-    let store = idem_core::RedisStore::from_url(&server.url()).unwrap();
-    let holder = fair(store, lock.as_str(), Lease::Fixed(LONG))
-        .try_acquire()
-        .await
-        .unwrap();
+    let holder = hold(&server, &lock).await;
     let (sender, mut lines) = mpsc::unbounded_channel();
     let mut living = WaiterProcess::start(&lock, place_timeout, &server.url(), sender.clone());
     let mut dying = WaiterProcess::start(&lock, place_timeout, &server.url(), sender);
