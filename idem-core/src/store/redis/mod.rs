@@ -2,6 +2,7 @@
 
 mod connection;
 mod fair;
+mod replay_cache;
 mod server;
 
 use std::future::Future;
@@ -12,6 +13,7 @@ use bytes::Bytes;
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
 use self::connection::{Connection, Connections, Source, WaitingConnections, unbounded_responses};
+use self::replay_cache::ReplayCache;
 use self::server::{AcquireCommand, Checks};
 use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
 use crate::key::{Fingerprint, Key, KeyError, Owner};
@@ -151,6 +153,8 @@ struct Inner {
     token_budget: usize,
     /// Replicas that must acknowledge a decisive write, and how long to wait for them.
     replica_acks: Option<ReplicaAcks>,
+    /// Copies of the completed records replayed here, unless turned off.
+    replays: Option<ReplayCache>,
 }
 
 /// How many replicas must acknowledge a decisive write, within how long
@@ -725,15 +729,19 @@ impl Store for RedisStore {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, StoreError> {
+        let replays = self.inner.replays.as_ref();
+        if let Some(answer) = replays.and_then(|replays| replays.answer(key, fingerprint)) {
+            return Ok(answer);
+        }
         let record = self.key(key, Kind::Record);
         let (record, owner, millis) = (record.as_str(), owner.as_str(), ttl_millis(lease));
-        let fingerprint = fingerprint.as_bytes().as_slice();
+        let asked = Instant::now();
         let mut answer: Vec<Value> = self
             .run(|mut conn| async move {
                 BEGIN_RECORD
                     .key(record)
                     .arg(owner)
-                    .arg(fingerprint)
+                    .arg(fingerprint.as_bytes().as_slice())
                     .arg(millis)
                     .invoke_async(&mut conn)
                     .await
@@ -752,12 +760,17 @@ impl Store for RedisStore {
                 remaining: remaining_from_pttl(int("begin_record", &answer[1])?)
                     .unwrap_or_default(),
             }),
-            (3, 2) => match answer.pop() {
-                Some(Value::BulkString(response)) => Ok(Begin::Completed {
-                    response: Bytes::from(response),
-                }),
-                other => Err(unexpected("begin_record", other)),
-            },
+            (3, 3) => {
+                let remaining = remaining_from_pttl(int("begin_record", &answer[2])?);
+                let response = match answer.swap_remove(1) {
+                    Value::BulkString(response) => Bytes::from(response),
+                    other => return Err(unexpected("begin_record", other)),
+                };
+                if let (Some(replays), Some(remaining)) = (replays, remaining) {
+                    replays.keep(key, *fingerprint, response.clone(), asked, remaining);
+                }
+                Ok(Begin::Completed { response })
+            }
             (4, 1) => Ok(Begin::Mismatch),
             _ => Err(unexpected("begin_record", &answer)),
         }
@@ -818,6 +831,7 @@ pub struct RedisStoreBuilder {
     script_acquire: bool,
     token_capacity: usize,
     replica_acks: Option<ReplicaAcks>,
+    replay_cache_bytes: usize,
 }
 
 impl Default for RedisStoreBuilder {
@@ -830,6 +844,7 @@ impl Default for RedisStoreBuilder {
             script_acquire: false,
             token_capacity: 250_000,
             replica_acks: None,
+            replay_cache_bytes: 16 << 20,
         }
     }
 }
@@ -953,6 +968,30 @@ impl RedisStoreBuilder {
     /// ```
     pub fn with_replica_acks(mut self, replicas: u32, within: Duration) -> Self {
         self.replica_acks = (replicas > 0).then_some(ReplicaAcks { replicas, within });
+        self
+    }
+
+    /// How many bytes of completed idempotency records the store keeps in the process
+    /// (default 16 MiB; 0 turns the copy off).
+    ///
+    /// When [`begin_record`](Store::begin_record) finds a completed record, the store keeps
+    /// a copy of it, and answers the next request for that key from the copy, without a
+    /// round trip: a retry loop or a callback sent many times is replayed at the speed of
+    /// an in-memory store and costs Redis nothing. The answer is the one Redis would give,
+    /// because a completed record never changes before its retention ends: the stored
+    /// response for the same fingerprint, [`Begin::Mismatch`] for another. A copy is
+    /// dropped no later than Redis drops the record (its remaining time, counted from
+    /// before the question was sent). Only records that were replayed once are copied,
+    /// not every completed one; past the bound, the least used copies are evicted.
+    ///
+    /// A record deleted by hand in Redis (to let a key run again) is still replayed by an
+    /// instance that copied it, until the copy's end: turn the copy off if you do that.
+    ///
+    /// ```
+    /// let builder = idem_core::RedisStore::builder().with_replay_cache(64 << 20);
+    /// ```
+    pub fn with_replay_cache(mut self, max_bytes: usize) -> Self {
+        self.replay_cache_bytes = max_bytes;
         self
     }
 
@@ -1197,6 +1236,7 @@ impl RedisStoreBuilder {
                 timeout: self.timeout,
                 token_budget: self.token_capacity.div_ceil(TOKEN_BUCKETS as usize).max(1),
                 replica_acks: self.replica_acks,
+                replays: ReplayCache::new(self.replay_cache_bytes),
             }),
         })
     }

@@ -1,0 +1,197 @@
+//! The [`RedisStore`](super::RedisStore)'s in-process copy of completed idempotency
+//! records it has replayed, so that a key replayed again is answered without a round trip.
+//!
+//! A completed record never changes: nothing but its retention ending removes it or
+//! rewrites it (`complete_record` and `abandon_record` only touch a record in progress).
+//! What `begin_record` answers for a completed record, the response for the same
+//! fingerprint and a mismatch for any other, is therefore the same on every instance for
+//! as long as Redis keeps it, and a copy answers exactly as Redis would, provided it is
+//! dropped no later than Redis drops the record. Each copy is kept until the record's
+//! remaining time, as Redis gave it, counted from before the request was sent: never past
+//! the record's own end.
+//!
+//! Only records that were replayed are copied, not every record completed here: a key
+//! replayed once is the one that is likely to be asked for again (a client's retry loop, a
+//! callback sent twice), while most records are never asked for a second time. The copy
+//! is bounded in bytes and evicts by recency and frequency (`quick_cache`'s S3-FIFO).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use quick_cache::Weighter;
+use quick_cache::sync::Cache;
+
+use crate::key::{Fingerprint, Key};
+use crate::store::Begin;
+
+/// What a completed record answers, and until when the copy may answer for it.
+#[derive(Clone)]
+struct Completed {
+    fingerprint: Fingerprint,
+    response: Bytes,
+    until: Instant,
+}
+
+/// Bytes a copy holds besides its response: the key, the entry and the table's share.
+const ENTRY_BYTES: u64 = 160;
+
+/// Weighs a copy by its bytes, so that the bound is one of memory.
+#[derive(Clone)]
+struct ByBytes;
+
+impl Weighter<Key, Completed> for ByBytes {
+    fn weight(&self, key: &Key, completed: &Completed) -> u64 {
+        ENTRY_BYTES + (key.as_str().len() + completed.response.len()) as u64
+    }
+}
+
+/// The completed records a store replayed, up to a number of bytes.
+pub(super) struct ReplayCache {
+    records: Cache<Key, Completed, ByBytes>,
+}
+
+impl std::fmt::Debug for ReplayCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayCache")
+            .field("entries", &self.records.len())
+            .field("bytes", &self.records.weight())
+            .field("max_bytes", &self.records.capacity())
+            .finish()
+    }
+}
+
+impl ReplayCache {
+    /// A cache of at most `max_bytes`; `None` for 0, which turns the cache off.
+    pub(super) fn new(max_bytes: usize) -> Option<Self> {
+        let max_bytes = u64::try_from(max_bytes).unwrap_or(u64::MAX);
+        (max_bytes > 0).then(|| Self {
+            // The estimate sizes the tables as they grow; 1 KiB is a typical entry.
+            records: Cache::with_weighter(
+                usize::try_from(max_bytes / 1024)
+                    .unwrap_or(usize::MAX)
+                    .max(1),
+                max_bytes,
+                ByBytes,
+            ),
+        })
+    }
+
+    /// What the record `key` answers `fingerprint`, if a live copy of it is here:
+    /// [`Begin::Completed`] for its own fingerprint, [`Begin::Mismatch`] for another.
+    pub(super) fn answer(&self, key: &Key, fingerprint: &Fingerprint) -> Option<Begin> {
+        let completed = self.records.get(key)?;
+        if completed.until <= Instant::now() {
+            self.records.remove(key);
+            return None;
+        }
+        Some(if completed.fingerprint == *fingerprint {
+            Begin::Completed {
+                response: completed.response,
+            }
+        } else {
+            Begin::Mismatch
+        })
+    }
+
+    /// Keeps a copy of the completed record `key`, which Redis said, in a reply to a
+    /// request sent at `asked`, it keeps for `remaining` more.
+    pub(super) fn keep(
+        &self,
+        key: &Key,
+        fingerprint: Fingerprint,
+        response: Bytes,
+        asked: Instant,
+        remaining: Duration,
+    ) {
+        let Some(until) = asked.checked_add(remaining) else {
+            return;
+        };
+        if until > Instant::now() {
+            self.records.insert(
+                key.clone(),
+                Completed {
+                    fingerprint,
+                    response,
+                    until,
+                },
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> Key {
+        Key::new(name).unwrap()
+    }
+
+    #[test]
+    fn a_copy_answers_its_fingerprint_with_the_response_and_any_other_with_a_mismatch() {
+        let cache = ReplayCache::new(1 << 20).unwrap();
+        let (ours, other) = (Fingerprint::of([b"a"]), Fingerprint::of([b"b"]));
+        assert_eq!(cache.answer(&key("k"), &ours), None);
+        let response = Bytes::from_static(b"stored");
+        cache.keep(
+            &key("k"),
+            ours,
+            response.clone(),
+            Instant::now(),
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            cache.answer(&key("k"), &ours),
+            Some(Begin::Completed { response })
+        );
+        assert_eq!(cache.answer(&key("k"), &other), Some(Begin::Mismatch));
+        assert_eq!(cache.answer(&key("other"), &ours), None);
+    }
+
+    #[test]
+    fn a_copy_ends_when_the_record_does_counted_from_the_question() {
+        let cache = ReplayCache::new(1 << 20).unwrap();
+        let fingerprint = Fingerprint::of([b"a"]);
+        let asked = Instant::now();
+        cache.keep(
+            &key("k"),
+            fingerprint,
+            Bytes::from_static(b"stored"),
+            asked,
+            Duration::from_millis(30),
+        );
+        assert!(cache.answer(&key("k"), &fingerprint).is_some());
+        std::thread::sleep(asked + Duration::from_millis(30) - Instant::now());
+        assert_eq!(cache.answer(&key("k"), &fingerprint), None);
+        // An answer that arrives after the record's end is not kept at all.
+        let long_ago = Instant::now() - Duration::from_millis(50);
+        cache.keep(
+            &key("late"),
+            fingerprint,
+            Bytes::from_static(b"stored"),
+            long_ago,
+            Duration::from_millis(30),
+        );
+        assert_eq!(cache.answer(&key("late"), &fingerprint), None);
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_bytes() {
+        let max = 64 * 1024;
+        let cache = ReplayCache::new(max).unwrap();
+        let fingerprint = Fingerprint::of([b"a"]);
+        let response = Bytes::from(vec![b'x'; 1000]);
+        for i in 0..1000 {
+            cache.keep(
+                &key(&format!("k{i}")),
+                fingerprint,
+                response.clone(),
+                Instant::now(),
+                Duration::from_secs(60),
+            );
+        }
+        assert!(cache.records.weight() <= max as u64);
+        assert!(cache.records.len() > 10, "{} kept", cache.records.len());
+        assert!(ReplayCache::new(0).is_none());
+    }
+}
