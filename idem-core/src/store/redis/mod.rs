@@ -83,6 +83,10 @@ const SIGNAL_KEPT_MS: &str = "5000";
 ///   (the pool's, with its settings, when built from an application's pool) and never
 ///   takes one out of a pool or puts one back. An application's blocking command
 ///   (`BLPOP`, `XREAD BLOCK`) on a connection from the same pool cannot stall the store.
+/// - **Replays from the process**: a completed idempotency record it has replayed is
+///   copied into the process, and its next replays are answered from there, as Redis
+///   would answer them, until the record's own end
+///   ([`with_replay_cache`](RedisStoreBuilder::with_replay_cache)).
 ///
 /// Key layout (with the default namespace `idem`): `idem:{key}:lock`, `idem:{key}:fence`
 /// (a lock's fencing counter: it has no TTL, so tokens keep growing across expiry — one
