@@ -89,7 +89,7 @@ if [[ $(redis info server | tr -d '\r' | awk -F: '$1 == "process_id" {print $2}'
     exit 1
 fi
 
-kinds=(bare idem-memory idempotent-memory axum-idempotent idem-redis idempotent-redis)
+kinds=(bare idem-memory idempotent-memory axum-idempotent idem-redis idem-redis-uncached idempotent-redis)
 declare -A port_of
 for kind in "${kinds[@]}"; do
     free_port
@@ -184,6 +184,7 @@ http_cases=(
     "first request|axum-idempotent (a new session every request)|memory (ruts sessions)|axum-idempotent|new_key|per_request"
     "first request|axum-idempotent (one session per wrk thread)|memory (ruts sessions)|axum-idempotent|new_key|shared"
     "replay|idem|redis|idem-redis|same_key|none"
+    "replay|idem, without the replay cache|redis|idem-redis-uncached|same_key|none"
     "replay|idempotent|redis|idempotent-redis|same_key|none"
     "first request|idem|redis|idem-redis|new_key|none"
     "first request|idempotent|redis|idempotent-redis|new_key|none"

@@ -14,6 +14,7 @@
 //! |---|---|
 //! | `bare` | none |
 //! | `idem-memory`, `idem-redis` | idem's `IdempotencyLayer` on `MemoryStore` / `RedisStore` |
+//! | `idem-redis-uncached` | the same on a `RedisStore` without its copy of replayed records |
 //! | `idempotent-memory`, `idempotent-redis` | `idempotent` 2.x's `IdempotencyLayer` on its `MemoryStore` / `ValkeyStore` |
 //! | `axum-idempotent` | `axum-idempotent` 0.6's `IdempotentLayer` (Idempotency-Key header mode) in `ruts` sessions on a `MokaStore` |
 //!
@@ -133,6 +134,12 @@ async fn serve(args: &Args) -> Result<(), Error> {
         "bare" => guarded,
         "idem-memory" => idem_router(guarded, idem_axum::MemoryStore::new()),
         "idem-redis" => idem_router(guarded, idem_axum::RedisStore::from_url(redis()?)?),
+        "idem-redis-uncached" => idem_router(
+            guarded,
+            idem_axum::RedisStore::builder()
+                .with_replay_cache(0)
+                .build_with_url(redis()?)?,
+        ),
         "idempotent-memory" => guarded.layer(
             idempotent::middleware::IdempotencyLayer::new(
                 idempotent::memory::MemoryStore::builder().try_build()?,
