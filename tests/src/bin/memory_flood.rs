@@ -5,7 +5,9 @@
 //! same again.
 //!
 //! `cargo run --release -p idem-tests --bin memory_flood [-- <keys> <ttl-ms>]`
-//! (default 1,000,000 keys, 10 s, the bench server's figures).
+//! (default 1,000,000 keys, 10 s, the bench server's figures). With `IDEM_FLOOD_SMAPS`
+//! set it also prints, at each moment, the mappings holding 1 MiB or more (where freed
+//! memory stays resident).
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,34 @@ fn rss_mib() -> f64 {
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(f64::NAN);
     kib / 1024.0
+}
+
+/// Diagnostic (IDEM_FLOOD_SMAPS set): the mappings holding 1 MiB or more resident.
+fn smaps(moment: &str) {
+    if std::env::var_os("IDEM_FLOOD_SMAPS").is_none() {
+        return;
+    }
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut head = String::new();
+    for line in smaps.lines() {
+        if let Some(rest) = line.strip_prefix("Rss:") {
+            let kib: u64 = rest
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            if kib >= 1024 {
+                println!("  smaps {moment}: {kib:>7} kB resident in {head}");
+            }
+        } else if line
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w.contains('-') && !w.ends_with(':'))
+        {
+            head = line.to_string();
+        }
+    }
 }
 
 async fn fill(store: &MemoryStore, keys: u64, ttl: Duration) -> Duration {
@@ -49,6 +79,7 @@ async fn wait_until_empty(store: &MemoryStore) {
 async fn flood(keys: u64, ttl: Duration) {
     let store = MemoryStore::new();
     println!("started: VmRSS {:.1} MiB", rss_mib());
+    smaps("started");
     for round in ["", " again"] {
         let took = fill(&store, keys, ttl).await;
         println!(
@@ -57,12 +88,14 @@ async fn flood(keys: u64, ttl: Duration) {
             rss_mib(),
             store.entry_count()
         );
+        smaps("live");
         wait_until_empty(&store).await;
         println!(
             "expired{round}: VmRSS {:.1} MiB, entries {}",
             rss_mib(),
             store.entry_count()
         );
+        smaps("expired");
     }
 }
 
