@@ -127,19 +127,28 @@ mod tests {
         Key::new(name).unwrap()
     }
 
+    /// Keeps `response` under `name` for `fingerprint`, as Redis answered a question sent
+    /// at `asked` with `remaining`.
+    fn keep(
+        cache: &ReplayCache,
+        name: &str,
+        fingerprint: Fingerprint,
+        response: &Bytes,
+        asked: Instant,
+        remaining: Duration,
+    ) {
+        cache.keep(&key(name), fingerprint, response.clone(), asked, remaining);
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
     #[test]
     fn a_copy_answers_its_fingerprint_with_the_response_and_any_other_with_a_mismatch() {
         let cache = ReplayCache::new(1 << 20).unwrap();
         let (ours, other) = (Fingerprint::of([b"a"]), Fingerprint::of([b"b"]));
         assert_eq!(cache.answer(&key("k"), &ours), None);
         let response = Bytes::from_static(b"stored");
-        cache.keep(
-            &key("k"),
-            ours,
-            response.clone(),
-            Instant::now(),
-            Duration::from_secs(60),
-        );
+        keep(&cache, "k", ours, &response, Instant::now(), MINUTE);
         assert_eq!(
             cache.answer(&key("k"), &ours),
             Some(Begin::Completed { response })
@@ -151,27 +160,15 @@ mod tests {
     #[test]
     fn a_copy_ends_when_the_record_does_counted_from_the_question() {
         let cache = ReplayCache::new(1 << 20).unwrap();
-        let fingerprint = Fingerprint::of([b"a"]);
-        let asked = Instant::now();
-        cache.keep(
-            &key("k"),
-            fingerprint,
-            Bytes::from_static(b"stored"),
-            asked,
-            Duration::from_millis(30),
-        );
+        let (fingerprint, response) = (Fingerprint::of([b"a"]), Bytes::from_static(b"stored"));
+        let (asked, remaining) = (Instant::now(), Duration::from_millis(30));
+        keep(&cache, "k", fingerprint, &response, asked, remaining);
         assert!(cache.answer(&key("k"), &fingerprint).is_some());
-        std::thread::sleep(asked + Duration::from_millis(30) - Instant::now());
+        std::thread::sleep((asked + remaining).saturating_duration_since(Instant::now()));
         assert_eq!(cache.answer(&key("k"), &fingerprint), None);
         // An answer that arrives after the record's end is not kept at all.
         let long_ago = Instant::now() - Duration::from_millis(50);
-        cache.keep(
-            &key("late"),
-            fingerprint,
-            Bytes::from_static(b"stored"),
-            long_ago,
-            Duration::from_millis(30),
-        );
+        keep(&cache, "late", fingerprint, &response, long_ago, remaining);
         assert_eq!(cache.answer(&key("late"), &fingerprint), None);
     }
 
@@ -179,15 +176,16 @@ mod tests {
     fn the_cache_stays_within_its_bytes() {
         let max = 64 * 1024;
         let cache = ReplayCache::new(max).unwrap();
-        let fingerprint = Fingerprint::of([b"a"]);
         let response = Bytes::from(vec![b'x'; 1000]);
         for i in 0..1000 {
-            cache.keep(
-                &key(&format!("k{i}")),
-                fingerprint,
-                response.clone(),
+            let name = format!("k{i}");
+            keep(
+                &cache,
+                &name,
+                Fingerprint::of([b"a"]),
+                &response,
                 Instant::now(),
-                Duration::from_secs(60),
+                MINUTE,
             );
         }
         assert!(cache.records.weight() <= max as u64);
