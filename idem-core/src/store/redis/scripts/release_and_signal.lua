@@ -9,15 +9,19 @@
 -- nobody waits for the client's work of spelling five key names.
 -- Returns 1 if deleted, else 0.
 --
--- A release nobody waits for is the compare-and-delete and two reads. Each registration
--- is answered by one element, and one element wakes one `BLPOP`: a release never
--- stampedes the waiters, and two releases in a row wake two registered waiters.
+-- A release nobody waits for is the compare-and-delete and one read (`EXISTS` of the
+-- waiter count and the queue). Each registration is answered by one element, and one
+-- element wakes one `BLPOP`: a release never stampedes the waiters, and two releases in
+-- a row wake two registered waiters.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
 local prefix = ARGV[3]
-local waiters = prefix .. 'waiters'
+local waiters, queue = prefix .. 'waiters', prefix .. 'queue'
+if redis.call('EXISTS', waiters, queue) == 0 then
+  return 1
+end
 local waiting = tonumber(redis.call('GET', waiters) or '0')
 if waiting > 0 then
   if waiting == 1 then
@@ -29,7 +33,6 @@ if waiting > 0 then
   redis.call('RPUSH', signal, 1)
   redis.call('PEXPIRE', signal, ARGV[2])
 end
-local queue = prefix .. 'queue'
 if redis.call('EXISTS', queue) == 1 then
   hand_turn(queue, prefix .. 'places', now_ms(), prefix .. 'turn:', ARGV[2])
 end
