@@ -1196,6 +1196,14 @@ async fn over_tls_a_store_that_trusts_the_ca_works_and_one_that_does_not_is_refu
     );
 }
 
+/// What `begin_record` answers a new attempt at `k` with `fp`.
+async fn begin(store: &RedisStore, k: &Key, fp: &Fingerprint) -> Begin {
+    store
+        .begin_record(k, &Owner::random(), fp, LONG)
+        .await
+        .unwrap()
+}
+
 /// Completes the record `k` for `fp` with `response`, kept for `retention`.
 async fn complete(
     store: &RedisStore,
@@ -1236,11 +1244,7 @@ async fn a_replayed_record_is_answered_again_without_a_round_trip() {
     // The first replay asks Redis, on both stores.
     for store in [&cached, &uncached] {
         let before = server.command_calls();
-        let owner = Owner::random();
-        assert_eq!(
-            store.begin_record(&k, &owner, &fp, LONG).await.unwrap(),
-            completed
-        );
+        assert_eq!(begin(store, &k, &fp).await, completed);
         assert_eq!(server.command_calls_since(&before).get("evalsha"), Some(&1));
     }
 
@@ -1248,25 +1252,14 @@ async fn a_replayed_record_is_answered_again_without_a_round_trip() {
     // with a mismatch, as Redis does, and Redis hears nothing of it.
     let before = server.command_calls();
     for _ in 0..100 {
-        let owner = Owner::random();
-        assert_eq!(
-            cached.begin_record(&k, &owner, &fp, LONG).await.unwrap(),
-            completed
-        );
-        assert_eq!(
-            cached.begin_record(&k, &owner, &other, LONG).await.unwrap(),
-            Begin::Mismatch
-        );
+        assert_eq!(begin(&cached, &k, &fp).await, completed);
+        assert_eq!(begin(&cached, &k, &other).await, Begin::Mismatch);
     }
     assert_eq!(server.command_calls_since(&before), BTreeMap::new());
 
     // Turned off, every replay is a round trip.
     for _ in 0..100 {
-        let owner = Owner::random();
-        assert_eq!(
-            uncached.begin_record(&k, &owner, &fp, LONG).await.unwrap(),
-            completed
-        );
+        assert_eq!(begin(&uncached, &k, &fp).await, completed);
     }
     assert_eq!(
         server.command_calls_since(&before).get("evalsha"),
@@ -1281,10 +1274,7 @@ async fn a_copied_record_ends_no_later_than_in_redis() {
     let (k, fp) = (key("short-lived"), Fingerprint::of(["body"]));
     complete(&store, &k, &fp, b"stored", Duration::from_millis(300)).await;
     assert!(matches!(
-        store
-            .begin_record(&k, &Owner::random(), &fp, LONG)
-            .await
-            .unwrap(),
+        begin(&store, &k, &fp).await,
         Begin::Completed { .. }
     ));
     let record = format!("idem:{{{}}}:record", k.as_str());
@@ -1295,11 +1285,5 @@ async fn a_copied_record_ends_no_later_than_in_redis() {
     )
     .await;
     // The moment Redis no longer has it, neither has the copy: the key runs afresh.
-    assert_eq!(
-        store
-            .begin_record(&k, &Owner::random(), &fp, LONG)
-            .await
-            .unwrap(),
-        Begin::Started
-    );
+    assert_eq!(begin(&store, &k, &fp).await, Begin::Started);
 }
