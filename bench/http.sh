@@ -25,7 +25,7 @@ benchmark_requests=$((connections * 3000))
 
 # --- tools -----------------------------------------------------------------------------
 source "$root/bench/tools.sh"
-require_tools wrk=wrk redis-server=redis-server redis-benchmark=redis-tools curl=curl
+require wrk=wrk redis-server=redis-server redis-benchmark=redis-tools curl=curl
 
 # The server gets one core; wrk, redis-server and redis-benchmark the other. On a machine
 # with one core there is nothing to split.

@@ -26,7 +26,7 @@ lock_tasks=50
 
 # --- tools -----------------------------------------------------------------------------
 source "$root/bench/tools.sh"
-require_tools wrk=wrk redis-server=redis-server redis-cli=redis-tools curl=curl
+require wrk=wrk redis-server=redis-server redis-cli=redis-tools curl=curl
 
 # Servers and the lock generator on CPU 0 (one tokio worker); wrk and redis-server on CPU 1.
 if split_cores; then

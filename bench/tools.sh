@@ -1,20 +1,7 @@
 # What the benchmark scripts share; sourced by bench/http.sh and bench/peers.sh.
 
-# require_tools COMMAND=PACKAGE...: installs the Debian package of every command that is
-# missing when run as root; otherwise says what to install and exits.
-require_tools() {
-    local missing=() pair
-    for pair in "$@"; do
-        command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
-    done
-    ((${#missing[@]})) || return 0
-    if [[ $(id -u) != 0 ]]; then
-        echo "missing: ${missing[*]}; install them (Debian: apt-get install -y ${missing[*]})" >&2
-        exit 1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-}
+# require COMMAND=PACKAGE...: installs what is missing, or says how.
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/system-packages.sh"
 
 # split_cores: on a machine with two cores or more, sets on_server_core and on_load_core to
 # the taskset prefixes for CPU 0 and CPU 1; with one core, to nothing, and returns 1.
