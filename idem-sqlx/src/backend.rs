@@ -130,6 +130,26 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
+/// The migrations a dialect ships, from `migrations/<dialect>/`: the same versions and
+/// names on every database, each in the database's own SQL.
+macro_rules! migrations {
+    ($dialect:literal) => {
+        &[
+            $crate::backend::Migration {
+                version: 1,
+                name: "idem_schema",
+                sql: include_str!(concat!("../migrations/", $dialect, "/0001_idem_schema.sql")),
+            },
+            $crate::backend::Migration {
+                version: 2,
+                name: "idem_fair_queue",
+                sql: include_str!(concat!("../migrations/", $dialect, "/0002_idem_fair_queue.sql")),
+            },
+        ]
+    };
+}
+pub(crate) use migrations;
+
 pub(crate) mod sealed {
     use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 

@@ -15,7 +15,7 @@ use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::backend::sealed::{BoxFuture, Dialect, Queries};
-use crate::backend::{Arg, Migration, Statements};
+use crate::backend::{Arg, Migration, Statements, migrations};
 use crate::builder::SqlStoreBuilder;
 use crate::store::SqlStore;
 
@@ -248,18 +248,7 @@ impl Dialect for Postgres {
         record_migration: "INSERT INTO idem_migrations (version, name) VALUES ($1, $2)",
     };
 
-    const MIGRATIONS: &'static [Migration] = &[
-        Migration {
-            version: 1,
-            name: "idem_schema",
-            sql: include_str!("../migrations/postgres/0001_idem_schema.sql"),
-        },
-        Migration {
-            version: 2,
-            name: "idem_fair_queue",
-            sql: include_str!("../migrations/postgres/0002_idem_fair_queue.sql"),
-        },
-    ];
+    const MIGRATIONS: &'static [Migration] = migrations!("postgres");
 
     const BEGIN_WRITE: &'static str = "BEGIN";
 

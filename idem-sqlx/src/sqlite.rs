@@ -12,7 +12,7 @@ use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 
 use crate::backend::sealed::{BoxFuture, Dialect};
-use crate::backend::{Migration, Statements};
+use crate::backend::{Migration, Statements, migrations};
 use crate::builder::SqlStoreBuilder;
 use crate::store::SqlStore;
 
@@ -258,18 +258,7 @@ impl Dialect for Sqlite {
         record_migration: "INSERT INTO idem_migrations (version, name) VALUES ($1, $2)",
     };
 
-    const MIGRATIONS: &'static [Migration] = &[
-        Migration {
-            version: 1,
-            name: "idem_schema",
-            sql: include_str!("../migrations/sqlite/0001_idem_schema.sql"),
-        },
-        Migration {
-            version: 2,
-            name: "idem_fair_queue",
-            sql: include_str!("../migrations/sqlite/0002_idem_fair_queue.sql"),
-        },
-    ];
+    const MIGRATIONS: &'static [Migration] = migrations!("sqlite");
 
     /// Takes the write lock at once: a deferred transaction that read first and then
     /// finds another writer committed meanwhile fails without waiting.
