@@ -1,4 +1,4 @@
-//! The harness of idem's cross-crate tests and benchmarks.
+//! The harness of idem's cross-crate tests, and of the benchmarks in `bench/`.
 //!
 //! Tests that need Redis run against a real `redis-server` this harness starts itself
 //! ([`RedisServer`], [`RedisCluster`]): its own port, its own data directory, no
@@ -16,7 +16,7 @@
 //! the link between them fail, and the executions counted from the servers' ledgers.
 
 mod backend;
-mod bench;
+mod bench_stores;
 pub mod chaos;
 mod contention;
 mod counting;
@@ -26,15 +26,13 @@ mod postgres_server;
 mod redis_sentinel;
 mod redis_server;
 mod server_process;
+mod timing;
 
 pub use backend::{
     AnyMemoryBackend, ClusterBackend, MemoryBackend, PostgresBackend, RedisBackend,
     RedisScriptAcquireBackend, SentinelBackend, SqliteBackend,
 };
-pub use bench::{
-    BenchRounds, BenchStores, avoid_repeat_app, avoid_repeat_request, benching, env_number,
-    http_criterion, median, micros_since_epoch, one_worker_runtime, percentile,
-};
+pub use bench_stores::BenchStores;
 pub use contention::a_hundred_contenders_never_overlap;
 pub use counting::Counting;
 pub use forwarder::Forwarder;
@@ -44,6 +42,7 @@ pub use postgres_server::{PostgresServer, postgres_bin_dir};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
 pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
 pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp};
+pub use timing::{median, micros_since_epoch, percentile};
 
 /// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per
 /// store, as a `#[tokio::test]` in a module named after the store (`memory`, `redis`), so

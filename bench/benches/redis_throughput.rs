@@ -1,7 +1,7 @@
 //! Throughput of [`RedisStore`] acquire + release at 50 concurrent tasks, beside
 //! `redis-benchmark -c 50 -t set` measured against the same server in the same run.
 //!
-//! Run with `cargo bench -p idem-tests --bench redis_throughput`. It starts a
+//! Run with `cargo bench -p idem-bench --bench redis_throughput`. It starts a
 //! `redis-server` of its own, then alternates, round by round, `redis-benchmark` and our
 //! loop (tasks on a multi-thread tokio runtime sharing one [`RedisStore`], each pair an
 //! `acquire` with [`Fencing::Off`] on a fresh key and its `release`), and prints markdown
@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
-use idem_tests::{BenchRounds, RedisServer, median};
+use idem_bench::BenchRounds;
+use idem_tests::{RedisServer, median};
 
 const LOCK_TTL: Duration = Duration::from_secs(30);
 

@@ -6,14 +6,14 @@
 //! The window is 2 s, so the store reaches a steady state in which keys expire as fast as
 //! they are made (a 30 s window at these rates would grow the maps for the whole run and
 //! time their rehashing instead).
-//! `cargo bench -p idem-tests --bench avoid_repeat`
+//! `cargo bench -p idem-bench --bench avoid_repeat`
 
 use axum::Router;
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_tests::{
-    BenchStores, avoid_repeat_app as app, avoid_repeat_request as request, http_criterion,
-    one_worker_runtime,
+use idem_bench::{
+    avoid_repeat_app as app, avoid_repeat_request as request, http_criterion, one_worker_runtime,
 };
+use idem_tests::BenchStores;
 use tower::ServiceExt;
 
 fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::Runtime) {

@@ -43,7 +43,7 @@ fn main() {
         )
         .layer(idem.layer());
     let next = AtomicU64::new(0);
-    idem_tests::one_worker_runtime().block_on(async {
+    idem_bench::one_worker_runtime().block_on(async {
         for _ in 0..n {
             let key = format!("\"key-{}\"", next.fetch_add(1, Ordering::Relaxed));
             let request = Request::post(path.as_str())

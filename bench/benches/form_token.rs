@@ -10,7 +10,7 @@
 //!   post (one more `SET`) and returns it in a header.
 //!
 //! Every iteration is one page and one post with the token that page gave, and is checked
-//! to be accepted. `cargo bench -p idem-tests --bench form_token`
+//! to be accepted. `cargo bench -p idem-bench --bench form_token`
 
 use axum::body::Body;
 use axum::http::{HeaderName, Request, StatusCode, header};
@@ -19,7 +19,8 @@ use axum::{Form, Router};
 use criterion::{Criterion, criterion_group, criterion_main};
 use idem_axum::client::ClientHeader;
 use idem_axum::{FormToken, Idem, VerifyFormTokenLayer, store::Store};
-use idem_tests::{BenchStores, http_criterion, one_worker_runtime};
+use idem_bench::{http_criterion, one_worker_runtime};
+use idem_tests::BenchStores;
 use tower::ServiceExt;
 
 const CLIENT: HeaderName = HeaderName::from_static("x-client");

@@ -2,7 +2,7 @@
 //! [`MemoryStore`] and on [`RedisStore`](idem_core::RedisStore) (against a `redis-server`
 //! this bench starts on a free loopback port).
 //!
-//! Run with `cargo bench -p idem-tests --bench store`; `BENCHMARKS.md` at the repository
+//! Run with `cargo bench -p idem-bench --bench store`; `BENCHMARKS.md` at the repository
 //! root holds the figures and how to read them.
 //!
 //! Cases about a fresh key take a new [`Key`] every iteration, so what is timed is the path

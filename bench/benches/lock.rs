@@ -2,7 +2,7 @@
 //! commands, in the same run, round by round; and the hand-off latency when tasks contend
 //! for one lock.
 //!
-//! Run with `cargo bench -p idem-tests --bench lock`. It starts a `redis-server` of its
+//! Run with `cargo bench -p idem-bench --bench lock`. It starts a `redis-server` of its
 //! own and prints markdown tables:
 //! - lock pairs (acquire + release) per second at 50 tasks, each on a lock name of its
 //!   own ("distinct keys") and all on one name ("one hot key"), for four clients on one
@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 use idem_core::{
     Acquire, Fencing, FencingMode, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store,
 };
-use idem_tests::{RedisServer, benching, env_number, median, percentile};
+use idem_bench::{benching, env_number};
+use idem_tests::{RedisServer, median, percentile};
 use redis::aio::MultiplexedConnection;
 
 /// The plain compare-and-delete release script a bare Redis lock runs.

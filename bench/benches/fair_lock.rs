@@ -2,7 +2,7 @@
 //! what arrival order costs in throughput and hand-off, and what it buys in the longest
 //! wait.
 //!
-//! Run with `cargo bench -p idem-tests --bench fair_lock`. It starts a `redis-server` of
+//! Run with `cargo bench -p idem-bench --bench fair_lock`. It starts a `redis-server` of
 //! its own and prints a markdown table per store (Redis, memory): `IDEM_BENCH_TASKS`
 //! tasks (default 20) contend for one lock name for `IDEM_BENCH_SECONDS` seconds
 //! (default 3) per mode and round, over `IDEM_BENCH_ROUNDS` rounds (default 3), the two
@@ -24,7 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_core::{FairStore, Key, Lease, Lock, LockError, LockGuard, MemoryStore, RedisStore};
-use idem_tests::{RedisServer, benching, env_number, median, percentile};
+use idem_bench::{benching, env_number};
+use idem_tests::{RedisServer, median, percentile};
 
 const LEASE: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(120);

@@ -7,7 +7,7 @@
 //! `avoid_repeat_requests <bare|macro|layer> <n>`
 
 use idem_axum::MemoryStore;
-use idem_tests::{avoid_repeat_app, avoid_repeat_request as request};
+use idem_bench::{avoid_repeat_app, avoid_repeat_request as request};
 use tower::ServiceExt;
 
 fn main() {
@@ -15,7 +15,7 @@ fn main() {
     let usage = "usage: avoid_repeat_requests <bare|macro|layer> <n>";
     let path = format!("/{}", args.next().expect(usage));
     let n: u64 = args.next().and_then(|n| n.parse().ok()).expect(usage);
-    let runtime = idem_tests::one_worker_runtime();
+    let runtime = idem_bench::one_worker_runtime();
     // Room for every key of the run.
     let app = avoid_repeat_app(MemoryStore::builder().with_capacity(20_000_000).build());
     runtime.block_on(async {

@@ -14,7 +14,7 @@
 //! to the worker across threads, which a server — whose request already runs on a worker
 //! — does not pay.
 //!
-//! `cargo bench -p idem-tests --bench idempotency`
+//! `cargo bench -p idem-bench --bench idempotency`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,7 +25,8 @@ use axum::{Json, Router};
 use criterion::{Criterion, criterion_group, criterion_main};
 use idem_axum::client::ClientHeader;
 use idem_axum::{Idem, IdempotencyLayer, store::Store};
-use idem_tests::{BenchStores, http_criterion, one_worker_runtime};
+use idem_bench::{http_criterion, one_worker_runtime};
+use idem_tests::BenchStores;
 use tower::ServiceExt;
 
 const CLIENT: HeaderName = HeaderName::from_static("x-client");

@@ -2,7 +2,7 @@
 //! and on SQLite, beside a bare `INSERT` and a bare single-row `DELETE` on the same
 //! database, the same pool and the same concurrency, in the same run.
 //!
-//! Run with `cargo bench -p idem-tests --bench sql_store`. It starts a PostgreSQL server of
+//! Run with `cargo bench -p idem-bench --bench sql_store`. It starts a PostgreSQL server of
 //! its own (the test harness's: `fsync`, `synchronous_commit` and `full_page_writes` off)
 //! and SQLite files in a temporary directory (one as [`SqliteStore::open`] makes it: one
 //! connection, WAL, SQLite's default `synchronous = FULL`, which syncs the log at every
@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
 use idem_sqlx::{SqlBackend, SqlStore, SqliteStore};
-use idem_tests::{BenchRounds, PostgresServer, median};
+use idem_bench::BenchRounds;
+use idem_tests::{PostgresServer, median};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 

@@ -1,0 +1,17 @@
+//! What idem's benchmarks share: for the in-process HTTP ones (`benches/avoid_repeat.rs`,
+//! `benches/form_token.rs`, `benches/idempotency.rs`) their runtime and criterion settings,
+//! and the avoid-repeat bench's router, which `src/bin/avoid_repeat_requests.rs` sends the
+//! same requests to for instruction counts; for the harness-less ones
+//! (`benches/redis_throughput.rs`, `benches/lock.rs`, `benches/fair_lock.rs`,
+//! `benches/sql_store.rs`) their settings from the command line and the environment.
+//!
+//! The servers the benchmarks run against (`redis-server`, PostgreSQL) are started by the
+//! test harness, `idem-tests`, as the suites' are.
+
+mod avoid_repeat_app;
+mod in_process;
+mod rounds;
+
+pub use avoid_repeat_app::{avoid_repeat_app, avoid_repeat_request};
+pub use in_process::{http_criterion, one_worker_runtime};
+pub use rounds::{BenchRounds, benching, env_number};
