@@ -1,0 +1,54 @@
+//! A handler that fails: a server error is not stored, a panic removes the record.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use idem_axum::store::Store;
+use idem_tests::{Backend, Shop, eventually};
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::{Seen, app, post_key};
+
+idem_tests::on_every_store!(
+    a_server_error_is_not_stored_and_a_retry_runs_again,
+    a_panic_removes_the_record,
+);
+
+async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
+    let backend = B::start().await;
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    for run in 1..=2 {
+        let seen = Seen::of(post_key(&app, "/failing", "flaky").await).await;
+        assert_eq!(seen.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!seen.replayed());
+        assert_eq!(shop.runs(), run);
+    }
+}
+
+async fn a_panic_removes_the_record<B: Backend>() {
+    let backend = B::start().await;
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let seen = post_key(&app, "/panicking", "boom").await;
+    assert_eq!(
+        seen.status(),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "CatchPanicLayer's"
+    );
+    assert_eq!(shop.runs(), 1);
+    // The record is removed in the background as the panic unwinds; retry until it is.
+    eventually(
+        Duration::from_secs(5),
+        "a retry runs the handler again",
+        || {
+            let (app, shop) = (app.clone(), shop.clone());
+            async move {
+                post_key(&app, "/panicking", "boom").await;
+                shop.runs() == 2
+            }
+        },
+    )
+    .await;
+}

@@ -1,0 +1,71 @@
+//! Sizes: a request body over the limit, a response too large to store, a store with no
+//! room for the record.
+
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use idem_axum::store::Store;
+use idem_tests::{Backend, Shop, send};
+
+use crate::{Seen, app, post_key, request};
+
+idem_tests::on_every_store!(
+    an_oversize_request_body_is_413_and_stores_nothing,
+    a_response_too_large_to_store_reaches_its_client_and_never_runs_again,
+);
+
+async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
+    let backend = B::start().await;
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let large = format!(r#"{{"note":"{}"}}"#, "x".repeat(100));
+    let seen = send(&app, request("/limited", "alice", Some("k"), &large)).await;
+    assert_eq!(seen.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(shop.runs(), 0);
+    // No record was left: the same key with a small body is a first request, not a 422.
+    let small = send(&app, request("/limited", "alice", Some("k"), "{}")).await;
+    assert_eq!(small.status(), StatusCode::CREATED);
+    assert_eq!(shop.runs(), 1);
+}
+
+async fn a_response_too_large_to_store_reaches_its_client_and_never_runs_again<B: Backend>() {
+    let backend = B::start().await;
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    let first = Seen::of(post_key(&app, "/big", "big-1").await).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.body.len(),
+        4 * 1024,
+        "the first client gets all of it"
+    );
+    for _ in 0..2 {
+        let retry = Seen::of(post_key(&app, "/big", "big-1").await).await;
+        assert_eq!(retry.status, StatusCode::CONFLICT);
+        assert_eq!(retry.problem(), "response-not-replayable");
+        assert_eq!(retry.header("retry-after"), None, "retrying will not help");
+        assert!(retry.detail().contains("status 200"), "{}", retry.detail());
+    }
+    assert_eq!(shop.runs(), 1);
+}
+
+/// A `MemoryStore` out of bytes for a response keeps the "too large to replay" note: the
+/// first client gets its response, and a retry is refused rather than run again.
+#[tokio::test]
+async fn a_response_the_store_has_no_room_for_never_runs_again() {
+    let store = idem_axum::MemoryStore::builder()
+        .with_max_bytes(2 * 1024)
+        .build();
+    let shop = Shop::new();
+    let app = app(store, &shop);
+    let first = Seen::of(post_key(&app, "/big/storable", "no-room").await).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.body.len(),
+        4 * 1024,
+        "the first client gets all of it"
+    );
+    let retry = Seen::of(post_key(&app, "/big/storable", "no-room").await).await;
+    assert_eq!(retry.status, StatusCode::CONFLICT);
+    assert_eq!(retry.problem(), "response-not-replayable");
+    assert_eq!(shop.runs(), 1);
+}

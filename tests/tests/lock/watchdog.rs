@@ -1,0 +1,85 @@
+//! The watchdog lease: it holds through three leases and stops when released or dropped.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+use idem_core::{Fenced, Lease, Lock, LockError, Store, Unfenced};
+use idem_tests::{Counting, eventually};
+
+use crate::{LONG, LockBackend, Mode, command_calls, is_free, key};
+
+lock_suite!(
+    async: [
+        the_watchdog_holds_through_three_leases_and_stops_when_released,
+        the_watchdog_stops_when_the_guard_is_dropped,
+    ],
+    sync: [
+    ],
+);
+
+async fn the_watchdog_holds_through_three_leases_and_stops_when_released<B: LockBackend>() {
+    let backend = B::start().await;
+    watchdog_holds::<B, Unfenced>(&backend, "watched-plain").await;
+    watchdog_holds::<B, Fenced>(&backend, "watched-fenced").await;
+}
+
+async fn watchdog_holds<B: LockBackend, F: Mode>(backend: &B, name: &str) {
+    let lease = Duration::from_millis(300);
+    let store = Counting::new(backend.store());
+    let lock = F::make(Lock::new(store.clone(), key(name), Lease::Watchdog(lease)));
+    let contender = F::make(Lock::new(backend.store(), key(name), Lease::Fixed(LONG)));
+    let guard = lock.try_acquire().await.unwrap();
+
+    // Work three times the lease, checking all along that nobody else gets the lock.
+    let work_ends = Instant::now() + lease * 3;
+    while Instant::now() < work_ends {
+        tokio::time::sleep(lease / 6).await;
+        assert!(
+            matches!(contender.try_acquire().await, Err(LockError::Held { .. })),
+            "held at {:?} into the work",
+            work_ends.elapsed()
+        );
+        assert!(guard.valid_until() > Instant::now());
+    }
+    let renewals = store.renewals();
+    // Every third of a lease over three leases: about nine.
+    assert!((6..=12).contains(&renewals), "{renewals} renewals");
+
+    assert!(guard.release().await.unwrap());
+    let (renewed, commands) = (store.renewals(), command_calls(backend));
+    // Two leases of silence: a watchdog still running would renew six times.
+    tokio::time::sleep(lease * 2).await;
+    assert_eq!(store.renewals(), renewed, "no renewal after release");
+    let scripts = |calls: &BTreeMap<String, u64>| calls.get("evalsha").copied().unwrap_or(0);
+    assert_eq!(
+        scripts(&command_calls(backend)),
+        scripts(&commands),
+        "no renew traffic reaches Redis after release"
+    );
+}
+
+async fn the_watchdog_stops_when_the_guard_is_dropped<B: LockBackend>() {
+    let backend = B::start().await;
+    watchdog_stops_on_drop::<B, Unfenced>(&backend, "dropped-plain").await;
+    watchdog_stops_on_drop::<B, Fenced>(&backend, "dropped-fenced").await;
+}
+
+async fn watchdog_stops_on_drop<B: LockBackend, F: Mode>(backend: &B, name: &str) {
+    let lease = Duration::from_millis(300);
+    let store = Counting::new(backend.store());
+    let lock = F::make(Lock::new(store.clone(), key(name), Lease::Watchdog(lease)));
+    let guard = lock.try_acquire().await.unwrap();
+    eventually(lease, "a first renewal", || async { store.renewals() > 0 }).await;
+    drop(guard);
+    eventually(
+        Duration::from_secs(5),
+        "the dropped guard's release",
+        || is_free(&store, lock.key()),
+    )
+    .await;
+    let renewed = store.renewals();
+    tokio::time::sleep(lease * 2).await;
+    assert_eq!(store.renewals(), renewed, "no renewal after drop");
+}

@@ -1,0 +1,112 @@
+//! The key layout: namespaces and hash tags, what building refuses, Redis Cluster slots.
+
+use std::collections::BTreeMap;
+
+use idem_core::{Acquire, Fencing, Fingerprint, Owner, RedisSetupError, RedisStore, Store};
+use idem_tests::{RedisCluster, RedisServer};
+
+use crate::{LONG, key};
+
+#[tokio::test]
+async fn keys_carry_the_namespace_and_one_hash_tag() {
+    let server = RedisServer::start();
+    let shop = server.store_with(RedisStore::builder().with_namespace("shop"));
+    let other = server.store_with(RedisStore::builder().with_namespace("billing"));
+    let (name, owner) = (key("order-7"), Owner::random());
+
+    shop.acquire(&name, &owner, LONG, Fencing::On)
+        .await
+        .unwrap();
+    let client = key("client-7");
+    shop.put_token(&client, &name, LONG, 16).await.unwrap();
+    shop.begin_record(&name, &owner, &Fingerprint::of(["f"]), LONG)
+        .await
+        .unwrap();
+    let (tokens, guards): (Vec<String>, Vec<String>) = server
+        .keys()
+        .into_iter()
+        .partition(|key| key.starts_with("shop:{tokens/"));
+    assert_eq!(
+        guards,
+        [
+            "shop:{order-7}:fence",
+            "shop:{order-7}:lock",
+            "shop:{order-7}:record",
+        ]
+    );
+    // A client's tokens: its bucket's set and its own, under the bucket's one hash tag.
+    let [all, scope] = <[String; 2]>::try_from(tokens).expect("two token keys");
+    let bucket = all.strip_suffix(":all").expect("the bucket's set");
+    assert_eq!(scope, format!("{bucket}:scope:client-7"));
+
+    // Another namespace on the same server is another world.
+    assert!(matches!(
+        other
+            .acquire(&name, &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { .. }
+    ));
+    assert!(!other.consume_token(&client, &name).await.unwrap());
+    assert!(shop.consume_token(&client, &name).await.unwrap());
+}
+
+#[test]
+fn a_bad_namespace_or_url_is_refused_when_building() {
+    let built = RedisStore::builder()
+        .with_namespace("a{b}")
+        .build_with_url("redis://127.0.0.1:1/");
+    assert!(
+        matches!(built, Err(RedisSetupError::Namespace(_))),
+        "{built:?}"
+    );
+    let built = RedisStore::builder().build_with_url("http://not-redis/");
+    assert!(matches!(built, Err(RedisSetupError::Url(_))), "{built:?}");
+}
+
+#[tokio::test]
+async fn in_a_cluster_every_operation_stays_in_one_slot() {
+    let cluster = RedisCluster::start();
+    let store = cluster.store();
+    for i in 0..60 {
+        let (name, owner) = (key(&format!("order-{i}")), Owner::random());
+        store
+            .acquire(&name, &owner, LONG, Fencing::On)
+            .await
+            .unwrap();
+        store.put_token(&name, &name, LONG, 16).await.unwrap();
+        store
+            .begin_record(&name, &owner, &Fingerprint::of(["f"]), LONG)
+            .await
+            .unwrap();
+    }
+    let mut nodes_of: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+    for (port, redis_key) in cluster.keys_by_node() {
+        let tag = redis_key
+            .split(['{', '}'])
+            .nth(1)
+            .expect("a hash tag")
+            .to_owned();
+        nodes_of.entry(tag).or_default().push(port);
+    }
+    let guard_tags = nodes_of
+        .iter()
+        .filter(|(tag, _)| !tag.starts_with("tokens/"));
+    assert_eq!(guard_tags.clone().count(), 60);
+    for (tag, ports) in guard_tags {
+        assert_eq!(ports.len(), 3, "{tag}: lock, fence, record");
+    }
+    for (tag, ports) in &nodes_of {
+        assert!(
+            ports.iter().all(|p| *p == ports[0]),
+            "{tag} is split over nodes {ports:?}"
+        );
+    }
+    let nodes_used: std::collections::BTreeSet<u16> =
+        nodes_of.values().map(|ports| ports[0]).collect();
+    assert_eq!(
+        nodes_used.len(),
+        3,
+        "keys spread over every node, so the check above means something"
+    );
+}

@@ -1,0 +1,27 @@
+//! What only `RedisStore` has to get right: outages and timeouts, reconnecting, reloading
+//! scripts, its key layout and namespaces, Redis Cluster slots, and how many commands an
+//! operation costs.
+
+mod command_cost;
+mod connections;
+mod eviction;
+mod failover;
+mod key_layout;
+mod outages;
+mod replay_cache;
+mod tls;
+
+use std::time::Duration;
+
+use idem_core::{Key, Store};
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+/// What the issue allows on top of the store's timeout before a call must have returned.
+const SLACK: Duration = Duration::from_millis(100);
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn key(name: &str) -> Key {
+    Key::new(name).expect("a valid test key")
+}
