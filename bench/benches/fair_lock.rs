@@ -23,8 +23,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_core::{FairStore, Key, Lease, Lock, LockError, LockGuard, MemoryStore, RedisStore};
 use idem_bench::{benching, env_number};
+use idem_core::{FairStore, Key, Lease, Lock, LockError, LockGuard, MemoryStore, RedisStore};
 use idem_tests::{RedisServer, median, percentile};
 
 const LEASE: Duration = Duration::from_secs(30);

@@ -13,17 +13,14 @@
 //! to be accepted. `cargo bench -p idem-bench --bench form_token`
 
 use axum::body::Body;
-use axum::http::{HeaderName, Request, StatusCode, header};
+use axum::http::{Request, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_axum::client::ClientHeader;
-use idem_axum::{FormToken, Idem, VerifyFormTokenLayer, store::Store};
-use idem_bench::{http_criterion, one_worker_runtime};
+use idem_axum::{FormToken, VerifyFormTokenLayer, store::Store};
+use idem_bench::{CLIENT, behind_idem, http_criterion, one_worker_runtime};
 use idem_tests::BenchStores;
 use tower::ServiceExt;
-
-const CLIENT: HeaderName = HeaderName::from_static("x-client");
 
 #[derive(serde::Deserialize)]
 struct Order {
@@ -43,11 +40,7 @@ async fn place_order(Form(order): Form<Order>) -> String {
 }
 
 fn app<S: Store>(store: S) -> Router {
-    let idem = Idem::builder()
-        .with_store(store)
-        .with_client_identity(ClientHeader::new(CLIENT))
-        .build();
-    Router::new()
+    let routes = Router::new()
         .route("/baseline/form", get(fixed_page))
         .route("/baseline/orders", post(place_order))
         .route("/issue+verify/form", get(token_page))
@@ -59,8 +52,8 @@ fn app<S: Store>(store: S) -> Router {
         .route(
             "/issue+verify+rotate/orders",
             post(place_order).route_layer(VerifyFormTokenLayer::new().with_rotation(true)),
-        )
-        .layer(idem.layer())
+        );
+    behind_idem(store, routes)
 }
 
 /// One page and one post of the form it rendered.

@@ -18,61 +18,22 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderName, Request, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::http::{Request, StatusCode};
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_axum::client::ClientHeader;
-use idem_axum::{Idem, IdempotencyLayer, store::Store};
-use idem_bench::{http_criterion, one_worker_runtime};
+use idem_bench::{
+    http_criterion, idempotency_app as app, idempotency_request as request, one_worker_runtime,
+};
 use idem_tests::BenchStores;
 use tower::ServiceExt;
 
-const CLIENT: HeaderName = HeaderName::from_static("x-client");
-const KEY: HeaderName = HeaderName::from_static("idempotency-key");
-/// A typical small API request body.
-const BODY: &str = r#"{"amount":100,"currency":"EUR","reference":"order-42"}"#;
 const REPLAYED_KEY: &str = "\"the-replayed-key\"";
-
-async fn create() -> (StatusCode, Json<serde_json::Value>) {
-    (
-        StatusCode::CREATED,
-        Json(serde_json::json!({ "id": "pay_1", "status": "succeeded" })),
-    )
-}
-
-fn app<S: Store>(store: S) -> Router {
-    let idem = Idem::builder()
-        .with_store(store)
-        .with_client_identity(ClientHeader::new(CLIENT))
-        .build();
-    Router::new()
-        .route("/bare", post(create))
-        .route(
-            "/guarded",
-            post(create)
-                .get(create)
-                .route_layer(IdempotencyLayer::new()),
-        )
-        .layer(idem.layer())
-}
 
 /// A key no earlier request of this process used.
 fn fresh_key() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!("\"key-{}\"", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-fn request(method: &str, path: &str, key: &str) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(path)
-        .header(&CLIENT, "client-1")
-        .header(&KEY, key)
-        .header("content-type", "application/json")
-        .body(Body::from(BODY))
-        .expect("a valid request")
 }
 
 async fn send(app: &Router, request: Request<Body>) {

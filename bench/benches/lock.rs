@@ -33,10 +33,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use idem_bench::{benching, env_number};
 use idem_core::{
     Acquire, Fencing, FencingMode, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store,
 };
-use idem_bench::{benching, env_number};
 use idem_tests::{RedisServer, median, percentile};
 use redis::aio::MultiplexedConnection;
 

@@ -24,8 +24,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
 use idem_bench::BenchRounds;
+use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
 use idem_tests::{RedisServer, median};
 
 const LOCK_TTL: Duration = Duration::from_secs(30);

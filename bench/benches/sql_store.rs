@@ -29,9 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use idem_bench::BenchRounds;
 use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
 use idem_sqlx::{SqlBackend, SqlStore, SqliteStore};
-use idem_bench::BenchRounds;
 use idem_tests::{PostgresServer, median};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};

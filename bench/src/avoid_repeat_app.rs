@@ -5,14 +5,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderName, Request};
+use axum::http::Request;
 use axum::routing::post;
-use idem_axum::client::ClientHeader;
 use idem_axum::store::Store;
-use idem_axum::{AvoidRepeatLayer, Idem, avoid_repeat};
+use idem_axum::{AvoidRepeatLayer, avoid_repeat};
 
-/// The header that names the client in the avoid-repeat benchmark's requests.
-const AVOID_REPEAT_CLIENT: HeaderName = HeaderName::from_static("x-client");
+use crate::{CLIENT, behind_idem};
 
 async fn bare() -> &'static str {
     "ok"
@@ -28,18 +26,14 @@ async fn guarded() -> &'static str {
 /// handler bare (`/bare`), under `#[avoid_repeat]` (`/macro`) and under
 /// `AvoidRepeatLayer` (`/layer`), each with a 2 s window.
 pub fn avoid_repeat_app<S: Store>(store: S) -> Router {
-    let idem = Idem::builder()
-        .with_store(store)
-        .with_client_identity(ClientHeader::new(AVOID_REPEAT_CLIENT))
-        .build();
-    Router::new()
+    let routes = Router::new()
         .route("/bare", post(bare))
         .route("/macro", post(guarded))
         .route(
             "/layer",
             post(bare).route_layer(AvoidRepeatLayer::new(Duration::from_secs(2))),
-        )
-        .layer(idem.layer())
+        );
+    behind_idem(store, routes)
 }
 
 /// A request to `path` of [`avoid_repeat_app`] from a new client every time, so that each
@@ -52,7 +46,7 @@ pub fn avoid_repeat_request(path: &str) -> Request<Body> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let client = NEXT.fetch_add(1, Ordering::Relaxed);
     Request::post(path)
-        .header(&AVOID_REPEAT_CLIENT, client.to_string())
+        .header(&CLIENT, client.to_string())
         .body(Body::empty())
         .expect("a valid request")
 }

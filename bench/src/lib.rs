@@ -1,7 +1,8 @@
 //! What idem's benchmarks share: for the in-process HTTP ones (`benches/avoid_repeat.rs`,
-//! `benches/form_token.rs`, `benches/idempotency.rs`) their runtime and criterion settings,
-//! and the avoid-repeat bench's router, which `src/bin/avoid_repeat_requests.rs` sends the
-//! same requests to for instruction counts; for the harness-less ones
+//! `benches/form_token.rs`, `benches/idempotency.rs`) their runtime, criterion settings and
+//! `Idem`, and the avoid-repeat and idempotency benches' routers, which
+//! `src/bin/avoid_repeat_requests.rs` and `src/bin/idempotency_requests.rs` send the same
+//! requests to for instruction counts; for the harness-less ones
 //! (`benches/redis_throughput.rs`, `benches/lock.rs`, `benches/fair_lock.rs`,
 //! `benches/sql_store.rs`) their settings from the command line and the environment.
 //!
@@ -9,9 +10,13 @@
 //! test harness, `idem-tests`, as the suites' are.
 
 mod avoid_repeat_app;
+mod behind_idem;
+mod idempotency_app;
 mod in_process;
 mod rounds;
 
 pub use avoid_repeat_app::{avoid_repeat_app, avoid_repeat_request};
+pub use behind_idem::{CLIENT, behind_idem};
+pub use idempotency_app::{idempotency_app, idempotency_request};
 pub use in_process::{http_criterion, one_worker_runtime};
 pub use rounds::{BenchRounds, benching, env_number};

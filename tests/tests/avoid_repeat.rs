@@ -212,6 +212,14 @@ fn app<S: Store>(store: S, shop: &Shop) -> Router {
         .layer(idem.layer())
 }
 
+/// A case's store, a shop, and the shop's router on that store.
+async fn shop_on<B: Backend>() -> (B, Shop, Router) {
+    let backend = B::start().await;
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    (backend, shop, app)
+}
+
 fn request(path: &str, client: &str) -> axum::http::request::Builder {
     Request::post(path).header(&CLIENT, client)
 }
@@ -283,9 +291,7 @@ async fn two_instances_on_one_store_run_the_body_once<B: Backend>() {
 }
 
 async fn clients_do_not_block_each_other<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     // 50 clients, each double-clicking four times, all at once.
     let responses = all_at_once(200, |i| {
         let app = app.clone();
@@ -310,9 +316,7 @@ async fn clients_do_not_block_each_other<B: Backend>() {
 }
 
 async fn a_repeat_after_the_window_is_accepted<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     assert_eq!(
         post_as(&app, "/short", "alice").await.status(),
         StatusCode::CREATED
@@ -371,9 +375,7 @@ async fn finish_releases_when_the_response_is_produced<B: Backend>() {
 }
 
 async fn a_server_error_releases_the_key<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     for _ in 0..3 {
         assert_eq!(
             post_as(&app, "/failing", "alice").await.status(),
@@ -401,9 +403,7 @@ async fn retry_until_accepted(app: &Router, path: &str, shop: &Shop, runs_before
 }
 
 async fn a_panic_releases_the_key<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     assert_eq!(
         post_as(&app, "/panicking", "alice").await.status(),
         StatusCode::INTERNAL_SERVER_ERROR
@@ -522,9 +522,7 @@ async fn a_different_payload_is_not_a_repeat<B: Backend>() {
 }
 
 async fn bad_input_takes_no_key<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let malformed = post_json(&app, "/strict", "alice", r#"{"amount": "#).await;
     assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
     let wrong_type = send(

@@ -1,8 +1,6 @@
 //! Beside `#[avoid_repeat]`, in either order.
 
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use idem_axum::store::Store;
 use idem_tests::{Backend, Shop, all_at_once};
 
 use crate::{accepted, app, count, issue, order, post_form};

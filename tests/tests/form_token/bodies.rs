@@ -3,10 +3,7 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::post;
 use idem_axum::FormTokenConfig;
-use idem_axum::store::Store;
 use idem_tests::{Backend, Shop, body_text, send};
 
 use crate::{

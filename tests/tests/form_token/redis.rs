@@ -5,14 +5,11 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use idem_axum::Idem;
 use idem_axum::client::ClientCookie;
-use idem_axum::store::Store;
 use idem_tests::{Backend, Shop, send};
 
-use crate::{accepted, app, as_client, count, issue, order, post_form, routes, shop_on, token_in};
+use crate::{accepted, app, as_client, issue, order, post_form, routes, shop_on, token_in};
 
 idem_tests::on_every_store!(over_tcp_a_get_issues_and_one_post_spends,);
 

@@ -3,9 +3,6 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::{get, post};
-use idem_axum::store::Store;
 use idem_tests::{Backend, Shop, body_text, problem_code, send};
 
 use crate::{

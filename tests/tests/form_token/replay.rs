@@ -2,8 +2,6 @@
 //! unknown tokens are still refused.
 
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use idem_axum::store::Store;
 use idem_tests::{Backend, all_at_once};
 
 use crate::{issue, order, post_form, shop_on};

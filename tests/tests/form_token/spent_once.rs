@@ -5,16 +5,14 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use idem_axum::store::Store;
-use idem_axum::{FormToken, FormTokenConfig, VerifyFormTokenLayer};
+use idem_axum::{FormTokenConfig, VerifyFormTokenLayer};
 use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, problem_code};
 
 use crate::{
     Order, accepted, app, app_with, count, idem, issue, multipart_content_type, multipart_order,
-    order, post_form, post_typed, shop_on,
+    order, order_form, post_form, post_typed, shop_on,
 };
 
 idem_tests::on_every_store!(

@@ -2,11 +2,9 @@
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::IntoResponse;
-use idem_axum::store::Store;
-use idem_tests::{Backend, Shop, send};
+use idem_tests::{Backend, send};
 
-use crate::{Seen, app, receipt_text, request};
+use crate::{Seen, receipt_text, request, shop_on};
 
 idem_tests::on_every_store!(
     compression_outside_the_layer_compresses_each_replay_for_its_own_request,
@@ -33,9 +31,7 @@ fn gunzip(bytes: &[u8]) -> String {
 }
 
 async fn compression_outside_the_layer_compresses_each_replay_for_its_own_request<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let path = "/compressed-outside";
     let first = post_accepting(&app, path, "r1", Some("gzip")).await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -59,9 +55,7 @@ async fn compression_outside_the_layer_compresses_each_replay_for_its_own_reques
 async fn a_response_compressed_inside_the_layer_is_replayed_only_to_requests_that_accept_it<
     B: Backend,
 >() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let path = "/compressed-inside";
     let first = post_accepting(&app, path, "r1", Some("gzip")).await;
     assert_eq!(first.status, StatusCode::CREATED);

@@ -3,12 +3,9 @@
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use idem_axum::store::Store;
-use idem_tests::{Backend, Shop, eventually};
-use tower_http::catch_panic::CatchPanicLayer;
+use idem_tests::{Backend, eventually};
 
-use crate::{Seen, app, post_key};
+use crate::{Seen, post_key, shop_on};
 
 idem_tests::on_every_store!(
     a_server_error_is_not_stored_and_a_retry_runs_again,
@@ -16,9 +13,7 @@ idem_tests::on_every_store!(
 );
 
 async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     for run in 1..=2 {
         let seen = Seen::of(post_key(&app, "/failing", "flaky").await).await;
         assert_eq!(seen.status, StatusCode::INTERNAL_SERVER_ERROR);
@@ -28,9 +23,7 @@ async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
 }
 
 async fn a_panic_removes_the_record<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let seen = post_key(&app, "/panicking", "boom").await;
     assert_eq!(
         seen.status(),

@@ -4,8 +4,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{Request, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use idem_axum::client::ClientHeader;
 use idem_axum::idempotency::{Idempotency, RecordScope};
@@ -13,7 +12,7 @@ use idem_axum::store::Store;
 use idem_axum::{Idem, IdempotencyLayer};
 use idem_tests::{Backend, Shop, send};
 
-use crate::{CLIENT, KEY, Seen, app, post_key, request};
+use crate::{CLIENT, KEY, Seen, pay, post_key, request, shop_on};
 
 idem_tests::on_every_store!(
     the_same_key_with_another_request_is_422,
@@ -26,9 +25,7 @@ idem_tests::on_every_store!(
 );
 
 async fn the_same_key_with_another_request_is_422<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     assert_eq!(
         post_key(&app, "/pay", "k").await.status(),
         StatusCode::CREATED
@@ -61,9 +58,7 @@ async fn the_same_key_with_another_request_is_422<B: Backend>() {
 }
 
 async fn keys_are_scoped_by_client<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     for client in ["alice", "bob"] {
         let seen = Seen::of(send(&app, request("/pay", client, Some("same"), "{}")).await).await;
         assert_eq!(seen.status, StatusCode::CREATED);
@@ -82,9 +77,7 @@ async fn keys_are_scoped_by_client<B: Backend>() {
 }
 
 async fn a_key_function_dedupes_callbacks_from_any_address<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let notification = r#"{"source":"alipay","seq":42,"amount":100}"#;
     let front = Seen::of(
         send(
@@ -219,9 +212,7 @@ async fn outside_the_router_a_key_is_scoped_by_the_request_path<B: Backend>() {
 }
 
 async fn a_shared_key_never_replays_a_cookie_and_a_client_key_does<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let cookies = |seen: &Seen| {
         seen.headers
             .iter()

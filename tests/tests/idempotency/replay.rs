@@ -1,13 +1,10 @@
 //! What a replay answers: the first response byte for byte, a record the handler completed
 //! itself, the same answer from a new router on the store.
 
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use idem_axum::IdempotencyLayer;
-use idem_axum::store::Store;
+use axum::http::StatusCode;
 use idem_tests::{Backend, Shop, send};
 
-use crate::{Seen, app, post_key, request};
+use crate::{Seen, app, post_key, request, shop_on};
 
 idem_tests::on_every_store!(
     a_replay_is_the_first_response_byte_for_byte,
@@ -16,9 +13,7 @@ idem_tests::on_every_store!(
 );
 
 async fn a_replay_is_the_first_response_byte_for_byte<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let first = Seen::of(post_key(&app, "/pay", "bare-key-1").await).await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert!(!first.replayed());
@@ -41,9 +36,7 @@ async fn a_replay_is_the_first_response_byte_for_byte<B: Backend>() {
 }
 
 async fn a_record_its_handler_completed_is_replayed_as_the_handler_stored_it<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let first = Seen::of(post_key(&app, "/completes-itself", "own-1").await).await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert_eq!(first.body, "order 1, stored by its handler");

@@ -1,12 +1,10 @@
 //! Sizes: a request body over the limit, a response too large to store, a store with no
 //! room for the record.
 
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use idem_axum::store::Store;
+use axum::http::StatusCode;
 use idem_tests::{Backend, Shop, send};
 
-use crate::{Seen, app, post_key, request};
+use crate::{Seen, app, post_key, request, shop_on};
 
 idem_tests::on_every_store!(
     an_oversize_request_body_is_413_and_stores_nothing,
@@ -14,9 +12,7 @@ idem_tests::on_every_store!(
 );
 
 async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let large = format!(r#"{{"note":"{}"}}"#, "x".repeat(100));
     let seen = send(&app, request("/limited", "alice", Some("k"), &large)).await;
     assert_eq!(seen.status(), StatusCode::PAYLOAD_TOO_LARGE);
@@ -28,9 +24,7 @@ async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
 }
 
 async fn a_response_too_large_to_store_reaches_its_client_and_never_runs_again<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
+    let (_backend, shop, app) = shop_on::<B>().await;
     let first = Seen::of(post_key(&app, "/big", "big-1").await).await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(

@@ -5,15 +5,13 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use idem_axum::client::ClientHeader;
-use idem_axum::store::Store;
 use idem_axum::{Idem, IdempotencyLayer, StoreFailure};
 use idem_tests::{RedisServer, Shop, send};
 
-use crate::{CLIENT, KEY, Seen, app, app_with, invalid_keys, post_key, request};
+use crate::{CLIENT, KEY, Seen, app, app_with, gated, invalid_keys, post_key, request};
 
 /// The store's timeout in the outage test: every answer must come within it and a slack.
 const TIMEOUT: Duration = Duration::from_millis(200);

@@ -1,10 +1,8 @@
 //! A hundred waiting tasks never overlap, fenced or plain.
 
-use std::future::Future;
-use std::io::BufRead;
 use std::time::Duration;
 
-use idem_core::{Lease, Lock, Store};
+use idem_core::{Lease, Lock};
 use idem_tests::a_hundred_contenders_never_overlap;
 
 use crate::{LONG, LockBackend, key};

@@ -1,13 +1,12 @@
 //! Fencing tokens: they strictly increase, and a paused holder's late write is refused by
 //! its token.
 
-use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use idem_core::{Key, Lease, Lock, Store};
-use idem_tests::{RedisBackend, eventually};
+use idem_core::{Key, Lease, Lock};
+use idem_tests::{Backend, RedisBackend, eventually};
 
 use crate::{LONG, LockBackend, is_free, key};
 

@@ -2,8 +2,6 @@
 //! cannot release its successor's lock, a deletion behind the holder is signalled, a fixed
 //! lease reports its end.
 
-use std::future::Future;
-use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use idem_core::{Fenced, Lease, Lock, LockError, LockLost, Store, Unfenced};

@@ -1,15 +1,14 @@
 //! A holder process killed with `SIGKILL` frees its lock when its lease ends (Redis only:
 //! an in-memory lock dies with its process).
 
-use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use idem_core::{Key, Store};
-use idem_tests::{ClusterBackend, RedisBackend, eventually};
+use idem_tests::{Backend, ClusterBackend, RedisBackend, eventually};
 
-use crate::{is_free, key};
+use crate::{LockBackend, is_free, key};
 
 /// A `lock_holder` process, killed (with `SIGKILL`) when dropped.
 struct Holder(Child);

@@ -3,18 +3,7 @@
 //! Redis Cluster. A holder process killed with `SIGKILL` is a Redis-only case: an
 //! in-memory lock dies with its process.
 
-mod contention;
-mod fencing;
-mod holding;
-mod killed_holder;
-mod reentry;
-mod runtimes;
-mod wake_ups;
-mod watchdog;
-
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::io::BufRead;
 use std::time::Duration;
 
 use idem_core::{Fenced, FencingMode, Key, Lock, Owner, Store, Unfenced};
@@ -26,29 +15,38 @@ const LONG: Duration = Duration::from_secs(60);
 /// `#[tokio::test]` on a multi-threaded runtime, `sync` cases as plain tests that build
 /// the runtime they need.
 macro_rules! lock_suite {
-    (async: [$($case:ident),+ $(,)?], sync: [$($sync_case:ident),+ $(,)?] $(,)?) => {
-        lock_suite!(@backend memory, MemoryBackend, [$($case),+], [$($sync_case),+]);
-        lock_suite!(@backend any_store, AnyMemoryBackend, [$($case),+], [$($sync_case),+]);
-        lock_suite!(@backend redis, RedisBackend, [$($case),+], [$($sync_case),+]);
-        lock_suite!(@backend redis_cluster, ClusterBackend, [$($case),+], [$($sync_case),+]);
+    (async: [$($case:ident),* $(,)?], sync: [$($sync_case:ident),* $(,)?] $(,)?) => {
+        lock_suite!(@backend memory, MemoryBackend, [$($case),*], [$($sync_case),*]);
+        lock_suite!(@backend any_store, AnyMemoryBackend, [$($case),*], [$($sync_case),*]);
+        lock_suite!(@backend redis, RedisBackend, [$($case),*], [$($sync_case),*]);
+        lock_suite!(@backend redis_cluster, ClusterBackend, [$($case),*], [$($sync_case),*]);
     };
-    (@backend $module:ident, $backend:ident, [$($case:ident),+], [$($sync_case:ident),+]) => {
+    (@backend $module:ident, $backend:ident, [$($case:ident),*], [$($sync_case:ident),*]) => {
         mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    super::$case::<super::$backend>().await;
+                    super::$case::<crate::$backend>().await;
                 }
-            )+
+            )*
             $(
                 #[test]
                 fn $sync_case() {
-                    super::$sync_case::<super::$backend>();
+                    super::$sync_case::<crate::$backend>();
                 }
-            )+
+            )*
         }
     };
 }
+
+mod contention;
+mod fencing;
+mod holding;
+mod killed_holder;
+mod reentry;
+mod runtimes;
+mod wake_ups;
+mod watchdog;
 
 /// What the lock cases need beyond a store: the Redis servers behind it, to look at what
 /// they did and to tamper with the lock behind its holder's back.

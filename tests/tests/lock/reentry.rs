@@ -1,10 +1,8 @@
 //! Re-entry: the same owner shares one hold, and a fenced one its token.
 
-use std::future::Future;
-use std::io::BufRead;
 use std::time::Duration;
 
-use idem_core::{Fenced, Lease, Lock, LockError, Owner, Store, Unfenced};
+use idem_core::{Fenced, Lease, Lock, LockError, Owner, Unfenced};
 
 use crate::{LONG, LockBackend, Mode, is_free, key};
 

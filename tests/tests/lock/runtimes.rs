@@ -2,12 +2,11 @@
 //! outside a runtime.
 
 use std::future::Future;
-use std::io::BufRead;
 use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use idem_core::{Lease, Lock, LockError, MemoryStore, Store};
+use idem_core::{Lease, Lock, LockError, MemoryStore};
 use idem_tests::{Counting, eventually};
 
 use crate::{LONG, LockBackend, is_free, key};

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::future::{Future, poll_fn};
-use std::io::BufRead;
 use std::pin::pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};

@@ -1,11 +1,9 @@
 //! The watchdog lease: it holds through three leases and stops when released or dropped.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::io::BufRead;
 use std::time::{Duration, Instant};
 
-use idem_core::{Fenced, Lease, Lock, LockError, Store, Unfenced};
+use idem_core::{Fenced, Lease, Lock, LockError, Unfenced};
 use idem_tests::{Counting, eventually};
 
 use crate::{LONG, LockBackend, Mode, command_calls, is_free, key};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idem_core::{Acquire, Fencing, Lease, Lock, Owner, RedisStore, Store};
 use idem_tests::{RedisCluster, RedisServer, eventually};
 
-use crate::{LONG, SLACK, TIMEOUT, key};
+use crate::{LONG, SLACK, TIMEOUT, acquire_anew, key};
 
 #[tokio::test]
 async fn a_store_can_share_an_existing_pool() {
@@ -108,10 +108,7 @@ async fn an_application_blpop_on_the_same_pool_does_not_stall_the_store() {
         .unwrap();
     // The store connects first, so that a socket it took from the pool would be there for
     // the application's next checkout.
-    store
-        .acquire(&key("first"), &Owner::random(), LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire_anew(&store, "first").await.unwrap();
 
     let mut checked_out = Vec::new();
     for _ in 0..4 {
@@ -142,10 +139,7 @@ async fn an_application_blpop_on_the_same_cluster_pool_does_not_stall_the_store(
         .with_timeout(TIMEOUT)
         .build_with_cluster_pool(pool.clone())
         .unwrap();
-    store
-        .acquire(&key("first"), &Owner::random(), LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire_anew(&store, "first").await.unwrap();
 
     // One queue on each node, so that each blocker blocks its socket to every node.
     let nodes = cluster.nodes();

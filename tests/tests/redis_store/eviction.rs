@@ -4,22 +4,31 @@
 use std::time::Duration;
 
 use idem_core::{
-    Acquire, EvictionCheck, Fencing, Owner, RedisSetupError, RedisStore, Store, StoreError,
+    Acquire, EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder, Store, StoreError,
 };
 use idem_tests::{RedisCluster, RedisServer, eventually};
 
-use crate::{LONG, TIMEOUT, key};
+use crate::{LONG, TIMEOUT, acquire_anew, key};
+
+/// A store builder set to refuse a server that may evict keys.
+fn refusing() -> RedisStoreBuilder {
+    RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .with_eviction_policy_check(EvictionCheck::Refuse)
+}
+
+/// Checks that `store` takes a new key `name`.
+async fn assert_acquires(store: &RedisStore, name: &str) {
+    assert!(matches!(
+        acquire_anew(store, name).await.unwrap(),
+        Acquire::Acquired { .. }
+    ));
+}
 
 #[tokio::test]
 async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
-    let refuse = || {
-        RedisStore::builder()
-            .with_timeout(TIMEOUT)
-            .with_eviction_policy_check(EvictionCheck::Refuse)
-    };
-
-    let connected = refuse().connect_with_url(&server.url()).await;
+    let connected = refusing().connect_with_url(&server.url()).await;
     match connected {
         Err(error @ RedisSetupError::EvictionPolicy { .. }) => {
             assert!(error.to_string().contains("allkeys-lru"), "{error}");
@@ -28,11 +37,9 @@ async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
     }
 
     // Built lazily, the store refuses on first use instead, and writes nothing.
-    let lazy = refuse().build_with_url(&server.url()).unwrap();
+    let lazy = refusing().build_with_url(&server.url()).unwrap();
     for _ in 0..3 {
-        let acquired = lazy
-            .acquire(&key("evictable"), &Owner::random(), LONG, Fencing::Off)
-            .await;
+        let acquired = acquire_anew(&lazy, "evictable").await;
         assert!(
             matches!(
                 acquired.as_ref().map_err(StoreError::backend_error::<RedisSetupError>),
@@ -48,11 +55,7 @@ async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
     eventually(
         Duration::from_secs(5),
         "the server is used again",
-        || async {
-            lazy.acquire(&key("evictable"), &Owner::random(), LONG, Fencing::Off)
-                .await
-                .is_ok()
-        },
+        || async { acquire_anew(&lazy, "evictable").await.is_ok() },
     )
     .await;
 }
@@ -65,31 +68,17 @@ async fn a_server_that_may_evict_keys_is_used_with_a_warning_by_default() {
         .connect_with_url(&server.url())
         .await
         .expect("warned, not refused");
-    assert!(matches!(
-        store
-            .acquire(&key("warned"), &Owner::random(), LONG, Fencing::Off)
-            .await
-            .unwrap(),
-        Acquire::Acquired { .. }
-    ));
+    assert_acquires(&store, "warned").await;
 }
 
 #[tokio::test]
 async fn a_noeviction_server_passes_the_check() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
-    let store = RedisStore::builder()
-        .with_timeout(TIMEOUT)
-        .with_eviction_policy_check(EvictionCheck::Refuse)
+    let store = refusing()
         .connect_with_url(&server.url())
         .await
         .expect("noeviction passes");
-    assert!(matches!(
-        store
-            .acquire(&key("kept"), &Owner::random(), LONG, Fencing::Off)
-            .await
-            .unwrap(),
-        Acquire::Acquired { .. }
-    ));
+    assert_acquires(&store, "kept").await;
 }
 
 /// As on managed services that disable `CONFIG`: the policy cannot be read, so the check
@@ -103,19 +92,11 @@ async fn a_server_that_will_not_tell_its_policy_is_used() {
         "CONFIG",
         "",
     ]);
-    let store = RedisStore::builder()
-        .with_timeout(TIMEOUT)
-        .with_eviction_policy_check(EvictionCheck::Refuse)
+    let store = refusing()
         .connect_with_url(&server.url())
         .await
         .expect("an unreadable policy is not a refusal");
-    assert!(matches!(
-        store
-            .acquire(&key("unchecked"), &Owner::random(), LONG, Fencing::Off)
-            .await
-            .unwrap(),
-        Acquire::Acquired { .. }
-    ));
+    assert_acquires(&store, "unchecked").await;
 }
 
 /// Every primary is checked: one node that may evict is enough to refuse the cluster.

@@ -13,7 +13,7 @@ mod tls;
 
 use std::time::Duration;
 
-use idem_core::{Key, Store};
+use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store, StoreError};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 
@@ -24,4 +24,12 @@ const LONG: Duration = Duration::from_secs(60);
 
 fn key(name: &str) -> Key {
     Key::new(name).expect("a valid test key")
+}
+
+/// Acquires `name` for a new owner, unfenced, for [`LONG`]: a store's first use, or a
+/// check that it answers.
+async fn acquire_anew(store: &RedisStore, name: &str) -> Result<Acquire, StoreError> {
+    store
+        .acquire(&key(name), &Owner::random(), LONG, Fencing::Off)
+        .await
 }

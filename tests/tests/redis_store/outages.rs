@@ -6,7 +6,7 @@ use idem_core::{Acquire, Fencing, Fingerprint, Owner, RedisStore, Store, StoreEr
 use idem_tests::{RedisServer, unused_port};
 use redis::RedisError;
 
-use crate::{LONG, SLACK, TIMEOUT, key};
+use crate::{LONG, SLACK, TIMEOUT, acquire_anew, key};
 
 /// Runs one of each kind of operation and checks each fails, typed, within the timeout.
 async fn each_operation_fails_in_time(store: &RedisStore, is_expected: fn(&StoreError) -> bool) {
@@ -54,9 +54,7 @@ async fn nothing_listening_is_a_typed_error_within_the_timeout() {
 async fn a_paused_server_times_out_and_the_store_recovers() {
     let server = RedisServer::start();
     let warm = server.store_with(RedisStore::builder().with_timeout(TIMEOUT));
-    warm.acquire(&key("before"), &Owner::random(), LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire_anew(&warm, "before").await.unwrap();
     let cold = server.store_with(RedisStore::builder().with_timeout(TIMEOUT));
 
     // Long enough for the eight checks below (300 ms each). `CLIENT UNPAUSE` would be
@@ -82,10 +80,7 @@ async fn a_paused_server_times_out_and_the_store_recovers() {
     let deadline = paused_at + Duration::from_secs(10);
     for store in [&warm, &cold] {
         loop {
-            match store
-                .acquire(&key("after"), &Owner::random(), LONG, Fencing::Off)
-                .await
-            {
+            match acquire_anew(store, "after").await {
                 Ok(_) => break,
                 Err(StoreError::Timeout(_)) if Instant::now() < deadline => {}
                 Err(error) => panic!("after the pause: {error:?}"),

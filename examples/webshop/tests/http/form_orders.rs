@@ -3,7 +3,6 @@
 
 use axum::http::{StatusCode, header};
 use idem_tests::{Backend, all_at_once, answer};
-use serde_json::json;
 
 use crate::{TestShop, form_post, form_token, get, new_browser, order_form, status};
 

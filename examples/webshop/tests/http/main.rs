@@ -26,7 +26,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use example_webshop::Shop;
 use idem_tests::{Backend, MemoryBackend, RedisBackend, answer};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::SqlitePool;
 use tempfile::TempDir;
 

@@ -1,6 +1,6 @@
 //! The guards' metrics under a storm of duplicates.
 
-use idem_tests::{MemoryBackend, all_at_once, answer};
+use idem_tests::{all_at_once, answer};
 use serde_json::json;
 
 use crate::{TestShop, api_order, form_post, form_token, get, new_browser, order_form, status};
