@@ -103,6 +103,33 @@ impl Answer {
     }
 }
 
+/// Checks the statuses of concurrent retries of one request: it was made (a 201), and every
+/// other answer is that 201 again or a 409 for a retry that came while it ran.
+///
+/// # Panics
+///
+/// When that is not so.
+pub fn assert_created_or_in_progress(statuses: &[StatusCode]) {
+    assert!(statuses.contains(&StatusCode::CREATED), "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| [StatusCode::CREATED, StatusCode::CONFLICT].contains(s)),
+        "{statuses:?}"
+    );
+}
+
+/// The whole number `field` of a JSON answer.
+///
+/// # Panics
+///
+/// When `value` has no such field, or it is not a whole number.
+pub fn u64_field(value: &serde_json::Value, field: &str) -> u64 {
+    value[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {value}"))
+}
+
 /// Sends `request` through `app` and reads the response whole.
 ///
 /// # Panics

@@ -21,6 +21,7 @@ pub mod chaos;
 mod contention;
 mod counting;
 mod forwarder;
+mod helper_process;
 mod http;
 mod postgres_server;
 mod redis_sentinel;
@@ -36,11 +37,17 @@ pub use bench_stores::BenchStores;
 pub use contention::a_hundred_contenders_never_overlap;
 pub use counting::Counting;
 pub use forwarder::Forwarder;
-pub use http::{Answer, Shop, answer, body_text, form_token_in, from_loopback, problem_code, send};
+pub use helper_process::run_helper_process;
+pub use http::{
+    Answer, Shop, answer, assert_created_or_in_progress, body_text, form_token_in, from_loopback,
+    problem_code, send, u64_field,
+};
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
-pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
+pub use redis_server::{
+    RedisCluster, RedisServer, redis_server_binary, unreachable_redis_store, unused_port,
+};
 pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp};
 pub use timing::{median, micros_since_epoch, percentile};
 

@@ -42,6 +42,19 @@ pub fn unused_port() -> u16 {
         .expect("the OS hands out a free loopback port")
 }
 
+/// A `RedisStore` for a port on this machine where nothing listens, answering within
+/// `timeout`: Redis down, for the cases about outages. Built lazily, it fails on first use.
+///
+/// # Panics
+///
+/// When the store cannot be built.
+pub fn unreachable_redis_store(timeout: Duration) -> RedisStore {
+    RedisStore::builder()
+        .with_timeout(timeout)
+        .build_with_url(&format!("redis://127.0.0.1:{}/", unused_port()))
+        .expect("a valid URL")
+}
+
 /// A port that is free, and whose cluster bus port (`port + 10000`) is free as well.
 fn unused_cluster_port() -> u16 {
     loop {

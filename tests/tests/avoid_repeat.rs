@@ -656,12 +656,7 @@ async fn a_request_without_client_identity_is_refused_not_pooled() {
 
 #[tokio::test]
 async fn a_store_outage_follows_the_policy_without_hanging() {
-    let down = || {
-        idem_axum::RedisStore::builder()
-            .with_timeout(Duration::from_millis(200))
-            .build_with_url(&format!("redis://127.0.0.1:{}/", idem_tests::unused_port()))
-            .unwrap()
-    };
+    let down = || idem_tests::unreachable_redis_store(Duration::from_millis(200));
     let shop = Shop::new();
     let closed = routes(&shop).layer(
         Idem::builder()

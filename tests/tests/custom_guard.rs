@@ -16,8 +16,8 @@ use axum::routing::post;
 use idem_axum::client::{ClientHeader, ClientRequest};
 use idem_axum::guard::GuardContext;
 use idem_axum::store::{Acquire, Fencing, Owner, Store};
-use idem_axum::{Idem, RedisStore, Rejection, RejectionKind, StoreFailure};
-use idem_tests::{Backend, Shop, all_at_once, body_text, send, unused_port};
+use idem_axum::{Idem, Rejection, RejectionKind, StoreFailure};
+use idem_tests::{Backend, Shop, all_at_once, body_text, send, unreachable_redis_store};
 
 idem_tests::on_every_store!(
     two_hundred_concurrent_exports_of_one_client_run_once,
@@ -192,20 +192,15 @@ async fn without_the_runtime_it_names_the_missing_layer() {
     assert_eq!(exports.runs(), 0);
 }
 
-/// A Redis nobody listens on, answering within 100 ms.
-fn unreachable_store() -> RedisStore {
-    RedisStore::builder()
-        .with_timeout(Duration::from_millis(100))
-        .build_with_url(&format!("redis://127.0.0.1:{}", unused_port()))
-        .expect("a valid URL")
-}
-
 #[tokio::test]
 async fn a_store_outage_follows_the_runtimes_policy() {
     let exports = Shop::new();
     exports.open_gate_for(1);
     let closed = app(
-        &idem_on(unreachable_store(), StoreFailure::FailClosed),
+        &idem_on(
+            unreachable_redis_store(Duration::from_millis(100)),
+            StoreFailure::FailClosed,
+        ),
         &exports,
     );
     let answer = send(&closed, export_by(Some("alice"))).await;
@@ -214,7 +209,10 @@ async fn a_store_outage_follows_the_runtimes_policy() {
     assert_eq!(exports.runs(), 0, "failing closed, nothing runs");
 
     let open = app(
-        &idem_on(unreachable_store(), StoreFailure::FailOpen),
+        &idem_on(
+            unreachable_redis_store(Duration::from_millis(100)),
+            StoreFailure::FailOpen,
+        ),
         &exports,
     );
     let answer = send(&open, export_by(Some("alice"))).await;

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use idem_tests::{Answer, HttpClient, RedisServer, ServerProcess, http_client, send_over_tcp};
+use idem_tests::{
+    Answer, HttpClient, RedisServer, ServerProcess, http_client, send_over_tcp, u64_field,
+};
 use serde_json::Value;
 
 /// Starts the example on a port of its choosing, with `args`.
@@ -50,12 +52,6 @@ fn signal(server: &ServerProcess, signal: &str) {
     assert!(sent.success(), "kill {signal}");
 }
 
-fn number(held: &Value, field: &str) -> u64 {
-    held[field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{field} in {held}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_commands_show_what_it_says() {
     let server = start(&[]);
@@ -70,8 +66,8 @@ async fn the_readme_commands_show_what_it_says() {
         (StatusCode::OK, StatusCode::OK)
     );
     let (first, second) = (first.json(), second.json());
-    assert!(number(&second, "waited_ms") >= 1500, "{second}");
-    assert!(number(&second, "acquired_at_ms") >= number(&first, "released_at_ms"));
+    assert!(u64_field(&second, "waited_ms") >= 1500, "{second}");
+    assert!(u64_field(&second, "acquired_at_ms") >= u64_field(&first, "released_at_ms"));
 
     let stalled = write(&http, &server, "text=stalled&stall_ms=2500");
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -99,8 +95,8 @@ async fn two_processes_share_the_lock_and_a_paused_ones_write_is_refused() {
     let b = write(&http, &other, "text=b").await.unwrap().json();
     let a = a.await.unwrap().json();
     assert_eq!((&a["written"], &b["written"]), (&true.into(), &true.into()));
-    assert!(number(&b, "waited_ms") >= 500, "b waits for a: {b}");
-    assert!(number(&b, "fencing_token") > number(&a, "fencing_token"));
+    assert!(u64_field(&b, "waited_ms") >= 500, "b waits for a: {b}");
+    assert!(u64_field(&b, "fencing_token") > u64_field(&a, "fencing_token"));
 
     // The holder's process stops dead, its watchdog with it; once its lease has run
     // out, the other process takes the lock.

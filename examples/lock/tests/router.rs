@@ -9,9 +9,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use example_lock::LockExample;
 use idem_axum::MemoryStore;
-use idem_tests::{Answer, all_at_once, answer};
+use idem_tests::{Answer, all_at_once, answer, u64_field};
 use serde_json::Value;
 use tempfile::TempDir;
+use tokio::task::JoinHandle;
 
 /// The example with `lease`, on a database of its own.
 async fn app(lease: Duration) -> (Router, TempDir) {
@@ -29,25 +30,22 @@ async fn write(app: &Router, query: &str) -> Answer {
     answer(app, request.unwrap()).await
 }
 
+/// [`write`] in a task of its own, for a holder that others then contend with.
+fn write_in_the_background(app: &Router, query: &'static str) -> JoinHandle<Answer> {
+    let app = app.clone();
+    tokio::spawn(async move { write(&app, query).await })
+}
+
 async fn row(app: &Router) -> Value {
     answer(app, Request::get("/row").body(Body::empty()).unwrap())
         .await
         .json()
 }
 
-fn number(held: &Value, field: &str) -> u64 {
-    held[field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{field} in {held}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_the_lock_past_its_lease_and_the_waiter_wakes_on_release() {
     let (app, _dir) = app(Duration::from_millis(300)).await;
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { write(&app, "text=first&work_ms=1100").await }
-    });
+    let first = write_in_the_background(&app, "text=first&work_ms=1100");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let second = write(&app, "text=second").await;
     let first = first.await.unwrap();
@@ -58,12 +56,12 @@ async fn the_watchdog_keeps_the_lock_past_its_lease_and_the_waiter_wakes_on_rele
     let (first, second) = (first.json(), second.json());
 
     // Held for more than three leases, yet the second got the lock only once released.
-    let released = number(&first, "released_at_ms");
-    let acquired = number(&second, "acquired_at_ms");
+    let released = u64_field(&first, "released_at_ms");
+    let acquired = u64_field(&second, "acquired_at_ms");
     assert!(acquired >= released, "{first} {second}");
     // Woken by the release, not by a poll (a waiter re-checks on its own once a second).
     assert!(acquired - released < 500, "{first} {second}");
-    assert!(number(&second, "fencing_token") > number(&first, "fencing_token"));
+    assert!(u64_field(&second, "fencing_token") > u64_field(&first, "fencing_token"));
     assert_eq!(row(&app).await["writes"], 2);
     assert_eq!(row(&app).await["text"], "second");
 }
@@ -71,10 +69,7 @@ async fn the_watchdog_keeps_the_lock_past_its_lease_and_the_waiter_wakes_on_rele
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_holders_late_write_is_refused_by_its_fencing_token() {
     let (app, _dir) = app(Duration::from_millis(200)).await;
-    let stalled = tokio::spawn({
-        let app = app.clone();
-        async move { write(&app, "text=stalled&stall_ms=700").await }
-    });
+    let stalled = write_in_the_background(&app, "text=stalled&stall_ms=700");
     tokio::time::sleep(Duration::from_millis(350)).await;
     let fresh = write(&app, "text=fresh").await;
     assert_eq!(fresh.status, StatusCode::OK, "{fresh:?}");
@@ -82,8 +77,8 @@ async fn a_stalled_holders_late_write_is_refused_by_its_fencing_token() {
     assert_eq!(stalled.status, StatusCode::CONFLICT, "{stalled:?}");
     let (fresh, stalled) = (fresh.json(), stalled.json());
     assert_eq!(stalled["written"], false);
-    assert!(number(&fresh, "fencing_token") > number(&stalled, "fencing_token"));
-    let seen = format!("fencing token {}", number(&fresh, "fencing_token"));
+    assert!(u64_field(&fresh, "fencing_token") > u64_field(&stalled, "fencing_token"));
+    let seen = format!("fencing token {}", u64_field(&fresh, "fencing_token"));
     assert!(
         stalled["refused"].as_str().unwrap().contains(&seen),
         "{stalled}"
@@ -108,11 +103,11 @@ async fn twenty_holders_at_once_hold_the_lock_one_after_another() {
             answer.json()
         })
         .collect();
-    held.sort_by_key(|held| number(held, "fencing_token"));
+    held.sort_by_key(|held| u64_field(held, "fencing_token"));
     for pair in held.windows(2) {
         let (before, after) = (&pair[0], &pair[1]);
         assert!(
-            number(after, "acquired_at_ms") >= number(before, "released_at_ms"),
+            u64_field(after, "acquired_at_ms") >= u64_field(before, "released_at_ms"),
             "overlapping holders: {before} {after}"
         );
     }

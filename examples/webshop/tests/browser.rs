@@ -103,6 +103,20 @@ async fn click(browser: &Client, element: fantoccini::elements::Element, times: 
     browser.perform_actions(mouse).await.expect("the clicks");
 }
 
+/// Opens a fresh order form for product 1 and clicks its "Place order" button `clicks`
+/// times.
+async fn order_on_a_fresh_form(browser: &Client, base: &str, clicks: usize) {
+    browser
+        .goto(&format!("{base}/orders/new?product_id=1"))
+        .await
+        .expect("an order form");
+    let submit = browser
+        .find(Locator::Id("submit"))
+        .await
+        .expect("the button");
+    click(browser, submit, clicks).await;
+}
+
 /// Waits until the page shows `text`, and returns its source.
 async fn page_with(browser: &Client, text: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -147,15 +161,7 @@ async fn a_double_click_lands_on_its_order_and_a_refusal_is_the_shops_own_page()
 
     // Double-click "Place order": the second click's answer is the first one's, replayed,
     // so the browser ends on the order's own page.
-    browser
-        .goto(&format!("{base}/orders/new?product_id=1"))
-        .await
-        .expect("the order form");
-    let submit = browser
-        .find(Locator::Id("submit"))
-        .await
-        .expect("the button");
-    click(&browser, submit, 2).await;
+    order_on_a_fresh_form(&browser, &base, 2).await;
     page_with(&browser, r#"id="order-placed""#).await;
     let url = browser.current_url().await.expect("a URL");
     assert_eq!(
@@ -167,15 +173,7 @@ async fn a_double_click_lands_on_its_order_and_a_refusal_is_the_shops_own_page()
 
     // A fresh form at once: a second order from this browser inside the shop's 5 s
     // window is refused, on the shop's own page, with its way back.
-    browser
-        .goto(&format!("{base}/orders/new?product_id=1"))
-        .await
-        .expect("a fresh form");
-    let submit = browser
-        .find(Locator::Id("submit"))
-        .await
-        .expect("the button");
-    click(&browser, submit, 1).await;
+    order_on_a_fresh_form(&browser, &base, 1).await;
     let refused = page_with(&browser, REFUSED).await;
     assert!(
         refused.contains(r#"id="refused""#),

@@ -18,13 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match wait(std::env::args().skip(1).collect()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("fair_waiter: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    idem_tests::run_helper_process("fair_waiter", wait).await
 }
 
 async fn wait(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {

@@ -18,13 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match hold(std::env::args().skip(1).collect()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("lock_holder: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    idem_tests::run_helper_process("lock_holder", hold).await
 }
 
 async fn hold(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {

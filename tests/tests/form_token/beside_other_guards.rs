@@ -5,7 +5,7 @@ use idem_tests::{Backend, Shop, all_at_once};
 
 use crate::{accepted, app, count, issue, order, post_form};
 
-idem_tests::on_every_store!(beside_avoid_repeat_in_either_order,);
+idem_tests::on_every_store!(beside_avoid_repeat_in_either_order);
 
 async fn beside_avoid_repeat_in_either_order<B: Backend>() {
     let backend = B::start().await;

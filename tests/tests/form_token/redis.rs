@@ -11,7 +11,7 @@ use idem_tests::{Backend, Shop, send};
 
 use crate::{accepted, app, as_client, issue, order, post_form, routes, shop_on, token_in};
 
-idem_tests::on_every_store!(over_tcp_a_get_issues_and_one_post_spends,);
+idem_tests::on_every_store!(over_tcp_a_get_issues_and_one_post_spends);
 
 async fn over_tcp_a_get_issues_and_one_post_spends<B: Backend>() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -145,12 +145,7 @@ async fn redis_holds_no_raw_token_and_one_command_does_each_step() {
 
 #[tokio::test]
 async fn a_store_outage_follows_the_policy_without_hanging() {
-    let down = || {
-        idem_axum::RedisStore::builder()
-            .with_timeout(Duration::from_millis(200))
-            .build_with_url(&format!("redis://127.0.0.1:{}/", idem_tests::unused_port()))
-            .unwrap()
-    };
+    let down = || idem_tests::unreachable_redis_store(Duration::from_millis(200));
     let shop = Shop::default();
     let closed = app(down(), &shop);
     let started = std::time::Instant::now();

@@ -12,8 +12,7 @@ lock_suite!(
         a_hundred_waiting_tasks_never_overlap,
         a_hundred_waiting_tasks_never_overlap_on_a_plain_lock,
     ],
-    sync: [
-    ],
+    sync: [],
 );
 
 /// 100 tasks, each its own owner, wait for one fenced lock: no entry finds another task

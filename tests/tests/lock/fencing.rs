@@ -14,8 +14,7 @@ lock_suite!(
     async: [
         fencing_tokens_strictly_increase_over_1000_acquisitions,
     ],
-    sync: [
-    ],
+    sync: [],
 );
 
 async fn fencing_tokens_strictly_increase_over_1000_acquisitions<B: LockBackend>() {

@@ -15,8 +15,7 @@ lock_suite!(
         a_lock_deleted_behind_its_holder_is_signalled,
         a_fixed_lease_reports_its_end,
     ],
-    sync: [
-    ],
+    sync: [],
 );
 
 async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {
@@ -49,9 +48,7 @@ async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {
 /// A mis-release: holder 1 stalls past its lease, holder 2 acquires, and
 /// holder 1's release must neither free holder 2's lock nor pretend it still owned it.
 async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>() {
-    let backend = B::start().await;
-    stalled_holder::<B, Unfenced>(&backend, "stall-plain").await;
-    stalled_holder::<B, Fenced>(&backend, "stall-fenced").await;
+    in_both_modes!(stalled_holder, "stall")
 }
 
 async fn stalled_holder<B: LockBackend, F: Mode>(backend: &B, name: &str) {
@@ -90,9 +87,7 @@ async fn stalled_holder<B: LockBackend, F: Mode>(backend: &B, name: &str) {
 
 /// Renewal failure is signalled to the holder, not just logged.
 async fn a_lock_deleted_behind_its_holder_is_signalled<B: LockBackend>() {
-    let backend = B::start().await;
-    deleted_behind_its_holder::<B, Unfenced>(&backend, "deleted-plain").await;
-    deleted_behind_its_holder::<B, Fenced>(&backend, "deleted-fenced").await;
+    in_both_modes!(deleted_behind_its_holder, "deleted")
 }
 
 async fn deleted_behind_its_holder<B: LockBackend, F: Mode>(backend: &B, name: &str) {

@@ -39,6 +39,16 @@ macro_rules! lock_suite {
     };
 }
 
+/// The body of a case that holds in both modes: `$check` on one backend with a plain lock,
+/// then with a fenced one, each on a lock name of its own (`$name-plain`, `$name-fenced`).
+macro_rules! in_both_modes {
+    ($check:ident, $name:literal) => {{
+        let backend = B::start().await;
+        $check::<B, Unfenced>(&backend, concat!($name, "-plain")).await;
+        $check::<B, Fenced>(&backend, concat!($name, "-fenced")).await;
+    }};
+}
+
 mod contention;
 mod fencing;
 mod holding;

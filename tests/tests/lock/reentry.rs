@@ -11,15 +11,12 @@ lock_suite!(
         the_same_owner_reenters_and_shares_one_hold,
         a_fenced_reentry_shares_the_token,
     ],
-    sync: [
-    ],
+    sync: [],
 );
 
 /// Reentry is not counted: both guards share one hold, and the first release ends it.
 async fn the_same_owner_reenters_and_shares_one_hold<B: LockBackend>() {
-    let backend = B::start().await;
-    reentry::<B, Unfenced>(&backend, "reentry-plain").await;
-    reentry::<B, Fenced>(&backend, "reentry-fenced").await;
+    in_both_modes!(reentry, "reentry")
 }
 
 async fn reentry<B: LockBackend, F: Mode>(backend: &B, name: &str) {

@@ -12,8 +12,7 @@ use idem_tests::{Counting, eventually};
 use crate::{LONG, LockBackend, is_free, key};
 
 lock_suite!(
-    async: [
-    ],
+    async: [],
     sync: [
         dropping_a_guard_on_a_current_thread_runtime_releases_it,
         a_guard_dropped_outside_a_runtime_is_left_to_its_lease,

@@ -7,7 +7,7 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use idem_core::{Acquire, Fencing, Lease, Lock, Owner, Store};
+use idem_core::{Acquire, Fencing, Key, Lease, Lock, Owner, Store};
 use idem_tests::{Counting, eventually, percentile};
 
 use crate::{LONG, LockBackend, blocked_clients, command_calls, key, redis_connection};
@@ -19,8 +19,7 @@ lock_suite!(
         a_release_just_before_the_wait_is_not_missed,
         an_uncontended_release_sends_no_signal,
     ],
-    sync: [
-    ],
+    sync: [],
 );
 
 /// A waiter blocked in the store wakes when the holder releases: one attempt that found
@@ -133,13 +132,7 @@ async fn a_release_just_before_the_wait_is_not_missed<B: LockBackend>() {
         .acquire(&lock, &holder, LONG, Fencing::On)
         .await
         .unwrap();
-    assert!(
-        !store
-            .wait_for_release(&lock, Duration::from_millis(50))
-            .await
-            .unwrap(),
-        "nothing released"
-    );
+    assert_no_wake_up(&store, &lock, "nothing released").await;
     let held = store
         .acquire_or_register_waiter(&lock, &Owner::random(), LONG, Fencing::Off, LONG)
         .await
@@ -213,11 +206,20 @@ async fn an_uncontended_release_sends_no_signal<B: LockBackend>() {
         .acquire(&lock, &holder, LONG, Fencing::Off)
         .await
         .unwrap();
-    assert!(
-        !store
-            .wait_for_release(&lock, Duration::from_millis(50))
-            .await
-            .unwrap(),
-        "a wake-up was left by a release nobody waited for"
-    );
+    assert_no_wake_up(
+        &store,
+        &lock,
+        "a wake-up was left by a release nobody waited for",
+    )
+    .await;
+}
+
+/// Checks that a 50 ms wait for `lock`'s release times out unwoken; `why` says what must
+/// not have woken it.
+async fn assert_no_wake_up(store: &impl Store, lock: &Key, why: &str) {
+    let woken = store
+        .wait_for_release(lock, Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert!(!woken, "{why}");
 }

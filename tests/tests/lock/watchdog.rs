@@ -13,14 +13,11 @@ lock_suite!(
         the_watchdog_holds_through_three_leases_and_stops_when_released,
         the_watchdog_stops_when_the_guard_is_dropped,
     ],
-    sync: [
-    ],
+    sync: [],
 );
 
 async fn the_watchdog_holds_through_three_leases_and_stops_when_released<B: LockBackend>() {
-    let backend = B::start().await;
-    watchdog_holds::<B, Unfenced>(&backend, "watched-plain").await;
-    watchdog_holds::<B, Fenced>(&backend, "watched-fenced").await;
+    in_both_modes!(watchdog_holds, "watched")
 }
 
 async fn watchdog_holds<B: LockBackend, F: Mode>(backend: &B, name: &str) {
@@ -59,9 +56,7 @@ async fn watchdog_holds<B: LockBackend, F: Mode>(backend: &B, name: &str) {
 }
 
 async fn the_watchdog_stops_when_the_guard_is_dropped<B: LockBackend>() {
-    let backend = B::start().await;
-    watchdog_stops_on_drop::<B, Unfenced>(&backend, "dropped-plain").await;
-    watchdog_stops_on_drop::<B, Fenced>(&backend, "dropped-fenced").await;
+    in_both_modes!(watchdog_stops_on_drop, "dropped")
 }
 
 async fn watchdog_stops_on_drop<B: LockBackend, F: Mode>(backend: &B, name: &str) {

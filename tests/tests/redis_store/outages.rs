@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use idem_core::{Acquire, Fencing, Fingerprint, Owner, RedisStore, Store, StoreError};
-use idem_tests::{RedisServer, unused_port};
+use idem_tests::{RedisServer, unreachable_redis_store};
 use redis::RedisError;
 
 use crate::{LONG, SLACK, TIMEOUT, acquire_anew, key};
@@ -41,11 +41,7 @@ async fn each_operation_fails_in_time(store: &RedisStore, is_expected: fn(&Store
 
 #[tokio::test]
 async fn nothing_listening_is_a_typed_error_within_the_timeout() {
-    let url = format!("redis://127.0.0.1:{}/", unused_port());
-    let store = RedisStore::builder()
-        .with_timeout(TIMEOUT)
-        .build_with_url(&url)
-        .unwrap();
+    let store = unreachable_redis_store(TIMEOUT);
     // Refused at once: a connection error, not a wait for the timeout.
     each_operation_fails_in_time(&store, |e| e.backend_error::<RedisError>().is_some()).await;
 }

@@ -2,9 +2,12 @@
 //! click, one form per browser inside the window, nothing without a token or a session.
 
 use axum::http::{StatusCode, header};
-use idem_tests::{Backend, all_at_once, answer};
+use idem_tests::{Backend, answer};
 
-use crate::{TestShop, form_post, form_token, get, new_browser, order_form, status};
+use crate::{
+    TestShop, form_post, form_token, get, new_browser, order_form, order_with, status,
+    twenty_clicks,
+};
 
 idem_tests::on_every_store!(
     a_form_places_one_order_however_often_it_is_posted,
@@ -63,12 +66,7 @@ async fn a_double_click_places_one_order<B: Backend>() {
     let shop = TestShop::<B>::start().await;
     let s1 = new_browser(&shop.router).await;
     let token = form_token(&shop.router, &s1).await;
-    let router = shop.router.clone();
-    let statuses = all_at_once(20, |_| {
-        let (router, form, s1) = (router.clone(), order_form(&token), s1.clone());
-        async move { status(&router, form_post(&s1, &form)).await }
-    })
-    .await;
+    let statuses = twenty_clicks(std::slice::from_ref(&shop.router), &s1, &token).await;
     // Every click lands on the one order the first placed.
     assert!(
         statuses.iter().all(|s| *s == StatusCode::SEE_OTHER),
@@ -85,21 +83,21 @@ async fn a_second_form_inside_the_window_is_refused_for_that_browser_only<B: Bac
     let second = form_token(&shop.router, &s1).await;
     let other = form_token(&shop.router, &s2).await;
     assert_eq!(
-        status(&shop.router, form_post(&s1, &order_form(&first))).await,
+        order_with(&shop.router, &s1, &first).await,
         StatusCode::SEE_OTHER
     );
     // A fresh token, but the same browser inside `#[avoid_repeat]`'s window.
     assert_eq!(
-        status(&shop.router, form_post(&s1, &order_form(&second))).await,
+        order_with(&shop.router, &s1, &second).await,
         StatusCode::CONFLICT
     );
     // Another browser is not blocked, and one browser cannot spend another's token.
     assert_eq!(
-        status(&shop.router, form_post(&s1, &order_form(&other))).await,
+        order_with(&shop.router, &s1, &other).await,
         StatusCode::CONFLICT
     );
     assert_eq!(
-        status(&shop.router, form_post(&s2, &order_form(&other))).await,
+        order_with(&shop.router, &s2, &other).await,
         StatusCode::SEE_OTHER
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM orders").await, 2);

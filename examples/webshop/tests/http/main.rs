@@ -25,7 +25,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use example_webshop::Shop;
-use idem_tests::{Backend, MemoryBackend, RedisBackend, answer};
+use idem_tests::{Backend, MemoryBackend, RedisBackend, all_at_once, answer};
 use serde_json::Value;
 use sqlx::SqlitePool;
 use tempfile::TempDir;
@@ -176,6 +176,23 @@ fn token_in(html: &str) -> String {
 
 fn order_form(token: &str) -> String {
     format!("product_id=1&quantity=2&form_token={token}")
+}
+
+/// The status of an order posted through the form with `token`, from the browser whose
+/// session is `cookie`.
+async fn order_with(router: &Router, cookie: &str, token: &str) -> StatusCode {
+    status(router, form_post(cookie, &order_form(token))).await
+}
+
+/// Twenty clicks at once on one form's "Place order", spread over `routers` in turn:
+/// their statuses.
+async fn twenty_clicks(routers: &[Router], cookie: &str, token: &str) -> Vec<StatusCode> {
+    all_at_once(20, |i| {
+        let router = routers[i % routers.len()].clone();
+        let (cookie, token) = (cookie.to_owned(), token.to_owned());
+        async move { order_with(&router, &cookie, &token).await }
+    })
+    .await
 }
 
 fn api_order(key: &str, user: &str, body: &Value) -> Request<Body> {

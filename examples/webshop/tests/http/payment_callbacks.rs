@@ -15,12 +15,7 @@ idem_tests::on_every_store!(
 );
 
 async fn payment_callbacks_pay_once_per_source_and_seq<B: Backend>() {
-    let shop = TestShop::<B>::start().await;
-    let order = json!({ "product_id": 1, "quantity": 1 });
-    assert_eq!(
-        status(&shop.router, api_order("k", "7", &order)).await,
-        StatusCode::CREATED
-    );
+    let shop = shop_with_an_order::<B>().await;
 
     let paid = json!({ "source": "alipay", "seq": 42, "order_id": 1, "amount": 2400 });
     let first = answer(&shop.router, callback(&paid, "10.0.0.1")).await;
@@ -71,12 +66,7 @@ fn raw_callback(body: &str) -> Request<Body> {
 }
 
 async fn a_string_seq_of_any_length_is_paid_once<B: Backend>() {
-    let shop = TestShop::<B>::start().await;
-    let order = json!({ "product_id": 1, "quantity": 1 });
-    assert_eq!(
-        status(&shop.router, api_order("k", "7", &order)).await,
-        StatusCode::CREATED
-    );
+    let shop = shop_with_an_order::<B>().await;
 
     // A trade number longer than any integer type holds.
     let trade = "2013112011001004330000121536";
@@ -129,12 +119,7 @@ async fn a_string_seq_of_any_length_is_paid_once<B: Backend>() {
 async fn malformed_callbacks_are_refused_naming_the_field_and_leave_nothing<
     B: Backend + StoredEntries,
 >() {
-    let shop = TestShop::<B>::start().await;
-    let order = json!({ "product_id": 1, "quantity": 1 });
-    assert_eq!(
-        status(&shop.router, api_order("k", "7", &order)).await,
-        StatusCode::CREATED
-    );
+    let shop = shop_with_an_order::<B>().await;
     let before = shop.backend.stored_entries();
 
     let bad = [
@@ -220,4 +205,15 @@ async fn malformed_callbacks_are_refused_naming_the_field_and_leave_nothing<
     assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
     assert_eq!(paid.json(), json!({ "payment_id": 1, "status": "paid" }));
     assert_eq!(shop.count("SELECT COUNT(*) FROM payments").await, 1);
+}
+
+/// A shop with one order placed through the API (order 1), for callbacks to pay.
+async fn shop_with_an_order<B: Backend>() -> TestShop<B> {
+    let shop = TestShop::<B>::start().await;
+    let order = json!({ "product_id": 1, "quantity": 1 });
+    assert_eq!(
+        status(&shop.router, api_order("k", "7", &order)).await,
+        StatusCode::CREATED
+    );
+    shop
 }

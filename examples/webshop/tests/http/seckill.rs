@@ -1,12 +1,13 @@
 //! The flash sale: one voucher per user, and none once the stock is sold.
 
+use axum::Router;
 use axum::http::StatusCode;
 use idem_tests::{Backend, all_at_once};
 use serde_json::json;
 
 use crate::{TestShop, get, seckill, status, voucher};
 
-idem_tests::on_every_store!(seckill_sells_one_voucher_per_user_and_stops_at_zero,);
+idem_tests::on_every_store!(seckill_sells_one_voucher_per_user_and_stops_at_zero);
 
 async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
     let shop = TestShop::<B>::start().await;
@@ -14,12 +15,9 @@ async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
         voucher(&shop.router).await,
         json!({ "id": 1, "stock": 100, "sold": 0 })
     );
+    assert_eq!(seckill_as(&shop.router, 1, "u1").await, StatusCode::CREATED);
     assert_eq!(
-        status(&shop.router, seckill(1, Some("u1"))).await,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        status(&shop.router, seckill(1, Some("u1"))).await,
+        seckill_as(&shop.router, 1, "u1").await,
         StatusCode::CONFLICT
     );
 
@@ -49,14 +47,8 @@ async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
         .execute(&shop.db)
         .await
         .unwrap();
-    assert_eq!(
-        status(&shop.router, seckill(1, Some("u3"))).await,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        status(&shop.router, seckill(1, Some("u4"))).await,
-        StatusCode::GONE
-    );
+    assert_eq!(seckill_as(&shop.router, 1, "u3").await, StatusCode::CREATED);
+    assert_eq!(seckill_as(&shop.router, 1, "u4").await, StatusCode::GONE);
     assert_eq!(voucher(&shop.router).await["stock"], 0);
 
     assert_eq!(
@@ -64,7 +56,7 @@ async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        status(&shop.router, seckill(9, Some("u5"))).await,
+        seckill_as(&shop.router, 9, "u5").await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(
@@ -72,4 +64,9 @@ async fn seckill_sells_one_voucher_per_user_and_stops_at_zero<B: Backend>() {
         StatusCode::NOT_FOUND
     );
     assert_eq!(shop.count("SELECT COUNT(*) FROM voucher_orders").await, 3);
+}
+
+/// The status of `user`'s purchase of voucher `voucher` in the flash sale.
+async fn seckill_as(router: &Router, voucher: i64, user: &str) -> StatusCode {
+    status(router, seckill(voucher, Some(user))).await
 }

@@ -5,8 +5,7 @@ use idem_tests::{Backend, all_at_once, answer};
 use serde_json::json;
 
 use crate::{
-    TestShop, api_order, form_post, form_token, new_browser, order_form, seckill, status, support,
-    voucher,
+    TestShop, api_order, form_token, new_browser, seckill, status, support, twenty_clicks, voucher,
 };
 
 idem_tests::on_every_store!(
@@ -22,12 +21,7 @@ async fn two_instances_place_one_order_for_duplicates_split_across_them<B: Backe
     let s1 = new_browser(&instances[1]).await;
 
     let token = form_token(&instances[0], &s1).await;
-    let routers = instances.clone();
-    let statuses = all_at_once(20, |i| {
-        let (router, form, s1) = (routers[i % 2].clone(), order_form(&token), s1.clone());
-        async move { status(&router, form_post(&s1, &form)).await }
-    })
-    .await;
+    let statuses = twenty_clicks(&instances, &s1, &token).await;
     assert!(
         statuses.iter().all(|s| *s == StatusCode::SEE_OTHER),
         "every click lands on the order: {statuses:?}"
