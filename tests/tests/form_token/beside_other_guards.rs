@@ -7,13 +7,17 @@ use crate::{accepted, app, count, issue, order, post_form};
 
 idem_tests::on_every_store!(beside_avoid_repeat_in_either_order);
 
+/// The routes under both guards: `#[avoid_repeat]` beside the token layer, and the token
+/// layer outside and inside `AvoidRepeatLayer`.
+const BOTH_GUARDS: [&str; 3] = [
+    "/both/attribute",
+    "/both/token-outside",
+    "/both/token-inside",
+];
+
 async fn beside_avoid_repeat_in_either_order<B: Backend>() {
     let backend = B::start().await;
-    for path in [
-        "/both/attribute",
-        "/both/token-outside",
-        "/both/token-inside",
-    ] {
+    for path in BOTH_GUARDS {
         let shop = Shop::default();
         let app = app(backend.store(), &shop);
         // One token, a burst of posts: exactly one runs, whichever guard refuses the rest.
@@ -43,11 +47,7 @@ async fn beside_avoid_repeat_in_either_order<B: Backend>() {
     // With the token layer outside, a post refused for its token takes no anti-repeat
     // key; inside, the window is taken first and given back by the 400. Either way the
     // same client's next, valid post goes through.
-    for path in [
-        "/both/attribute",
-        "/both/token-outside",
-        "/both/token-inside",
-    ] {
+    for path in BOTH_GUARDS {
         let shop = Shop::default();
         let app = app(backend.store(), &shop);
         let missing = post_form(&app, path, "carol", "item=tea").await;

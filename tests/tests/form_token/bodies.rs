@@ -56,27 +56,22 @@ async fn multipart_forms_reach_the_handler_whole<B: Backend>() {
     let (_backend, shop, app) = shop_on::<B>().await;
     let token = issue(&app, "alice").await;
     let content_type = multipart_content_type();
-    let first = post_typed(
-        &app,
-        "/upload",
-        "alice",
-        &content_type,
-        multipart_order(&token),
-    )
-    .await;
+    let upload = || {
+        post_typed(
+            &app,
+            "/upload",
+            "alice",
+            &content_type,
+            multipart_order(&token),
+        )
+    };
+    let first = upload().await;
     assert_eq!(first.status(), StatusCode::CREATED);
     assert_eq!(
         body_text(first).await,
         format!("item=tea cup;form_token={token};photo=a picture of a cup")
     );
-    let again = post_typed(
-        &app,
-        "/upload",
-        "alice",
-        &content_type,
-        multipart_order(&token),
-    )
-    .await;
+    let again = upload().await;
     assert_eq!(again.status(), StatusCode::CONFLICT);
     assert_eq!(shop.runs(), 1);
 }

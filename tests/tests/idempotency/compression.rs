@@ -30,13 +30,18 @@ fn gunzip(bytes: &[u8]) -> String {
     text
 }
 
+/// Checks that `seen` is the first receipt, gzipped.
+fn assert_gzipped_first_receipt(seen: &Seen) {
+    assert_eq!(seen.header("content-encoding"), Some(b"gzip".as_slice()));
+    assert_eq!(gunzip(&seen.body), receipt_text(1));
+}
+
 async fn compression_outside_the_layer_compresses_each_replay_for_its_own_request<B: Backend>() {
     let (_backend, shop, app) = shop_on::<B>().await;
     let path = "/compressed-outside";
     let first = post_accepting(&app, path, "r1", Some("gzip")).await;
     assert_eq!(first.status, StatusCode::CREATED);
-    assert_eq!(first.header("content-encoding"), Some(b"gzip".as_slice()));
-    assert_eq!(gunzip(&first.body), receipt_text(1));
+    assert_gzipped_first_receipt(&first);
 
     // The stored response is the handler's own: a retry that accepts no coding reads it.
     let plain = post_accepting(&app, path, "r1", None).await;
@@ -47,8 +52,7 @@ async fn compression_outside_the_layer_compresses_each_replay_for_its_own_reques
 
     let gzip = post_accepting(&app, path, "r1", Some("gzip")).await;
     assert!(gzip.replayed(), "{gzip:?}");
-    assert_eq!(gzip.header("content-encoding"), Some(b"gzip".as_slice()));
-    assert_eq!(gunzip(&gzip.body), receipt_text(1));
+    assert_gzipped_first_receipt(&gzip);
     assert_eq!(shop.runs(), 1);
 }
 
@@ -59,8 +63,7 @@ async fn a_response_compressed_inside_the_layer_is_replayed_only_to_requests_tha
     let path = "/compressed-inside";
     let first = post_accepting(&app, path, "r1", Some("gzip")).await;
     assert_eq!(first.status, StatusCode::CREATED);
-    assert_eq!(first.header("content-encoding"), Some(b"gzip".as_slice()));
-    assert_eq!(gunzip(&first.body), receipt_text(1));
+    assert_gzipped_first_receipt(&first);
 
     for accept in [Some("gzip"), Some("br, GZIP;q=0.5"), Some("*")] {
         let replay = post_accepting(&app, path, "r1", accept).await;

@@ -79,23 +79,12 @@ async fn keys_are_scoped_by_client<B: Backend>() {
 async fn a_key_function_dedupes_callbacks_from_any_address<B: Backend>() {
     let (_backend, shop, app) = shop_on::<B>().await;
     let notification = r#"{"source":"alipay","seq":42,"amount":100}"#;
-    let front = Seen::of(
-        send(
-            &app,
-            request("/callback", "front-channel", None, notification),
-        )
-        .await,
-    )
-    .await;
+    let deliver = async |channel: &str| {
+        Seen::of(send(&app, request("/callback", channel, None, notification)).await).await
+    };
+    let front = deliver("front-channel").await;
     assert_eq!(front.body, "acknowledged 1");
-    let back = Seen::of(
-        send(
-            &app,
-            request("/callback", "back-channel", None, notification),
-        )
-        .await,
-    )
-    .await;
+    let back = deliver("back-channel").await;
     assert!(back.replayed(), "the second delivery is a replay: {back:?}");
     assert_eq!(back.body, "acknowledged 1");
     let next = r#"{"source":"alipay","seq":43,"amount":100}"#;

@@ -7,7 +7,7 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use idem_core::{Acquire, Fencing, Key, Lease, Lock, Owner, Store};
+use idem_core::{Acquire, Fencing, FencingMode, Key, Lease, Lock, Owner, Store};
 use idem_tests::{Counting, eventually, percentile};
 
 use crate::{LONG, LockBackend, blocked_clients, command_calls, key, redis_connection};
@@ -156,27 +156,8 @@ async fn an_uncontended_release_sends_no_signal<B: LockBackend>() {
     let before = command_calls(&backend);
     for _ in 0..10 {
         let plain = Lock::new(store.clone(), lock.clone(), Lease::Fixed(LONG));
-        assert!(plain.try_acquire().await.unwrap().release().await.unwrap());
-        assert!(
-            plain
-                .acquire_within(LONG)
-                .await
-                .unwrap()
-                .release()
-                .await
-                .unwrap()
-        );
-        let fenced = plain.fenced();
-        assert!(fenced.try_acquire().await.unwrap().release().await.unwrap());
-        assert!(
-            fenced
-                .acquire_within(LONG)
-                .await
-                .unwrap()
-                .release()
-                .await
-                .unwrap()
-        );
+        take_and_release_twice(&plain).await;
+        take_and_release_twice(&plain.fenced()).await;
     }
     let after = command_calls(&backend);
     let calls =
@@ -222,4 +203,18 @@ async fn assert_no_wake_up(store: &impl Store, lock: &Key, why: &str) {
         .await
         .unwrap();
     assert!(!woken, "{why}");
+}
+
+/// Takes and releases `lock` with `try_acquire`, then with `acquire_within`, checking that
+/// each release freed it.
+async fn take_and_release_twice<S: Store, F: FencingMode>(lock: &Lock<S, F>) {
+    assert!(lock.try_acquire().await.unwrap().release().await.unwrap());
+    assert!(
+        lock.acquire_within(LONG)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap()
+    );
 }
