@@ -14,7 +14,7 @@ use axum::{Extension, Router};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
-use crate::eventually;
+use crate::{Backend, eventually};
 
 /// Sends `request` through `app`.
 ///
@@ -251,4 +251,13 @@ impl Shop {
         self.finished.fetch_add(1, Ordering::SeqCst);
         StatusCode::CREATED
     }
+}
+
+/// A case's backend, a new [`Shop`], and the suite's router for that shop on the backend's
+/// store (`app`): how an HTTP case on every store begins.
+pub async fn shop_on<B: Backend>(app: fn(B::Store, &Shop) -> Router) -> (B, Shop, Router) {
+    let backend = B::start().await;
+    let shop = Shop::new();
+    let app = app(backend.store(), &shop);
+    (backend, shop, app)
 }

@@ -21,6 +21,7 @@ pub mod chaos;
 mod contention;
 mod counting;
 mod forwarder;
+mod held_lock;
 mod helper_process;
 mod http;
 mod postgres_server;
@@ -37,10 +38,11 @@ pub use bench_stores::BenchStores;
 pub use contention::a_hundred_contenders_never_overlap;
 pub use counting::Counting;
 pub use forwarder::Forwarder;
+pub use held_lock::hold_fenced;
 pub use helper_process::run_helper_process;
 pub use http::{
     Answer, Shop, answer, assert_created_or_in_progress, body_text, form_token_in, from_loopback,
-    problem_code, send, u64_field,
+    problem_code, send, shop_on, u64_field,
 };
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};

@@ -12,7 +12,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
 use idem_axum::{AvoidRepeatLayer, Idem, Release, RepeatBy, avoid_repeat, store::Store};
-use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, send};
+use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, send, shop_on};
 use tower_http::catch_panic::CatchPanicLayer;
 
 idem_tests::on_every_store!(
@@ -212,14 +212,6 @@ fn app<S: Store>(store: S, shop: &Shop) -> Router {
         .layer(idem.layer())
 }
 
-/// A case's store, a shop, and the shop's router on that store.
-async fn shop_on<B: Backend>() -> (B, Shop, Router) {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
-    (backend, shop, app)
-}
-
 fn request(path: &str, client: &str) -> axum::http::request::Builder {
     Request::post(path).header(&CLIENT, client)
 }
@@ -291,7 +283,7 @@ async fn two_instances_on_one_store_run_the_body_once<B: Backend>() {
 }
 
 async fn clients_do_not_block_each_other<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     // 50 clients, each double-clicking four times, all at once.
     let responses = all_at_once(200, |i| {
         let app = app.clone();
@@ -316,7 +308,7 @@ async fn clients_do_not_block_each_other<B: Backend>() {
 }
 
 async fn a_repeat_after_the_window_is_accepted<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     assert_eq!(
         post_as(&app, "/short", "alice").await.status(),
         StatusCode::CREATED
@@ -375,7 +367,7 @@ async fn finish_releases_when_the_response_is_produced<B: Backend>() {
 }
 
 async fn a_server_error_releases_the_key<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     for _ in 0..3 {
         assert_eq!(
             post_as(&app, "/failing", "alice").await.status(),
@@ -403,7 +395,7 @@ async fn retry_until_accepted(app: &Router, path: &str, shop: &Shop, runs_before
 }
 
 async fn a_panic_releases_the_key<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     assert_eq!(
         post_as(&app, "/panicking", "alice").await.status(),
         StatusCode::INTERNAL_SERVER_ERROR
@@ -522,7 +514,7 @@ async fn a_different_payload_is_not_a_repeat<B: Backend>() {
 }
 
 async fn bad_input_takes_no_key<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let malformed = post_json(&app, "/strict", "alice", r#"{"amount": "#).await;
     assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
     let wrong_type = send(

@@ -16,7 +16,7 @@ use idem_core::{
     StoreError, Turn,
 };
 use idem_sqlx::{CommitError, PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
-use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually};
+use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually, hold_fenced};
 use sqlx::{Executor, FromRow, Pool, Postgres, Sqlite, Transaction};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -680,11 +680,7 @@ async fn fencing_tokens_keep_growing_across_a_restart<D: Database>() {
 async fn a_row_the_store_cannot_read_is_an_unexpected_answer<D: Database>() {
     let db = D::start().await;
     let store = db.store();
-    let (lock, owner) = (key("tampered"), Owner::random());
-    store
-        .acquire(&lock, &owner, LONG, Fencing::On)
-        .await
-        .unwrap();
+    let (lock, owner) = hold_fenced(&store, "tampered").await;
     db.execute("UPDATE idem_locks SET fence = -5").await;
     let answer = store.acquire(&lock, &owner, LONG, Fencing::On).await;
     assert!(

@@ -4,11 +4,11 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use idem_axum::FormTokenConfig;
-use idem_tests::{Backend, Shop, body_text, send};
+use idem_tests::{Backend, Shop, body_text, send, shop_on};
 
 use crate::{
-    app_with, as_client, issue, issue_in_field, multipart_content_type, multipart_order, order,
-    post_form, post_typed, shop_on,
+    app, app_with, as_client, issue, issue_in_field, multipart_content_type, multipart_order,
+    order, post_form, post_typed,
 };
 
 idem_tests::on_every_store!(
@@ -17,7 +17,7 @@ idem_tests::on_every_store!(
 );
 
 async fn a_token_in_the_header_leaves_the_body_to_the_handler<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let token = issue(&app, "alice").await;
     let with_header = || {
         as_client(Request::post("/api/orders"), "alice")
@@ -53,7 +53,7 @@ async fn a_token_in_the_header_leaves_the_body_to_the_handler<B: Backend>() {
 }
 
 async fn multipart_forms_reach_the_handler_whole<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let token = issue(&app, "alice").await;
     let content_type = multipart_content_type();
     let upload = || {

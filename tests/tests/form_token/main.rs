@@ -22,7 +22,7 @@ use idem_axum::store::Store;
 use idem_axum::{
     AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer, avoid_repeat,
 };
-use idem_tests::{Backend, Shop, body_text, send};
+use idem_tests::{Shop, body_text, send};
 
 #[derive(serde::Deserialize)]
 struct Order {
@@ -146,14 +146,6 @@ fn idem<S: Store>(store: S) -> Idem {
 /// The shop under an `Idem` on `store`, clients told apart by their `session` cookie.
 fn app<S: Store>(store: S, shop: &Shop) -> Router {
     app_with(store, shop, FormTokenConfig::new())
-}
-
-/// A backend, the shop's counters, and the shop on the backend's store.
-async fn shop_on<B: Backend>() -> (B, Shop, Router) {
-    let backend = B::start().await;
-    let shop = Shop::default();
-    let app = app(backend.store(), &shop);
-    (backend, shop, app)
 }
 
 fn app_with<S: Store>(store: S, shop: &Shop, config: FormTokenConfig) -> Router {

@@ -7,16 +7,16 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use idem_axum::Idem;
 use idem_axum::client::ClientCookie;
-use idem_tests::{Backend, Shop, send};
+use idem_tests::{Backend, Shop, send, shop_on};
 
-use crate::{accepted, app, as_client, issue, order, post_form, routes, shop_on, token_in};
+use crate::{accepted, app, as_client, issue, order, post_form, routes, token_in};
 
 idem_tests::on_every_store!(over_tcp_a_get_issues_and_one_post_spends);
 
 async fn over_tcp_a_get_issues_and_one_post_spends<B: Backend>() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

@@ -3,11 +3,11 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use idem_tests::{Backend, Shop, body_text, problem_code, send};
+use idem_tests::{Backend, Shop, body_text, problem_code, send, shop_on};
 
 use crate::{
     BOUNDARY, accepted, app, as_client, issue, multipart_content_type, multipart_order, order,
-    post_form, post_typed, routes, shop_on,
+    post_form, post_typed, routes,
 };
 
 idem_tests::on_every_store!(
@@ -17,7 +17,7 @@ idem_tests::on_every_store!(
 );
 
 async fn a_missing_token_is_a_bad_request<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let token = issue(&app, "alice").await;
     let no_content_type = send(
         &app,
@@ -57,7 +57,7 @@ async fn a_missing_token_is_a_bad_request<B: Backend>() {
 }
 
 async fn bad_bodies_spend_no_token<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let token = issue(&app, "alice").await;
 
     let json = post_typed(
@@ -105,7 +105,7 @@ async fn bad_bodies_spend_no_token<B: Backend>() {
 }
 
 async fn an_oversize_body_spends_no_token<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let token = issue(&app, "alice").await;
     // Over the layer's own limit (1 KiB on `/small`), and over the router's default
     // (axum's 2 MB) on `/orders`; the token comes first, the padding after it.

@@ -8,11 +8,11 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use idem_axum::{FormTokenConfig, VerifyFormTokenLayer};
-use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, problem_code};
+use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, problem_code, shop_on};
 
 use crate::{
     Order, accepted, app, app_with, count, idem, issue, multipart_content_type, multipart_order,
-    order, order_form, post_form, post_typed, shop_on,
+    order, order_form, post_form, post_typed,
 };
 
 idem_tests::on_every_store!(
@@ -24,7 +24,7 @@ idem_tests::on_every_store!(
 );
 
 async fn two_hundred_posts_with_one_token_run_the_handler_once<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     for path in ["/orders", "/upload"] {
         let token = issue(&app, "alice").await;
         let runs_before = shop.runs();
@@ -71,7 +71,7 @@ async fn two_instances_on_one_store_accept_a_token_once<B: Backend>() {
 }
 
 async fn a_token_is_refused_from_another_client_and_stays_usable<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let alices = issue(&app, "alice").await;
     let bobs = issue(&app, "bob").await;
     let stolen = post_form(&app, "/orders", "bob", order(&alices)).await;
@@ -102,7 +102,7 @@ async fn an_expired_token_is_refused<B: Backend>() {
 }
 
 async fn rotation_hands_out_a_fresh_token<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let first = issue(&app, "alice").await;
 
     let response = post_form(&app, "/editing", "alice", order(&first)).await;

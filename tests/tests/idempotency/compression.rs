@@ -2,9 +2,9 @@
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
-use idem_tests::{Backend, send};
+use idem_tests::{Backend, send, shop_on};
 
-use crate::{Seen, receipt_text, request, shop_on};
+use crate::{Seen, app, receipt_text, request};
 
 idem_tests::on_every_store!(
     compression_outside_the_layer_compresses_each_replay_for_its_own_request,
@@ -37,7 +37,7 @@ fn assert_gzipped_first_receipt(seen: &Seen) {
 }
 
 async fn compression_outside_the_layer_compresses_each_replay_for_its_own_request<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let path = "/compressed-outside";
     let first = post_accepting(&app, path, "r1", Some("gzip")).await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -59,7 +59,7 @@ async fn compression_outside_the_layer_compresses_each_replay_for_its_own_reques
 async fn a_response_compressed_inside_the_layer_is_replayed_only_to_requests_that_accept_it<
     B: Backend,
 >() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let path = "/compressed-inside";
     let first = post_accepting(&app, path, "r1", Some("gzip")).await;
     assert_eq!(first.status, StatusCode::CREATED);

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use idem_tests::{Backend, eventually};
+use idem_tests::{Backend, eventually, shop_on};
 
-use crate::{Seen, post_key, shop_on};
+use crate::{Seen, app, post_key};
 
 idem_tests::on_every_store!(
     a_server_error_is_not_stored_and_a_retry_runs_again,
@@ -13,7 +13,7 @@ idem_tests::on_every_store!(
 );
 
 async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     for run in 1..=2 {
         let seen = Seen::of(post_key(&app, "/failing", "flaky").await).await;
         assert_eq!(seen.status, StatusCode::INTERNAL_SERVER_ERROR);
@@ -23,7 +23,7 @@ async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
 }
 
 async fn a_panic_removes_the_record<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let seen = post_key(&app, "/panicking", "boom").await;
     assert_eq!(
         seen.status(),

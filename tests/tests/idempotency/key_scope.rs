@@ -10,9 +10,9 @@ use idem_axum::client::ClientHeader;
 use idem_axum::idempotency::{Idempotency, RecordScope};
 use idem_axum::store::Store;
 use idem_axum::{Idem, IdempotencyLayer};
-use idem_tests::{Backend, Shop, send};
+use idem_tests::{Backend, Shop, send, shop_on};
 
-use crate::{CLIENT, KEY, Seen, pay, post_key, request, shop_on};
+use crate::{CLIENT, KEY, Seen, app, pay, post_key, request};
 
 idem_tests::on_every_store!(
     the_same_key_with_another_request_is_422,
@@ -25,7 +25,7 @@ idem_tests::on_every_store!(
 );
 
 async fn the_same_key_with_another_request_is_422<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     assert_eq!(
         post_key(&app, "/pay", "k").await.status(),
         StatusCode::CREATED
@@ -58,7 +58,7 @@ async fn the_same_key_with_another_request_is_422<B: Backend>() {
 }
 
 async fn keys_are_scoped_by_client<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     for client in ["alice", "bob"] {
         let seen = Seen::of(send(&app, request("/pay", client, Some("same"), "{}")).await).await;
         assert_eq!(seen.status, StatusCode::CREATED);
@@ -77,7 +77,7 @@ async fn keys_are_scoped_by_client<B: Backend>() {
 }
 
 async fn a_key_function_dedupes_callbacks_from_any_address<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let notification = r#"{"source":"alipay","seq":42,"amount":100}"#;
     let deliver = async |channel: &str| {
         Seen::of(send(&app, request("/callback", channel, None, notification)).await).await
@@ -201,7 +201,7 @@ async fn outside_the_router_a_key_is_scoped_by_the_request_path<B: Backend>() {
 }
 
 async fn a_shared_key_never_replays_a_cookie_and_a_client_key_does<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let cookies = |seen: &Seen| {
         seen.headers
             .iter()

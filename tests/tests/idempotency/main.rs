@@ -22,7 +22,7 @@ use idem_axum::client::ClientHeader;
 use idem_axum::idempotency::{IdempotencyRecord, RecordScope};
 use idem_axum::store::Store;
 use idem_axum::{Idem, IdempotencyLayer, StoreFailure};
-use idem_tests::{Backend, Shop, send};
+use idem_tests::{Shop, send};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 
@@ -197,14 +197,6 @@ fn routes(shop: &Shop) -> Router {
 /// The shop's router under an `Idem` on `store`, clients told apart by `X-Client`.
 fn app<S: Store>(store: S, shop: &Shop) -> Router {
     app_with(store, shop, StoreFailure::FailClosed)
-}
-
-/// A case's store, a shop, and the shop's router on that store.
-async fn shop_on<B: Backend>() -> (B, Shop, Router) {
-    let backend = B::start().await;
-    let shop = Shop::new();
-    let app = app(backend.store(), &shop);
-    (backend, shop, app)
 }
 
 fn app_with<S: Store>(store: S, shop: &Shop, policy: StoreFailure) -> Router {

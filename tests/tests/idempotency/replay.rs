@@ -2,9 +2,9 @@
 //! itself, the same answer from a new router on the store.
 
 use axum::http::StatusCode;
-use idem_tests::{Backend, Shop, send};
+use idem_tests::{Backend, Shop, send, shop_on};
 
-use crate::{Seen, app, post_key, request, shop_on};
+use crate::{Seen, app, post_key, request};
 
 idem_tests::on_every_store!(
     a_replay_is_the_first_response_byte_for_byte,
@@ -13,7 +13,7 @@ idem_tests::on_every_store!(
 );
 
 async fn a_replay_is_the_first_response_byte_for_byte<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let first = Seen::of(post_key(&app, "/pay", "bare-key-1").await).await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert!(!first.replayed());
@@ -36,7 +36,7 @@ async fn a_replay_is_the_first_response_byte_for_byte<B: Backend>() {
 }
 
 async fn a_record_its_handler_completed_is_replayed_as_the_handler_stored_it<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let first = Seen::of(post_key(&app, "/completes-itself", "own-1").await).await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert_eq!(first.body, "order 1, stored by its handler");

@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use idem_tests::{Backend, all_at_once, eventually};
+use idem_tests::{Backend, all_at_once, eventually, shop_on};
 
-use crate::{SHORT_LEASE, Seen, post_key, shop_on};
+use crate::{SHORT_LEASE, Seen, app, post_key};
 
 idem_tests::on_every_store!(
     three_hundred_concurrent_requests_run_the_handler_once,
@@ -15,7 +15,7 @@ idem_tests::on_every_store!(
 );
 
 async fn three_hundred_concurrent_requests_run_the_handler_once<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let answers = all_at_once(300, |_| {
         let app = app.clone();
         async move { Seen::of(post_key(&app, "/pay", "\"order-1\"").await).await }
@@ -46,7 +46,7 @@ async fn three_hundred_concurrent_requests_run_the_handler_once<B: Backend>() {
 }
 
 async fn a_handler_three_times_longer_than_its_lease_runs_once<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let started = Instant::now();
     let first = tokio::spawn({
         let app = app.clone();
@@ -78,7 +78,7 @@ async fn a_handler_three_times_longer_than_its_lease_runs_once<B: Backend>() {
 }
 
 async fn a_client_that_disconnects_mid_handler_still_gets_its_response_stored<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let abandoned = tokio::spawn({
         let app = app.clone();
         async move { post_key(&app, "/gated", "walk-away").await }

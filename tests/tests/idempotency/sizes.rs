@@ -2,9 +2,9 @@
 //! room for the record.
 
 use axum::http::StatusCode;
-use idem_tests::{Backend, Shop, send};
+use idem_tests::{Backend, Shop, send, shop_on};
 
-use crate::{Seen, app, post_key, request, shop_on};
+use crate::{Seen, app, post_key, request};
 
 idem_tests::on_every_store!(
     an_oversize_request_body_is_413_and_stores_nothing,
@@ -12,7 +12,7 @@ idem_tests::on_every_store!(
 );
 
 async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let large = format!(r#"{{"note":"{}"}}"#, "x".repeat(100));
     let seen = send(&app, request("/limited", "alice", Some("k"), &large)).await;
     assert_eq!(seen.status(), StatusCode::PAYLOAD_TOO_LARGE);
@@ -24,7 +24,7 @@ async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
 }
 
 async fn a_response_too_large_to_store_reaches_its_client_and_never_runs_again<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>().await;
+    let (_backend, shop, app) = shop_on::<B>(app).await;
     let first = Seen::of(post_key(&app, "/big", "big-1").await).await;
     assert_whole_big_response(&first);
     for _ in 0..2 {

@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use idem_core::{Acquire, Fencing, FencingMode, Key, Lease, Lock, Owner, Store};
-use idem_tests::{Counting, eventually, percentile};
+use idem_tests::{Counting, eventually, hold_fenced, percentile};
 
 use crate::{LONG, LockBackend, blocked_clients, command_calls, key, redis_connection};
 
@@ -68,12 +68,8 @@ async fn waiters_wake_on_release<B: LockBackend>() {
 /// A release wakes one waiter, not all of them (no herd), at the store level.
 async fn one_release_wakes_one_waiter<B: LockBackend>() {
     let backend = B::start().await;
-    let (lock, holder) = (key("herd"), Owner::random());
     let store = backend.store();
-    store
-        .acquire(&lock, &holder, LONG, Fencing::On)
-        .await
-        .unwrap();
+    let (lock, holder) = hold_fenced(&store, "herd").await;
     let (registered, mut registrations) = tokio::sync::mpsc::unbounded_channel();
     let (woken, mut wakes) = tokio::sync::mpsc::unbounded_channel();
     let waiters: Vec<_> = (0..5)
@@ -127,11 +123,7 @@ async fn one_release_wakes_one_waiter<B: LockBackend>() {
 async fn a_release_just_before_the_wait_is_not_missed<B: LockBackend>() {
     let backend = B::start().await;
     let store = backend.store();
-    let (lock, holder) = (key("early"), Owner::random());
-    store
-        .acquire(&lock, &holder, LONG, Fencing::On)
-        .await
-        .unwrap();
+    let (lock, holder) = hold_fenced(&store, "early").await;
     assert_no_wake_up(&store, &lock, "nothing released").await;
     let held = store
         .acquire_or_register_waiter(&lock, &Owner::random(), LONG, Fencing::Off, LONG)

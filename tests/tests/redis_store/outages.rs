@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use idem_core::{Acquire, Fencing, Fingerprint, Owner, RedisStore, Store, StoreError};
-use idem_tests::{RedisServer, unreachable_redis_store};
+use idem_tests::{RedisServer, hold_fenced, unreachable_redis_store};
 use redis::RedisError;
 
 use crate::{LONG, SLACK, TIMEOUT, acquire_anew, key};
@@ -125,11 +125,7 @@ async fn a_restarted_server_is_reconnected_and_its_scripts_reloaded() {
 async fn scripts_are_loaded_again_after_script_flush() {
     let server = RedisServer::start();
     let store = server.store();
-    let (lock, owner) = (key("flushed"), Owner::random());
-    store
-        .acquire(&lock, &owner, LONG, Fencing::On)
-        .await
-        .unwrap();
+    let (lock, owner) = hold_fenced(&store, "flushed").await;
     store.renew(&lock, &owner, LONG).await.unwrap();
     server.command(&["SCRIPT", "FLUSH"]);
     assert!(
