@@ -29,11 +29,7 @@ require wrk=wrk redis-server=redis-server redis-benchmark=redis-tools curl=curl
 
 # The server gets one core; wrk, redis-server and redis-benchmark the other. On a machine
 # with one core there is nothing to split.
-if split_cores; then
-    core_split="server on CPU 0 (1 tokio worker); wrk, redis-server on CPU 1; redis-benchmark on CPU 0 (the client's core, the server idle meanwhile)"
-else
-    core_split="not pinned ($(nproc) CPU)"
-fi
+split_cores "server on CPU 0 (1 tokio worker); wrk, redis-server on CPU 1; redis-benchmark on CPU 0 (the client's core, the server idle meanwhile)"
 
 cargo build --release --quiet -p idem-bench
 mkdir -p "$results"

@@ -29,11 +29,7 @@ source "$root/bench/tools.sh"
 require wrk=wrk redis-server=redis-server redis-cli=redis-tools curl=curl
 
 # Servers and the lock generator on CPU 0 (one tokio worker); wrk and redis-server on CPU 1.
-if split_cores; then
-    core_split="servers and the lock generator on CPU 0 (1 tokio worker); wrk and redis-server on CPU 1"
-else
-    core_split="not pinned ($(nproc) CPU)"
-fi
+split_cores "servers and the lock generator on CPU 0 (1 tokio worker); wrk and redis-server on CPU 1"
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 top_before=$(top -bn1 | sed -n '8,12p' | awk '{print $9 "% " $12}' | paste -sd, -)

@@ -39,7 +39,7 @@ pub use contention::a_hundred_contenders_never_overlap;
 pub use counting::Counting;
 pub use forwarder::Forwarder;
 pub use held_lock::hold_fenced;
-pub use helper_process::run_helper_process;
+pub use helper_process::{run_helper_process, spawn_piped};
 pub use http::{
     Answer, Shop, answer, assert_created_or_in_progress, body_text, form_token_in, from_loopback,
     problem_code, send, shop_on, u64_field,

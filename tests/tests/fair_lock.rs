@@ -3,8 +3,8 @@
 //! The cases across processes run `fair_waiter` processes on one Redis: fifty waiters in
 //! two processes, and a waiter killed with `SIGKILL` in the middle of the queue.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::process::{Child, ChildStdin, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use idem_core::{FairLock, FairStore, Fenced, Key, Lease, Lock, LockError, LockGuard, RedisStore};
 use idem_tests::{
     Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend, RedisServer,
-    a_hundred_contenders_never_overlap, eventually, micros_since_epoch,
+    a_hundred_contenders_never_overlap, eventually, micros_since_epoch, spawn_piped,
 };
 use tokio::sync::{Barrier, mpsc};
 
@@ -223,16 +223,13 @@ impl WaiterProcess {
         url: &str,
         lines: mpsc::UnboundedSender<String>,
     ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fair_waiter"))
-            .arg(lock.as_str())
-            .arg(place_timeout.as_millis().to_string())
-            .arg(url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("fair_waiter starts");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let (child, stdin, stdout) = spawn_piped(
+            Command::new(env!("CARGO_BIN_EXE_fair_waiter"))
+                .arg(lock.as_str())
+                .arg(place_timeout.as_millis().to_string())
+                .arg(url),
+            "fair_waiter",
+        );
         std::thread::spawn(move || {
             for line in stdout.lines().map_while(Result::ok) {
                 if lines.send(line).is_err() {

@@ -2,11 +2,11 @@
 //! its token.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use idem_core::{Key, Lease, Lock};
-use idem_tests::{Backend, RedisBackend, eventually};
+use idem_tests::{Backend, RedisBackend, eventually, spawn_piped};
 
 use crate::{LONG, LockBackend, is_free, key};
 
@@ -66,19 +66,16 @@ impl ResourceHolder {
         urls: Vec<String>,
         resource: &std::path::Path,
     ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lock_holder"))
-            .arg("--resource")
-            .arg(resource)
-            .arg(lock.as_str())
-            .arg(lease.as_millis().to_string())
-            .arg("watchdog")
-            .args(urls)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("lock_holder starts");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let (child, stdin, stdout) = spawn_piped(
+            Command::new(env!("CARGO_BIN_EXE_lock_holder"))
+                .arg("--resource")
+                .arg(resource)
+                .arg(lock.as_str())
+                .arg(lease.as_millis().to_string())
+                .arg("watchdog")
+                .args(urls),
+            "lock_holder",
+        );
         let mut holder = Self {
             child,
             stdin,
