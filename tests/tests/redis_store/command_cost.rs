@@ -7,6 +7,24 @@ use idem_tests::RedisServer;
 
 use crate::{LONG, key};
 
+/// The commands `server` ran while `work` ran, by name.
+async fn commands_during(
+    server: &RedisServer,
+    work: impl Future<Output = ()>,
+) -> BTreeMap<String, u64> {
+    let before = server.command_calls();
+    work.await;
+    server.command_calls_since(&before)
+}
+
+/// Command counts by name, as [`commands_during`] answers them.
+fn calls<const N: usize>(counts: [(&str, u64); N]) -> BTreeMap<String, u64> {
+    counts
+        .into_iter()
+        .map(|(name, count)| (name.to_owned(), count))
+        .collect()
+}
+
 #[tokio::test]
 async fn the_accept_path_costs_one_command() {
     let server = RedisServer::start();
@@ -20,13 +38,14 @@ async fn the_accept_path_costs_one_command() {
     let owners: Vec<(Key, Owner)> = (0..100)
         .map(|i| (Key::hashed([format!("k{i}")]), Owner::random()))
         .collect();
-    let before = server.command_calls();
-    for (k, owner) in &owners {
-        store.acquire(k, owner, LONG, Fencing::Off).await.unwrap();
-    }
+    let acquires = async {
+        for (k, owner) in &owners {
+            store.acquire(k, owner, LONG, Fencing::Off).await.unwrap();
+        }
+    };
     assert_eq!(
-        server.command_calls_since(&before),
-        BTreeMap::from([("set".to_owned(), 100)])
+        commands_during(&server, acquires).await,
+        calls([("set", 100)])
     );
 
     for (k, _) in &owners {
@@ -35,33 +54,31 @@ async fn the_accept_path_costs_one_command() {
     // Load the spending script first: that is not the accept path either.
     let warm_up = key("warm-up");
     assert!(!store.consume_token(&warm_up, &warm_up).await.unwrap());
-    let before = server.command_calls();
-    for (k, _) in &owners {
-        assert!(store.consume_token(k, k).await.unwrap());
-    }
+    let spends = async {
+        for (k, _) in &owners {
+            assert!(store.consume_token(k, k).await.unwrap());
+        }
+    };
     // One EVALSHA each (one round trip); the script's own commands show too.
     assert_eq!(
-        server.command_calls_since(&before),
-        BTreeMap::from([
-            ("evalsha".to_owned(), 100),
-            ("time".to_owned(), 100),
-            ("zrem".to_owned(), 200),
-            ("zscore".to_owned(), 100),
+        commands_during(&server, spends).await,
+        calls([
+            ("evalsha", 100),
+            ("time", 100),
+            ("zrem", 200),
+            ("zscore", 100)
         ])
     );
 
-    let before = server.command_calls();
-    for (k, owner) in &owners {
-        assert!(store.release(k, owner).await.unwrap());
-    }
+    let releases = async {
+        for (k, owner) in &owners {
+            assert!(store.release(k, owner).await.unwrap());
+        }
+    };
     // One EVALSHA each; the script's own GET and DEL show in the statistics too.
     assert_eq!(
-        server.command_calls_since(&before),
-        BTreeMap::from([
-            ("del".to_owned(), 100),
-            ("evalsha".to_owned(), 100),
-            ("get".to_owned(), 100)
-        ])
+        commands_during(&server, releases).await,
+        calls([("del", 100), ("evalsha", 100), ("get", 100)])
     );
 }
 
@@ -80,19 +97,16 @@ async fn before_redis_7_acquire_is_one_script() {
         .unwrap();
 
     let keys: Vec<Key> = (0..100).map(|i| key(&format!("k{i}"))).collect();
-    let before = server.command_calls();
-    for k in &keys {
-        assert_eq!(
-            store.acquire(k, &owner, LONG, Fencing::Off).await.unwrap(),
-            Acquire::Acquired { fence: None }
-        );
-    }
+    let acquires = async {
+        for k in &keys {
+            assert_eq!(
+                store.acquire(k, &owner, LONG, Fencing::Off).await.unwrap(),
+                Acquire::Acquired { fence: None }
+            );
+        }
+    };
     assert_eq!(
-        server.command_calls_since(&before),
-        BTreeMap::from([
-            ("evalsha".to_owned(), 100),
-            ("get".to_owned(), 100),
-            ("set".to_owned(), 100)
-        ])
+        commands_during(&server, acquires).await,
+        calls([("evalsha", 100), ("get", 100), ("set", 100)])
     );
 }

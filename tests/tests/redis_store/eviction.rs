@@ -17,6 +17,11 @@ fn refusing() -> RedisStoreBuilder {
         .with_eviction_policy_check(EvictionCheck::Refuse)
 }
 
+/// A store set to refuse a server that may evict keys, connected to `server`.
+async fn connect_refusing(server: &RedisServer) -> Result<RedisStore, RedisSetupError> {
+    refusing().connect_with_url(&server.url()).await
+}
+
 /// Checks that `store` takes a new key `name`.
 async fn assert_acquires(store: &RedisStore, name: &str) {
     assert!(matches!(
@@ -28,7 +33,7 @@ async fn assert_acquires(store: &RedisStore, name: &str) {
 #[tokio::test]
 async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
-    let connected = refusing().connect_with_url(&server.url()).await;
+    let connected = connect_refusing(&server).await;
     match connected {
         Err(error @ RedisSetupError::EvictionPolicy { .. }) => {
             assert!(error.to_string().contains("allkeys-lru"), "{error}");
@@ -74,10 +79,7 @@ async fn a_server_that_may_evict_keys_is_used_with_a_warning_by_default() {
 #[tokio::test]
 async fn a_noeviction_server_passes_the_check() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
-    let store = refusing()
-        .connect_with_url(&server.url())
-        .await
-        .expect("noeviction passes");
+    let store = connect_refusing(&server).await.expect("noeviction passes");
     assert_acquires(&store, "kept").await;
 }
 
@@ -92,8 +94,7 @@ async fn a_server_that_will_not_tell_its_policy_is_used() {
         "CONFIG",
         "",
     ]);
-    let store = refusing()
-        .connect_with_url(&server.url())
+    let store = connect_refusing(&server)
         .await
         .expect("an unreadable policy is not a refusal");
     assert_acquires(&store, "unchecked").await;
