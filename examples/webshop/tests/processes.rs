@@ -2,8 +2,8 @@
 //! with `--redis` and `--db` pointing at one Redis and one SQLite file — spoken to over
 //! TCP, as a load balancer would spread one user's requests over two instances.
 //!
-//! `http.rs` checks the same with two routers in one process, on every store; this is
-//! the binary, its command line and its real sockets.
+//! `http/two_instances.rs` checks the same with two routers in one process, on every
+//! store; this is the binary, its command line and its real sockets.
 
 mod support;
 

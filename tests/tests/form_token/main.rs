@@ -1,6 +1,9 @@
 //! One-time form tokens (`FormToken` + `VerifyFormTokenLayer`) over HTTP, on
 //! `MemoryStore` and on a real Redis. Every "the handler ran once" claim counts handler
 //! runs, not only status codes; every "no token spent" claim spends the token afterwards.
+//!
+//! One module per topic, each listing its cases for every store; this file holds the
+//! application they all drive and how they post to it.
 
 mod beside_other_guards;
 mod bodies;

@@ -1,5 +1,8 @@
 //! `IdempotencyLayer` over HTTP, on `MemoryStore` and on a real Redis. Every claim that a
 //! handler ran once counts how often its body ran, not only the status codes.
+//!
+//! One module per topic, each listing its cases for every store; this file holds the
+//! application they all drive and how they read its answers.
 
 mod compression;
 mod failures;

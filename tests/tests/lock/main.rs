@@ -2,6 +2,9 @@
 //! `AnyStore`, `RedisStore` on a standalone server, and `RedisStore` on a three-master
 //! Redis Cluster. A holder process killed with `SIGKILL` is a Redis-only case: an
 //! in-memory lock dies with its process.
+//!
+//! One module per topic, each listing its cases for every backend; this file holds the
+//! suite's macro and what the cases share.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

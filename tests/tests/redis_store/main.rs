@@ -1,6 +1,8 @@
 //! What only `RedisStore` has to get right: outages and timeouts, reconnecting, reloading
 //! scripts, its key layout and namespaces, Redis Cluster slots, and how many commands an
 //! operation costs.
+//!
+//! One module per topic; this file holds the settings and the helpers they share.
 
 mod command_cost;
 mod connections;

@@ -8,6 +8,9 @@
 //! These tests live beside the shop (not in `tests/`) because they drive its router
 //! (`Shop::router`, no sockets) and read its database; they borrow only the workspace's
 //! store harness.
+//!
+//! One module per part of the shop, each listing its cases for every store; this file
+//! holds the shop under test and how the cases talk to it.
 
 mod api_orders;
 mod form_orders;
