@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
 use super::field::Form;
-use super::replay::replaying;
+use super::replay::Submission;
 use super::{FormToken, FormTokenConfig};
 use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
@@ -206,7 +206,14 @@ async fn verify<S: Inner>(
         Err(rejection) => return Ok(guard.refuse(rejection)),
     };
     if settings.replay {
-        return replaying(guard, client, config, settings, inner, request, token).await;
+        let submission = Submission {
+            guard,
+            client,
+            config,
+            settings,
+            inner,
+        };
+        return submission.answer(request, token).await;
     }
     match spend(&guard, &client, &token).await {
         Ok(Spent::Yes) => {}
