@@ -22,7 +22,7 @@ use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
-use crate::request_body::{read_up_to, read_whole};
+use crate::request_body::read_whole;
 
 /// Verifies the one-time form token of every request to the routes it guards; see the
 /// [module docs](crate::form_token).
@@ -368,10 +368,7 @@ async fn find_token(
     let Some(form) = Form::of(request.headers())? else {
         return Ok((request, None));
     };
-    let (parts, reading) = match settings.body_limit {
-        Some(limit) => read_up_to(request, limit),
-        None => read_whole(request),
-    };
+    let (parts, reading) = read_whole(request, settings.body_limit);
     let body = reading.await?;
     let token = form.field(body.clone(), config.field_name()).await?;
     Ok((Request::from_parts(parts, Body::from(body)), token))

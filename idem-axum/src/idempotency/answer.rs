@@ -47,7 +47,7 @@ pub(super) fn answer<S: Inner>(
             Opened::Unguarded(inner) => return pass(inner, request).await,
             Opened::Refused(refusal) => return Ok(refusal),
         };
-        let (parts, reading) = read_whole(request);
+        let (parts, reading) = read_whole(request, None);
         let body = match reading.await {
             Ok(body) => body,
             Err(rejection) => return Ok(attempt.guard.refuse(rejection)),
@@ -211,7 +211,8 @@ enum Decided {
 }
 
 /// Hands the request to the inner service unguarded. Boxed: it is the rare way out, and
-/// its future inline would make every guarded request's future larger.
+/// inline it would size every guarded request's future
+/// (`tests::the_per_request_future_stays_small`).
 fn pass<S: Inner>(mut inner: S, request: Request) -> Pin<Box<S::Future>> {
     Box::pin(inner.call(request))
 }
@@ -414,4 +415,23 @@ fn fingerprint(request: &ClientRequest<'_>, body: &[u8], headers: &[HeaderName])
             .chain(values.iter().map(|value| Cow::Borrowed(value.as_bytes())))
     });
     Fingerprint::of(fields.into_iter().chain(chosen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::IdempotencyLayer;
+
+    /// The layer's per-request future, boxed for every guarded request, is measured with
+    /// `size_of_val` in a debug build with a `Router` as the inner service: 1,112 bytes as
+    /// written; 1,336 with `pass` not boxed, about 2,000 with the first attempt's work not
+    /// boxed by `run_to_completion`, 2,136 with the steps as nested `async fn`s.
+    #[test]
+    fn the_per_request_future_stays_small() {
+        let settings = IdempotencyLayer::new().settings;
+        let request = Request::new(Body::empty());
+        let future = answer(settings, axum::Router::new(), request);
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 1_150, "the per-request future grew to {size} bytes");
+    }
 }
