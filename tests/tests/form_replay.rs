@@ -94,21 +94,18 @@ async fn order_form(token: FormToken) -> Html<String> {
 /// A shop on `store` whose `POST /orders` is `handler`, and whose `POST /other` — another
 /// route, replay on as well — is `other`.
 fn shop<S: Store>(store: S, handler: &Handler, other: &Handler) -> Router {
-    let replaying = || VerifyFormTokenLayer::new().with_replay(true);
     let route = |handler: &Handler| {
         post(Handler::place)
-            .route_layer(replaying())
+            .route_layer(VerifyFormTokenLayer::new().with_replay(true))
             .with_state(handler.clone())
     };
-    let idem = Idem::builder()
-        .with_store(store)
-        .with_client_identity(ClientCookie::new("session"))
-        .build();
+    let by_cookie = ClientCookie::new("session");
+    let idem = Idem::builder().with_client_identity(by_cookie);
     Router::new()
         .route("/form", get(order_form))
         .route("/orders", route(handler))
         .route("/other", route(other))
-        .layer(idem.layer())
+        .layer(idem.with_store(store).build().layer())
         .layer(CatchPanicLayer::new())
 }
 

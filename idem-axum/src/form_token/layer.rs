@@ -114,12 +114,14 @@ impl VerifyFormTokenLayer {
     /// every later post of the same token by the same client. The user who double-clicks
     /// lands on the page the first click produced instead of an error. A repeat that
     /// arrives while the first submission still runs waits for it (up to 5 s, then 409).
-    /// Another client's token, or an unknown or expired one, is still refused with 409.
+    /// Another client's token, an unknown or expired one, or one spent on another route
+    /// (or with another method) is still refused with 409.
     ///
     /// It costs a store operation more per submission (the kept response), and the
-    /// response is kept only if it is not a 5xx: a failed submission can be posted again
-    /// with the same page. With [rotation](Self::with_rotation) on, a replay carries no
-    /// new token.
+    /// response is kept only if it is not a 5xx: a failed submission (a 5xx, a panic)
+    /// gives its token back, so the same page can be posted again — once at a time, a
+    /// waiting repeat running it next. With [rotation](Self::with_rotation) on, a replay
+    /// carries no new token.
     ///
     /// ```
     /// let layer = idem_axum::VerifyFormTokenLayer::new().with_replay(true);
