@@ -6,10 +6,11 @@
 //! work may already have committed while its key, token or record says otherwise.
 //!
 //! The work is polled once where it is, in the request's own task: a request cannot be
-//! dropped while it is being polled, and most handlers answer on that first poll (no
-//! task, no hand-over, no extra wake-up; BENCHMARKS.md, "HTTP end to end", has what that
-//! saves per request). Work still pending after it moves into a task of its own, and the
-//! request waits for that task: dropping the wait leaves the task running.
+//! dropped while it is being polled, and most handlers answer on that first poll, which
+//! then needs no task (`tests::work_that_ends_at_once_runs_in_place`; BENCHMARKS.md, §7
+//! "One shape for every guard", has what it saves). Work still pending after it moves into
+//! a task of its own, and the request waits for that task: dropping the wait leaves the
+//! task running.
 
 use std::future::{Future, poll_fn};
 use std::task::Poll;
@@ -26,8 +27,8 @@ use crate::rejection::Rejection;
 /// Outside a Tokio runtime nothing can run detached, and `work` runs in place.
 ///
 /// `work` is boxed here, before the returned future is first polled, so that the future
-/// of the request waiting for it holds a pointer to it rather than the work itself: that
-/// future is boxed per request too, and small is what keeps its allocation cheap.
+/// of the request waiting for it holds a pointer to it rather than the work itself (the
+/// guards' `the_per_request_future_stays_small` tests).
 ///
 /// # Errors
 ///

@@ -10,6 +10,7 @@
 //! | `idem_store_errors_total` | counter | `policy` (`fail_closed`, `fail_open`) |
 //! | `idem_lock_waits_total`, `idem_lock_handoffs_total` | counter | — (from `idem-core`, its own feature `metrics`) |
 
+use std::fmt;
 use std::time::Duration;
 
 use tracing::Span;
@@ -88,14 +89,20 @@ pub(crate) fn span(guard: Guard, route: &str, client: Option<&ClientId>) -> Span
     span
 }
 
-/// Records `client`, hashed, on `span` — only if something listens: the hash costs.
+/// Records `client` on `span`, hashed: the span names no one.
 pub(crate) fn record_client(span: &Span, client: &ClientId) {
-    if !span.is_disabled() {
-        let hashed = idem_core::Key::hashed([b"client".as_slice(), client.as_bytes()]);
-        span.record(
-            "idem.client",
-            &hashed.as_str()[..12.min(hashed.as_str().len())],
-        );
+    span.record("idem.client", tracing::field::display(Hashed(client)));
+}
+
+/// A client as the first 12 hex digits of its hash, which a subscriber that records the
+/// span formats.
+struct Hashed<'a>(&'a ClientId);
+
+impl fmt::Display for Hashed<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hashed = idem_core::Key::hashed([b"client".as_slice(), self.0.as_bytes()]);
+        let hashed = hashed.as_str();
+        f.write_str(&hashed[..12.min(hashed.len())])
     }
 }
 

@@ -1,50 +1,36 @@
 //! Reading a request body whole, for guards that must see it before the handler does
 //! (a fingerprint of the payload) and then hand it on unchanged.
 //!
-//! The head is handed back at once and only the body is awaited, and only a body that
-//! must be read puts its reading on the heap: the guards' futures that await it are boxed
-//! per request, and kept small so that allocation stays cheap (BENCHMARKS.md, "HTTP end
-//! to end", has the figures).
+//! The head is handed back at once and only the body is awaited, so a guard can refuse
+//! through the head or rebuild the request from it.
 
 use std::future::Future;
-use std::pin::Pin;
 
 use axum::RequestExt;
 use axum::body::{Body, HttpBody};
 use bytes::Bytes;
-use futures_util::future::{Either, Ready, ready};
+use futures_util::future::Either;
 use http::Request;
 use http::request::Parts;
 
 use crate::rejection::{Rejection, RejectionKind};
 
-/// Reads the body of `request` within the router's body limit (axum's
-/// `DefaultBodyLimit`, 2 MB unless set): over it is 413, a broken body is 400.
+/// Reads the body of `request` within `limit` bytes, or, without one, within the router's
+/// body limit (axum's `DefaultBodyLimit`, 2 MB unless set): over it is 413, a broken body
+/// is 400.
 ///
 /// Gives the request's head at once and its body as a future. A body known to be empty
-/// (`Content-Length: 0`, or none at all) is ready at once.
-pub(crate) fn read_whole(request: Request<Body>) -> (Parts, Reading) {
-    read(request, None)
-}
-
-/// Reads the body of `request` up to `limit` bytes, in place of the router's limit: over
-/// it is 413, a broken body is 400. Otherwise as [`read_whole`].
-pub(crate) fn read_up_to(request: Request<Body>, limit: usize) -> (Parts, Reading) {
-    read(request, Some(limit))
-}
-
-/// A body being read (see [`read_whole`]).
-pub(crate) type Reading = Either<
-    Ready<Result<Bytes, Rejection>>,
-    Pin<Box<dyn Future<Output = Result<Bytes, Rejection>> + Send>>,
->;
-
-fn read(request: Request<Body>, limit: Option<usize>) -> (Parts, Reading) {
+/// (`Content-Length: 0`, or none at all) is not wrapped in a limit to be read.
+pub(crate) fn read_whole(
+    request: Request<Body>,
+    limit: Option<usize>,
+) -> (
+    Parts,
+    impl Future<Output = Result<Bytes, Rejection>> + Send + 'static,
+) {
     if request.body().size_hint().exact() == Some(0) {
-        return (
-            request.into_parts().0,
-            Either::Left(ready(Ok(Bytes::new()))),
-        );
+        let empty = std::future::ready(Ok(Bytes::new()));
+        return (request.into_parts().0, Either::Left(empty));
     }
     let (parts, body, limit) = match limit {
         None => {
@@ -56,7 +42,7 @@ fn read(request: Request<Body>, limit: Option<usize>) -> (Parts, Reading) {
             (parts, body, limit)
         }
     };
-    (parts, Either::Right(Box::pin(read_body(body, limit))))
+    (parts, Either::Right(read_body(body, limit)))
 }
 
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, Rejection> {

@@ -261,11 +261,10 @@ const INLINE: usize = 38;
 
 /// The text of a [`Key`] or an [`Owner`], ASCII by construction.
 ///
-/// Short text (every hashed key, every random owner) lives inline: making one allocates
-/// nothing, and a store that hashes or compares it reads no other memory — on the accept
-/// path of a guard that is an allocation and a pointer chase saved per key and per owner,
-/// and one cache miss fewer per entry when the store reclaims it. Longer chosen names are
-/// shared behind an `Arc`.
+/// Short text (every hashed key, every random owner) lives inline, so that a guard's accept
+/// path allocates nothing for its key and owner, and a store compares keys without following
+/// a pointer (BENCHMARKS.md, "HTTP end to end"; `tests/allocations.rs` fails if either
+/// allocates). Longer chosen names are shared behind an `Arc`.
 ///
 /// Equality, hashing and order are those of the bytes, whichever the representation.
 #[derive(Clone, Debug)]

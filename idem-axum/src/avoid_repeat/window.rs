@@ -32,8 +32,8 @@ use crate::request_body::read_whole;
 /// `idem` span (see [`outcome`](crate::outcome)).
 ///
 /// An `async move` block rather than an `async fn`, which would keep its arguments twice
-/// (as arguments and as the block's captures): the future is part of one boxed per
-/// request.
+/// (as arguments and as the block's captures) in a future boxed per request
+/// (`layer::tests::the_per_request_future_stays_small`).
 pub(crate) fn in_window<'a, F, E>(
     guard: &'a GuardContext,
     settings: &'a Settings,
@@ -123,7 +123,7 @@ pub(crate) fn key_for(
 pub(crate) async fn fingerprint_payload(
     request: Request,
 ) -> Result<(Request, Fingerprint), Rejection> {
-    let (parts, reading) = read_whole(request);
+    let (parts, reading) = read_whole(request, None);
     let body = reading.await?;
     let fingerprint = Fingerprint::of([parts.uri.query().unwrap_or("").as_bytes(), &body]);
     Ok((Request::from_parts(parts, Body::from(body)), fingerprint))

@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
 use super::field::Form;
-use super::replay::replaying;
+use super::replay::Submission;
 use super::{FormToken, FormTokenConfig};
 use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
@@ -22,7 +22,7 @@ use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
-use crate::request_body::{read_up_to, read_whole};
+use crate::request_body::read_whole;
 
 /// Verifies the one-time form token of every request to the routes it guards; see the
 /// [module docs](crate::form_token).
@@ -114,12 +114,14 @@ impl VerifyFormTokenLayer {
     /// every later post of the same token by the same client. The user who double-clicks
     /// lands on the page the first click produced instead of an error. A repeat that
     /// arrives while the first submission still runs waits for it (up to 5 s, then 409).
-    /// Another client's token, or an unknown or expired one, is still refused with 409.
+    /// Another client's token, an unknown or expired one, or one spent on another route
+    /// (or with another method) is still refused with 409.
     ///
     /// It costs a store operation more per submission (the kept response), and the
-    /// response is kept only if it is not a 5xx: a failed submission can be posted again
-    /// with the same page. With [rotation](Self::with_rotation) on, a replay carries no
-    /// new token.
+    /// response is kept only if it is not a 5xx: a failed submission (a 5xx, a panic)
+    /// gives its token back, so the same page can be posted again — once at a time, a
+    /// waiting repeat running it next. With [rotation](Self::with_rotation) on, a replay
+    /// carries no new token.
     ///
     /// ```
     /// let layer = idem_axum::VerifyFormTokenLayer::new().with_replay(true);
@@ -206,7 +208,14 @@ async fn verify<S: Inner>(
         Err(rejection) => return Ok(guard.refuse(rejection)),
     };
     if settings.replay {
-        return replaying(guard, client, config, settings, inner, request, token).await;
+        let submission = Submission {
+            guard,
+            client,
+            config,
+            settings,
+            inner,
+        };
+        return submission.answer(request, token).await;
     }
     match spend(&guard, &client, &token).await {
         Ok(Spent::Yes) => {}
@@ -361,10 +370,7 @@ async fn find_token(
     let Some(form) = Form::of(request.headers())? else {
         return Ok((request, None));
     };
-    let (parts, reading) = match settings.body_limit {
-        Some(limit) => read_up_to(request, limit),
-        None => read_whole(request),
-    };
+    let (parts, reading) = read_whole(request, settings.body_limit);
     let body = reading.await?;
     let token = form.field(body.clone(), config.field_name()).await?;
     Ok((Request::from_parts(parts, Body::from(body)), token))

@@ -34,7 +34,8 @@
 //! |---|---|---|
 //! | a token issued to this client, not yet spent nor expired | the handler's | yes |
 //! | a token unknown, expired, already spent, or issued to another client | 409 [`InvalidFormToken`](crate::RejectionKind::InvalidFormToken) — one answer for all, so it tells nothing | — |
-//! | with [replay](VerifyFormTokenLayer::with_replay): a token this client spent | the first submission's response, replayed | — |
+//! | with [replay](VerifyFormTokenLayer::with_replay): a token this client spent on this route | the first submission's response, replayed | — |
+//! | with replay: a token whose submission failed (5xx, panic) | the handler's, run again | yes, given back if it fails again |
 //! | no token (no header, no field, or a request without a `Content-Type`) | 400 [`MissingFormToken`](crate::RejectionKind::MissingFormToken) | no |
 //! | no token header and a body that is no form (`application/json`, …) | 415 [`UnsupportedMediaType`](crate::RejectionKind::UnsupportedMediaType) | no |
 //! | a urlencoded body that is not UTF-8; a multipart body malformed or cut short | 400 [`InvalidBody`](crate::RejectionKind::InvalidBody) | no |
@@ -56,7 +57,9 @@
 //! idempotency key: the first submission's response is kept for the token's life, and a
 //! repeat of the token by its own client gets it again (`Idempotent-Replayed: true`)
 //! instead of 409 — the user who double-clicks lands on the page the first click
-//! produced. A repeat that arrives while the first still runs waits for it.
+//! produced. A repeat that arrives while the first still runs waits for it. A submission
+//! belongs to its route: the token posted to another route is refused as spent. A
+//! submission that fails gives its token back, and the page can be posted again.
 //!
 //! **Rotation** (off by default): with
 //! [`with_rotation(true)`](VerifyFormTokenLayer::with_rotation) an accepted submission
@@ -64,7 +67,8 @@
 //! in the response's token header — for a page that stays open and posts again.
 //!
 //! **Observability.** `tracing` events carry an `idem.outcome` field: `issued`,
-//! `accepted` (a token spent), `duplicate` (a token refused), `missing`, `store_error`.
+//! `accepted` (a token spent), `duplicate` (a token refused), `missing`, `store_error`;
+//! with replay also `replayed` and `conflict` (a repeat that waited out the first).
 //!
 //! **Beside `#[avoid_repeat]`.** Both guards can protect one handler. Put
 //! `VerifyFormTokenLayer` outside (added after `AvoidRepeatLayer`, or on a handler with

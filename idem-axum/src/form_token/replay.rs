@@ -1,26 +1,32 @@
 //! A spent form token as an idempotency key
 //! ([`VerifyFormTokenLayer::with_replay`](super::VerifyFormTokenLayer::with_replay)): the
 //! first submission's response is kept for the token's life and given again to every
-//! later post of the same token by the same client.
+//! later post of the same token by the same client to the same route.
 //!
 //! The submission's record is begun *before* the token is spent, so that of a double
 //! click's two posts exactly one begins it: the other finds it in progress, waits for it,
 //! and replays its response — the page the first click produced — whichever of the two
-//! the browser is still waiting for.
+//! the browser is still waiting for. A submission that fails (a 5xx, a panic) gives its
+//! token back before its record is removed: the waiting post, or a later one, then runs
+//! it again, still one at a time.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::Response;
-use idem_core::{Begin, Fingerprint, Owner, Store};
+use idem_core::{AnyStore, Fingerprint, Key, Store, StoreError};
+use tokio::time::Instant;
 
 use super::FormTokenConfig;
+use super::extract::{scope_key, token_key};
 use super::layer::{Settings, Spent, refused_token, rotate, run_to_end, spend, with_rotated};
-use crate::client::ClientId;
+use crate::client::{ClientId, ClientRequest};
 use crate::future::Inner;
 use crate::guard::GuardContext;
-use crate::idempotency::{self, IdempotencyRecord, Record, RecordScope, replay, run_first};
+use crate::idempotency::{self, Began, GiveBack, Record, record_key, replay};
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 
@@ -30,94 +36,151 @@ const WAIT_FOR_FIRST: Duration = Duration::from_secs(5);
 /// How often a waiting repeat looks again.
 const LOOK_AGAIN: Duration = Duration::from_millis(20);
 
-/// Answers a post of `token`: the first runs the handler, its repeats replay its response.
-pub(super) async fn replaying<S: Inner>(
-    guard: GuardContext,
-    client: ClientId,
-    config: FormTokenConfig,
-    settings: Arc<Settings>,
-    inner: S,
-    request: Request,
-    token: String,
-) -> Result<Response, S::Error> {
-    let submission = guard.key(&[
-        b"form_token:submission",
-        client.as_bytes(),
-        token.as_bytes(),
-    ]);
-    let kept = idempotency::Settings::for_form_submissions(config.ttl());
-    let owner = Owner::random();
-    // The token is the whole identity of a submission: a repeat with other fields is the
-    // same submission, posted again.
-    let fingerprint = Fingerprint::of([b"form submission".as_slice()]);
-    let deadline = tokio::time::Instant::now() + WAIT_FOR_FIRST;
-    loop {
-        let begun = guard
-            .store()
-            .begin_record(&submission, &owner, &fingerprint, kept.lease())
-            .await;
-        match begun {
-            Ok(Begin::Started) => {}
-            Ok(Begin::Completed { response }) => {
-                outcome::report(Guard::FormToken, Outcome::Replayed);
-                return Ok(replay(
-                    &guard,
-                    &response,
-                    request.headers(),
-                    kept.replayed_header(),
-                ));
-            }
-            Ok(Begin::InProgress { .. }) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(LOOK_AGAIN).await;
-                continue;
-            }
-            Ok(Begin::InProgress { remaining }) => {
-                outcome::report(Guard::FormToken, Outcome::Conflict);
-                return Ok(guard.refuse(still_running(remaining)));
-            }
-            Ok(Begin::Mismatch) => return Ok(guard.refuse(refused_token(&settings))),
-            Err(error) => {
-                return match guard.on_store_error(&error, "form submission not recorded") {
-                    Err(refusal) => Ok(refusal),
-                    // Failing open, as without replay: the token still decides.
-                    Ok(()) => run_to_end(&guard, inner, request).await,
-                };
-            }
-        }
-        // This post began the submission's record: its token decides whether it runs.
-        let abandon = || async {
-            if let Err(error) = guard.store().abandon_record(&submission, &owner).await {
-                tracing::warn!(%error, "idem: a refused submission's record ends with its lease");
-            }
-        };
-        match spend(&guard, &client, &token).await {
-            Ok(Spent::Yes) => {}
-            Ok(Spent::No) => {
-                abandon().await;
-                return Ok(guard.refuse(refused_token(&settings)));
-            }
-            Ok(Spent::Unknown) => {
-                abandon().await;
-                return run_to_end(&guard, inner, request).await;
-            }
-            Err(rejection) => {
-                abandon().await;
-                return Ok(guard.refuse(rejection));
-            }
-        }
-        let (request, rotated) = rotate(&guard, &client, &config, &settings, request).await;
-        let handle = IdempotencyRecord::new(
-            submission,
-            owner,
-            config.ttl(),
-            RecordScope::Client,
-            kept.max_stored_response(),
+/// One post of a form whose token is also its idempotency key, as its steps share it.
+pub(super) struct Submission<S> {
+    pub(super) guard: GuardContext,
+    pub(super) client: ClientId,
+    pub(super) config: FormTokenConfig,
+    pub(super) settings: Arc<Settings>,
+    pub(super) inner: S,
+}
+
+impl<S: Inner> Submission<S> {
+    /// Answers a post of `token`: the first runs the handler, its repeats replay its
+    /// response.
+    pub(super) async fn answer(
+        self,
+        request: Request,
+        token: String,
+    ) -> Result<Response, S::Error> {
+        let kept = idempotency::Settings::for_form_submissions(self.config.ttl());
+        let view = ClientRequest::from_request(&request);
+        let key = record_key(
+            &self.guard,
+            b"form_token:submission",
+            Some(&self.client),
+            &view,
+            &token,
         );
-        let record = Record::new(guard.store().clone(), handle);
-        return match run_first(kept, record, inner, request).await {
-            Ok(answered) => answered.map(|response| with_rotated(response, &config, rotated)),
-            Err(rejection) => Ok(guard.refuse(rejection)),
+        let record = match begin_or_wait(&self.guard, &key, &kept).await {
+            Ok(Began::First(record)) => record,
+            Ok(Began::Completed(stored)) => {
+                return Ok(replay(&self.guard, &kept, &stored, request.headers()));
+            }
+            Ok(Began::InProgress(remaining)) => {
+                outcome::report(Guard::FormToken, Outcome::Conflict);
+                return Ok(self.guard.refuse(still_running(remaining)));
+            }
+            Ok(Began::Mismatch) => return Ok(self.guard.refuse(refused_token(&self.settings))),
+            Err(error) => return self.unrecorded(&error, request).await,
         };
+        self.spend_then_run(record, request, token).await
+    }
+
+    /// A post whose record the store could not begin: refused, or, failing open, run
+    /// unverified, as a post whose token the store cannot spend is.
+    async fn unrecorded(self, error: &StoreError, request: Request) -> Result<Response, S::Error> {
+        match self
+            .guard
+            .on_store_error(error, "form submission not recorded")
+        {
+            Err(refusal) => Ok(refusal),
+            Ok(()) => run_to_end(&self.guard, self.inner, request).await,
+        }
+    }
+
+    /// Spends the token of the post that began `record`, and runs the handler if it was
+    /// spent.
+    async fn spend_then_run(
+        self,
+        record: Record,
+        request: Request,
+        token: String,
+    ) -> Result<Response, S::Error> {
+        let refusal = match spend(&self.guard, &self.client, &token).await {
+            Ok(Spent::Yes) => return self.run(record, request, &token).await,
+            Ok(Spent::Unknown) => {
+                // Failing open, as without replay: nothing was spent, nothing is kept.
+                record.abandon().await;
+                return run_to_end(&self.guard, self.inner, request).await;
+            }
+            Ok(Spent::No) => refused_token(&self.settings),
+            Err(rejection) => rejection,
+        };
+        record.abandon().await;
+        Ok(self.guard.refuse(refusal))
+    }
+
+    /// Runs the handler as the first submission of `token`, which it spent: its response
+    /// is kept, or, if it fails, the token is given back before its record goes.
+    async fn run(
+        self,
+        record: Record,
+        request: Request,
+        token: &str,
+    ) -> Result<Response, S::Error> {
+        let record = record.giving_back(SpentToken::new(&self, token));
+        let (guard, client, config) = (&self.guard, &self.client, &self.config);
+        let (request, rotated) = rotate(guard, client, config, &self.settings, request).await;
+        match record.run(self.inner, request).await {
+            Ok(answered) => answered.map(|response| with_rotated(response, config, rotated)),
+            Err(rejection) => Ok(guard.refuse(rejection)),
+        }
+    }
+}
+
+/// Begins the submission's record, or finds it; while an earlier post of the token
+/// still runs, looks again until it ends or the wait is over.
+async fn begin_or_wait(
+    guard: &GuardContext,
+    key: &Key,
+    kept: &Arc<idempotency::Settings>,
+) -> Result<Began, StoreError> {
+    // The token is the whole identity of a submission: a repeat with other fields is
+    // the same submission, posted again.
+    let fingerprint = Fingerprint::of([b"form submission".as_slice()]);
+    let deadline = Instant::now() + WAIT_FOR_FIRST;
+    let mut began = Record::begin(guard.store(), key, &fingerprint, kept).await;
+    while matches!(began, Ok(Began::InProgress(_))) && Instant::now() < deadline {
+        tokio::time::sleep(LOOK_AGAIN).await;
+        began = Record::begin(guard.store(), key, &fingerprint, kept).await;
+    }
+    began
+}
+
+/// A token this submission spent, to give back if it fails: stored again for the
+/// token's life, under the same client.
+struct SpentToken {
+    store: AnyStore,
+    scope: Key,
+    token: Key,
+    ttl: Duration,
+    keep: usize,
+}
+
+impl SpentToken {
+    fn new<S>(submission: &Submission<S>, token: &str) -> Self {
+        let (guard, client) = (&submission.guard, &submission.client);
+        Self {
+            store: guard.store().clone(),
+            scope: scope_key(guard, client),
+            token: token_key(guard, client, token),
+            ttl: submission.config.ttl(),
+            keep: submission.config.tokens_per_client(),
+        }
+    }
+}
+
+impl GiveBack for SpentToken {
+    fn give_back(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let stored = self
+                .store
+                .put_token(&self.scope, &self.token, self.ttl, self.keep);
+            if let Err(error) = stored.await {
+                tracing::warn!(%error, "idem: a failed submission's form token stays spent");
+            }
+        })
     }
 }
 

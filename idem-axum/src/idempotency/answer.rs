@@ -13,14 +13,13 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, StatusCode, Uri};
-use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+use idem_core::{Fingerprint, Key, StoreError};
 use tracing::Instrument;
 
-use super::first_run::{Record, run_first};
-use super::record::IdempotencyRecord;
+use super::first_run::{Began, Record};
 use super::stored_response::{self, Replay};
 use super::{KeySource, RecordScope, Settings, content_coding, key_header};
-use crate::client::ClientRequest;
+use crate::client::{ClientId, ClientRequest};
 use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::outcome::{self, Guard, Outcome};
@@ -33,11 +32,9 @@ const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
 
 /// Answers one request of a guarded method.
 ///
-/// An `async move` block rather than an `async fn`, and its steps plain functions where
-/// they need not wait: an `async fn` keeps its arguments twice in its future (as
-/// arguments and as the locals they move into), each nested one again, and this future is
-/// boxed for every guarded request (BENCHMARKS.md, "HTTP end to end", has what the size
-/// costs).
+/// One `async` block awaits every step, and the steps that need not wait are plain
+/// functions: nested `async fn`s would each keep their arguments twice in this future,
+/// which is boxed per request (`tests::the_per_request_future_stays_small`).
 pub(super) fn answer<S: Inner>(
     settings: Arc<Settings>,
     inner: S,
@@ -45,109 +42,203 @@ pub(super) fn answer<S: Inner>(
 ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
     let span = outcome::span(Guard::Idempotency, route_of(&request), None);
     async move {
-        let guard = match GuardContext::of(&ClientRequest::from_request(&request)) {
-            Ok(guard) => guard,
-            Err(refusal) => return Ok(refusal),
+        let (attempt, in_header) = match Attempt::open(settings, inner, &request) {
+            Opened::Guarded(attempt, in_header) => (attempt, in_header),
+            Opened::Unguarded(inner) => return pass(inner, request).await,
+            Opened::Refused(refusal) => return Ok(refusal),
         };
-        if tokio::runtime::Handle::try_current().is_err() {
-            tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
-            return Ok(guard.refuse(Rejection::new(
-                RejectionKind::RuntimeUnavailable,
-                "the server runs IdempotencyLayer outside a Tokio runtime",
-            )));
-        }
-        let in_header = match key_in_header(&settings, &request) {
-            Ok(Some(in_header)) => in_header,
-            Ok(None) => return pass(inner, request).await,
-            Err(rejection) => return Ok(guard.refuse(rejection)),
-        };
-        let (parts, reading) = read_whole(request);
+        let (parts, reading) = read_whole(request, None);
         let body = match reading.await {
             Ok(body) => body,
-            Err(rejection) => return Ok(guard.refuse(rejection)),
+            Err(rejection) => return Ok(attempt.guard.refuse(rejection)),
         };
-        let key = match in_header.or_else(|| key_in_body(&settings, &parts, &body)) {
-            Some(key) => key,
-            None if settings.requires_key(&parts.method) => {
-                return Ok(guard.refuse(missing_key(&settings)));
+        let Some(key) = attempt.key(in_header, &parts, &body) else {
+            if attempt.settings.requires_key(&parts.method) {
+                return Ok(attempt.guard.refuse(missing_key(&attempt.settings)));
             }
-            None => return pass(inner, rebuild(parts, body)).await,
+            return pass(attempt.inner, rebuild(parts, body)).await;
         };
-        let record_key = match record_key(&guard, &settings, &parts, &key) {
-            Ok(record_key) => record_key,
+        let (record_key, fingerprint) = match attempt.identity(&parts, &body, &key) {
+            Ok(identity) => identity,
             Err(refusal) => return Ok(refusal),
         };
-        let fingerprint = fingerprint(&parts, &body, &settings.fingerprint_headers);
-        let owner = Owner::random();
-        let started = Instant::now();
-        let begun = guard
-            .store()
-            .begin_record(&record_key, &owner, &fingerprint, settings.lease)
-            .await;
+        let (store, started) = (attempt.guard.store(), Instant::now());
+        let began = Record::begin(store, &record_key, &fingerprint, &attempt.settings).await;
         outcome::store_latency(Guard::Idempotency, started.elapsed());
-        match begun {
-            Ok(Begin::Started) => {
-                outcome::report(Guard::Idempotency, Outcome::Accepted);
-                let handle = IdempotencyRecord::new(
-                    record_key,
-                    owner,
-                    settings.retention,
-                    settings.scope,
-                    settings.max_stored_response,
-                );
-                let record = Record::new(guard.store().clone(), handle);
-                match run_first(settings, record, inner, rebuild(parts, body)).await {
-                    Ok(answered) => answered,
-                    Err(rejection) => Ok(guard.refuse(rejection)),
-                }
-            }
-            Ok(Begin::Completed { response }) => Ok(replay(
-                &guard,
-                &response,
-                &parts.headers,
-                &settings.replayed_header,
-            )),
-            Ok(Begin::InProgress { remaining }) => {
-                outcome::report(Guard::Idempotency, Outcome::Conflict);
-                Ok(guard.refuse(in_progress(remaining)))
-            }
-            Ok(Begin::Mismatch) => {
-                outcome::report(Guard::Idempotency, Outcome::Mismatch);
-                Ok(guard.refuse(reused()))
-            }
-            Err(error) => match guard.on_store_error(&error, "begin an idempotency record") {
-                Err(refusal) => Ok(refusal),
-                Ok(()) => pass(inner, rebuild(parts, body)).await,
+        match attempt.decide(began, &parts.headers) {
+            Decided::Run(record) => match record.run(attempt.inner, rebuild(parts, body)).await {
+                Ok(answered) => answered,
+                Err(rejection) => Ok(attempt.guard.refuse(rejection)),
             },
+            Decided::Answered(response) => Ok(response),
+            Decided::Pass => pass(attempt.inner, rebuild(parts, body)).await,
         }
     }
     .instrument(span)
 }
 
+/// One request the layer guards, as its steps share it.
+struct Attempt<S> {
+    guard: GuardContext,
+    settings: Arc<Settings>,
+    inner: S,
+}
+
+/// What the head of a request decides.
+enum Opened<S> {
+    /// It is guarded, with what its key header said.
+    Guarded(Attempt<S>, KeyInHeader),
+    /// It carries no key and needs none: it passes unguarded.
+    Unguarded(S),
+    /// It is refused.
+    Refused(Response),
+}
+
+/// What the key header of a request said.
+enum KeyInHeader {
+    /// The key.
+    Found(String),
+    /// Nothing: the key is to be found in the body.
+    LookInBody,
+    /// Nothing, and no key is needed.
+    Absent,
+}
+
+impl<S: Inner> Attempt<S> {
+    /// The opening, from the request's head alone: the runtime and the key header.
+    fn open(settings: Arc<Settings>, inner: S, request: &Request) -> Opened<S> {
+        let view = ClientRequest::from_request(request);
+        let guard = match GuardContext::of(&view) {
+            Ok(guard) => guard,
+            Err(refusal) => return Opened::Refused(refusal),
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Opened::Refused(guard.refuse(runtime_unavailable()));
+        }
+        let in_header = match key_in_header(&settings, request) {
+            Ok(KeyInHeader::Absent) => return Opened::Unguarded(inner),
+            Ok(in_header) => in_header,
+            Err(rejection) => return Opened::Refused(guard.refuse(rejection)),
+        };
+        let attempt = Self {
+            guard,
+            settings,
+            inner,
+        };
+        Opened::Guarded(attempt, in_header)
+    }
+
+    /// The request's key: the one its header carried, or else the one its body holds.
+    fn key(&self, in_header: KeyInHeader, parts: &Parts, body: &Bytes) -> Option<String> {
+        match in_header {
+            KeyInHeader::Found(key) => Some(key),
+            KeyInHeader::LookInBody | KeyInHeader::Absent => {
+                key_in_body(&self.settings, parts, body)
+            }
+        }
+    }
+
+    /// The store key of the record of `key` for this request — for its client, under
+    /// [`RecordScope::Client`] — and the fingerprint that tells it from another request
+    /// with the same key.
+    ///
+    /// # Errors
+    ///
+    /// The refusal for a client that cannot be told.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response, given back as it is on this rare path"
+    )]
+    fn identity(
+        &self,
+        parts: &Parts,
+        body: &Bytes,
+        key: &str,
+    ) -> Result<(Key, Fingerprint), Response> {
+        let view = ClientRequest::from_parts(parts);
+        let record_key = match self.settings.scope {
+            RecordScope::Client => {
+                let client = self.guard.identify(&view)?;
+                outcome::record_client(&tracing::Span::current(), &client);
+                record_key(&self.guard, b"idempotency", Some(&client), &view, key)
+            }
+            RecordScope::Shared => record_key(&self.guard, b"idempotency:shared", None, &view, key),
+        };
+        let fingerprint = fingerprint(&view, body, &self.settings.fingerprint_headers);
+        Ok((record_key, fingerprint))
+    }
+
+    /// What beginning the record found decides: the request runs as the first of its
+    /// key, is answered (a replay, a refusal), or, the store failing open, passes.
+    fn decide(&self, began: Result<Began, StoreError>, request: &HeaderMap) -> Decided {
+        let refusal = match began {
+            Ok(Began::First(record)) => {
+                outcome::report(Guard::Idempotency, Outcome::Accepted);
+                return Decided::Run(record);
+            }
+            Ok(Began::Completed(stored)) => {
+                let replayed = replay(&self.guard, &self.settings, &stored, request);
+                return Decided::Answered(replayed);
+            }
+            Ok(Began::InProgress(remaining)) => {
+                outcome::report(Guard::Idempotency, Outcome::Conflict);
+                in_progress(remaining)
+            }
+            Ok(Began::Mismatch) => {
+                outcome::report(Guard::Idempotency, Outcome::Mismatch);
+                reused()
+            }
+            Err(error) => {
+                let what = "begin an idempotency record";
+                return match self.guard.on_store_error(&error, what) {
+                    Err(refusal) => Decided::Answered(refusal),
+                    Ok(()) => Decided::Pass,
+                };
+            }
+        };
+        Decided::Answered(self.guard.refuse(refusal))
+    }
+}
+
+/// What a request whose record was begun comes to.
+enum Decided {
+    /// It runs, as the first of its key.
+    Run(Record),
+    /// It is answered without running.
+    Answered(Response),
+    /// It passes unguarded: the store failed, and the runtime fails open.
+    Pass,
+}
+
 /// Hands the request to the inner service unguarded. Boxed: it is the rare way out, and
-/// its future inline would make every guarded request's future larger.
+/// inline it would size every guarded request's future
+/// (`tests::the_per_request_future_stays_small`).
 fn pass<S: Inner>(mut inner: S, request: Request) -> Pin<Box<S::Future>> {
     Box::pin(inner.call(request))
 }
 
-/// What the `Idempotency-Key` header says, checked before the body is read: `Some` of the
-/// key it carries (`None` inside when the key is to come from the body), or `None` when
-/// the request carries no key and needs none, and passes unguarded.
+/// The refusal of a request that reaches the layer outside a Tokio runtime.
+fn runtime_unavailable() -> Rejection {
+    tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
+    Rejection::new(
+        RejectionKind::RuntimeUnavailable,
+        "the server runs IdempotencyLayer outside a Tokio runtime",
+    )
+}
+
+/// What the `Idempotency-Key` header says, checked before the body is read.
 ///
 /// # Errors
 ///
 /// The refusal for a malformed key, or a missing one where it is required.
-fn key_in_header(
-    settings: &Settings,
-    request: &Request,
-) -> Result<Option<Option<String>>, Rejection> {
+fn key_in_header(settings: &Settings, request: &Request) -> Result<KeyInHeader, Rejection> {
     let KeySource::Header = settings.key else {
-        return Ok(Some(None));
+        return Ok(KeyInHeader::LookInBody);
     };
     match key_header::from_headers(request.headers(), &settings.key_header) {
-        Ok(Some(key)) => Ok(Some(Some(key))),
+        Ok(Some(key)) => Ok(KeyInHeader::Found(key)),
         Ok(None) if settings.requires_key(request.method()) => Err(missing_key(settings)),
-        Ok(None) => Ok(None),
+        Ok(None) => Ok(KeyInHeader::Absent),
         Err(invalid) => {
             outcome::report(Guard::Idempotency, Outcome::Invalid);
             tracing::debug!(%invalid, "idem: the idempotency key is malformed");
@@ -167,46 +258,37 @@ fn key_in_body(settings: &Settings, parts: &Parts, body: &Bytes) -> Option<Strin
     }
 }
 
-/// The store key of the record for `key`. A record belongs to one endpoint: the same key
-/// sent to another route (or with another method) is another operation, never a replay of
-/// this one's response. Under [`RecordScope::Client`] it belongs to one client too.
-#[expect(
-    clippy::result_large_err,
-    reason = "the refusal is the response, given back as it is on this rare path"
-)]
-fn record_key(
+/// The store key of the record `key` names, in `namespace`. A record belongs to one
+/// endpoint: the same key sent to another route (or with another method) is another
+/// operation, never a replay of this one's response. With a `client` it belongs to that
+/// client too.
+pub(crate) fn record_key(
     guard: &GuardContext,
-    settings: &Settings,
-    parts: &Parts,
+    namespace: &[u8],
+    client: Option<&ClientId>,
+    request: &ClientRequest<'_>,
     key: &str,
-) -> Result<Key, Response> {
-    let (method, route) = (parts.method.as_str().as_bytes(), route(parts).as_bytes());
-    Ok(match settings.scope {
-        RecordScope::Client => {
-            let client = guard.identify(&ClientRequest::from_parts(parts))?;
-            outcome::record_client(&tracing::Span::current(), &client);
-            guard.key(&[
-                b"idempotency",
-                client.as_bytes(),
-                method,
-                route,
-                key.as_bytes(),
-            ])
-        }
-        RecordScope::Shared => guard.key(&[b"idempotency:shared", method, route, key.as_bytes()]),
-    })
+) -> Key {
+    let method = request.method().as_str().as_bytes();
+    let route = route(request).as_bytes();
+    match client {
+        Some(client) => guard.key(&[namespace, client.as_bytes(), method, route, key.as_bytes()]),
+        None => guard.key(&[namespace, method, route, key.as_bytes()]),
+    }
 }
 
 /// The response an earlier request with this key stored, or the refusal that says why it
-/// cannot be given.
+/// cannot be given; reported as a replay of the guard `settings` are for.
 pub(crate) fn replay(
     guard: &GuardContext,
+    settings: &Settings,
     stored: &Bytes,
     request: &HeaderMap,
-    replayed_header: &HeaderName,
 ) -> Response {
     let rejection = match stored_response::decode(stored) {
         Ok(Replay::Response(mut response)) => {
+            outcome::report(settings.guard, Outcome::Replayed);
+            let replayed_header = &settings.replayed_header;
             if *replayed_header != stored_response::IDEMPOTENT_REPLAYED {
                 let headers = response.headers_mut();
                 if let Some(marker) = headers.remove(&stored_response::IDEMPOTENT_REPLAYED) {
@@ -214,21 +296,18 @@ pub(crate) fn replay(
                 }
             }
             match content_coding::unaccepted(response.headers(), request) {
-                None => {
-                    outcome::report(Guard::Idempotency, Outcome::Replayed);
-                    return response;
-                }
+                None => return response,
                 Some(coding) => not_acceptable(response.status(), &coding),
             }
         }
         Ok(Replay::TooLarge { status }) => {
-            outcome::report(Guard::Idempotency, Outcome::Replayed);
+            outcome::report(settings.guard, Outcome::Replayed);
             Rejection::new(
                 RejectionKind::ResponseNotReplayable,
                 format!(
-                    "the request with this idempotency key was already processed (status {}), \
-                     but its response was too large to keep and cannot be replayed; look up \
-                     its result instead of retrying",
+                    "the request with this idempotency key was already processed (status \
+                     {}), but its response was too large to keep and cannot be replayed; \
+                     look up its result instead of retrying",
                     status.as_u16()
                 ),
             )
@@ -268,7 +347,6 @@ fn reused() -> Rejection {
 /// has (a compression layer inside this one encoded it for the first client): the bytes
 /// would be unreadable to it, and the handler does not run twice for one key.
 fn not_acceptable(status: StatusCode, coding: &str) -> Rejection {
-    outcome::report(Guard::Idempotency, Outcome::Replayed);
     Rejection::new(
         RejectionKind::ResponseNotReplayable,
         format!(
@@ -294,11 +372,11 @@ fn rebuild(parts: Parts, body: Bytes) -> Request {
 
 /// The URI the client sent: a router that `nest`s strips its prefix from the request's
 /// own URI before the route's layers see it.
-fn original_uri(parts: &Parts) -> &Uri {
-    parts
-        .extensions
+fn original_uri<'a>(request: &ClientRequest<'a>) -> &'a Uri {
+    request
+        .extensions()
         .get::<OriginalUri>()
-        .map_or(&parts.uri, |original| &original.0)
+        .map_or(request.uri(), |original| &original.0)
 }
 
 /// The route of a request still whole, for its span.
@@ -311,30 +389,49 @@ fn route_of(request: &Request) -> &str {
 
 /// The route a request was sent to: the path pattern it matched, in full under `nest`; a
 /// layer around a whole router runs before any route matched, and then it is the path.
-fn route(parts: &Parts) -> &str {
-    match parts.extensions.get::<MatchedPath>() {
+fn route<'a>(request: &ClientRequest<'a>) -> &'a str {
+    match request.extensions().get::<MatchedPath>() {
         Some(matched) => matched.as_str(),
-        None => original_uri(parts).path(),
+        None => original_uri(request).path(),
     }
 }
 
 /// What makes two requests with one key the same request: method, path and query as the
 /// client sent them, body, and the chosen headers (each with its number of values, so
 /// values cannot shift between headers).
-fn fingerprint(parts: &Parts, body: &[u8], headers: &[HeaderName]) -> Fingerprint {
-    let uri = original_uri(parts);
+fn fingerprint(request: &ClientRequest<'_>, body: &[u8], headers: &[HeaderName]) -> Fingerprint {
+    let uri = original_uri(request);
     let fields = [
-        parts.method.as_str().as_bytes(),
+        request.method().as_str().as_bytes(),
         uri.path().as_bytes(),
         uri.query().unwrap_or("").as_bytes(),
         body,
     ]
     .map(Cow::Borrowed);
     let chosen = headers.iter().flat_map(|name| {
-        let values = parts.headers.get_all(name);
+        let values = request.headers().get_all(name);
         let count = values.iter().count() as u64;
         std::iter::once(Cow::Owned(count.to_be_bytes().to_vec()))
             .chain(values.iter().map(|value| Cow::Borrowed(value.as_bytes())))
     });
     Fingerprint::of(fields.into_iter().chain(chosen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::IdempotencyLayer;
+
+    /// The layer's per-request future, boxed for every guarded request, is measured with
+    /// `size_of_val` in a debug build with a `Router` as the inner service: 1,112 bytes as
+    /// written; 1,336 with `pass` not boxed, about 2,000 with the first attempt's work not
+    /// boxed by `run_to_completion`, 2,136 with the steps as nested `async fn`s.
+    #[test]
+    fn the_per_request_future_stays_small() {
+        let settings = IdempotencyLayer::new().settings;
+        let request = Request::new(Body::empty());
+        let future = answer(settings, axum::Router::new(), request);
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 1_150, "the per-request future grew to {size} bytes");
+    }
 }

@@ -42,16 +42,12 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
             rest: body,
         };
     }
-    // Most bodies are one frame: it is kept apart, so that only a second one allocates.
-    let (mut read, mut len, mut trailers) = (Read::default(), 0_u64, None::<HeaderMap>);
+    let (mut read, mut len, mut trailers) = (Vec::new(), 0_u64, None::<HeaderMap>);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
             Err(error) => {
-                return Captured::Failed {
-                    read: read.into_vec(),
-                    error,
-                };
+                return Captured::Failed { read, error };
             }
         };
         match frame.into_data() {
@@ -59,10 +55,7 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
                 len += data.len() as u64;
                 read.push(data);
                 if len > limit {
-                    return Captured::TooLarge {
-                        read: read.into_vec(),
-                        rest: body,
-                    };
+                    return Captured::TooLarge { read, rest: body };
                 }
             }
             Err(frame) => {
@@ -73,44 +66,21 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
         }
     }
     Captured::Whole {
-        data: read.concat(),
+        data: concat(read),
         trailers,
     }
 }
 
-/// The data frames read so far.
-#[derive(Default)]
-struct Read {
-    first: Option<Bytes>,
-    more: Vec<Bytes>,
-}
-
-impl Read {
-    fn push(&mut self, data: Bytes) {
-        match self.first {
-            None => self.first = Some(data),
-            Some(_) => self.more.push(data),
-        }
+/// The frames read, as one buffer: a lone frame as it is, not copied.
+fn concat(read: Vec<Bytes>) -> Bytes {
+    if let [_] = read.as_slice() {
+        return read.into_iter().next().unwrap_or_default();
     }
-
-    fn into_vec(self) -> Vec<Bytes> {
-        self.first.into_iter().chain(self.more).collect()
+    let mut whole = BytesMut::with_capacity(read.iter().map(Bytes::len).sum());
+    for chunk in read {
+        whole.extend_from_slice(&chunk);
     }
-
-    fn concat(self) -> Bytes {
-        let Some(first) = self.first else {
-            return Bytes::new();
-        };
-        if self.more.is_empty() {
-            return first;
-        }
-        let size = first.len() + self.more.iter().map(Bytes::len).sum::<usize>();
-        let mut whole = BytesMut::with_capacity(size);
-        for chunk in std::iter::once(first).chain(self.more) {
-            whole.extend_from_slice(&chunk);
-        }
-        whole.freeze()
-    }
+    whole.freeze()
 }
 
 impl Captured {
@@ -212,6 +182,16 @@ mod tests {
         };
         assert_eq!((data.as_ref(), trailers), (b"abcd".as_ref(), &None));
         assert_eq!(read(captured.into_body()).await.unwrap(), "abcd");
+    }
+
+    #[tokio::test]
+    async fn a_one_frame_body_is_kept_without_a_copy() {
+        let frame = "a page";
+        let captured = capture(chunked(&[frame]), 64).await;
+        let Captured::Whole { data, .. } = &captured else {
+            panic!("within the limit: {captured:?}");
+        };
+        assert_eq!(data.as_ptr(), frame.as_ptr(), "the frame itself");
     }
 
     #[tokio::test]

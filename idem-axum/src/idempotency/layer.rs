@@ -11,6 +11,7 @@ use tower_layer::Layer;
 
 use super::answer::answer;
 use super::{KeySource, RecordScope, Required, Settings, key_header, stored_response};
+use crate::outcome::Guard;
 
 /// Makes the requests of the routes below it idempotent with the `Idempotency-Key`
 /// header; see the [module docs](crate::idempotency).
@@ -59,6 +60,7 @@ impl IdempotencyLayer {
                 missing_key_message: None,
                 key_header: key_header::IDEMPOTENCY_KEY.clone(),
                 replayed_header: stored_response::IDEMPOTENT_REPLAYED.clone(),
+                guard: Guard::Idempotency,
             }),
         }
     }

@@ -208,8 +208,10 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Method, StatusCode};
 
-pub(crate) use self::answer::replay;
-pub(crate) use self::first_run::{Record, run_first};
+use crate::outcome::Guard;
+
+pub(crate) use self::answer::{record_key, replay};
+pub(crate) use self::first_run::{Began, GiveBack, Record};
 pub use self::layer::{Idempotency, IdempotencyLayer};
 pub use self::record::IdempotencyRecord;
 
@@ -261,6 +263,8 @@ pub(crate) struct Settings {
     missing_key_message: Option<Cow<'static, str>>,
     key_header: HeaderName,
     replayed_header: HeaderName,
+    /// The guard whose outcomes these records are reported under.
+    guard: Guard,
 }
 
 impl Settings {
@@ -269,23 +273,10 @@ impl Settings {
     /// its response is kept for `retention`, the token's life, unless it is a 5xx.
     pub(crate) fn for_form_submissions(retention: Duration) -> Arc<Self> {
         let mut settings = Arc::clone(&IdempotencyLayer::new().settings);
-        Arc::make_mut(&mut settings).retention = retention;
+        let form = Arc::make_mut(&mut settings);
+        form.retention = retention;
+        form.guard = Guard::FormToken;
         settings
-    }
-
-    /// The header that marks a replayed response.
-    pub(crate) fn replayed_header(&self) -> &HeaderName {
-        &self.replayed_header
-    }
-
-    /// How long a first attempt's record is in progress without renewal.
-    pub(crate) fn lease(&self) -> Duration {
-        self.lease
-    }
-
-    /// The largest response body that is kept.
-    pub(crate) fn max_stored_response(&self) -> usize {
-        self.max_stored_response
     }
 
     fn requires_key(&self, method: &Method) -> bool {

@@ -14,9 +14,9 @@ use bytes::Bytes;
 use http::request::Parts;
 use idem_core::{Key, Owner};
 
-use super::RecordScope;
 use super::capture::{Captured, capture};
 use super::stored_response;
+use super::{RecordScope, Settings};
 use crate::rejection::{Rejection, RejectionKind};
 
 /// The idempotency record of this request, begun by [`IdempotencyLayer`] before the
@@ -85,19 +85,14 @@ pub struct IdempotencyRecord {
 }
 
 impl IdempotencyRecord {
-    pub(crate) fn new(
-        key: Key,
-        owner: Owner,
-        retention: Duration,
-        scope: RecordScope,
-        max_stored: usize,
-    ) -> Self {
+    /// The handle on the record `owner` began under `key`, kept as `settings` say.
+    pub(super) fn new(key: Key, owner: Owner, settings: &Settings) -> Self {
         Self {
             key,
             owner,
-            retention,
-            scope,
-            max_stored,
+            retention: settings.retention,
+            scope: settings.scope,
+            max_stored: settings.max_stored_response,
             taken_over: Arc::new(AtomicBool::new(false)),
         }
     }

@@ -97,7 +97,7 @@ pub(crate) fn encode_response(parts: &response::Parts, body: &[u8], scope: Recor
         })
         .map(|(name, value)| (name.as_str(), Raw(value.as_bytes())))
         .collect();
-    // Each length is a varint of at most 10 bytes: room for all, so one allocation.
+    // An upper bound of the encoding: each length is a varint of at most 10 bytes.
     let size = 16
         + body.len()
         + headers

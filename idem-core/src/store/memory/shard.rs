@@ -20,8 +20,8 @@ use crate::key::Fingerprint;
 use crate::store::{Acquire, Begin, FencingToken, Turn};
 
 /// A shard's map. Keys are SHA-256 output or names the application chose, never raw
-/// client input, so a fast hash serves; std's SipHash was the largest single cost of an
-/// operation.
+/// client input, so a fast hash serves: std's SipHash was the largest single cost of an
+/// operation (BENCHMARKS.md, "Latency per operation").
 pub(super) type Map<V> = HashMap<Packed, V, foldhash::fast::RandomState>;
 
 /// What a window, a lock or a record counts against the store's bytes, besides a stored
