@@ -12,7 +12,6 @@ use idem_axum::MemoryStore;
 use idem_tests::{Answer, all_at_once, answer, u64_field};
 use serde_json::Value;
 use tempfile::TempDir;
-use tokio::task::JoinHandle;
 
 /// The example with `lease`, on a database of its own.
 async fn app(lease: Duration) -> (Router, TempDir) {
@@ -30,10 +29,21 @@ async fn write(app: &Router, query: &str) -> Answer {
     answer(app, request.unwrap()).await
 }
 
-/// [`write`] in a task of its own, for a holder that others then contend with.
-fn write_in_the_background(app: &Router, query: &'static str) -> JoinHandle<Answer> {
-    let app = app.clone();
-    tokio::spawn(async move { write(&app, query).await })
+/// Two writes that contend for the lock: `first` in a task of its own, then `second`
+/// `pause` later, while the first may still hold it. Answers both, once both are in.
+async fn overlapping_writes(
+    app: &Router,
+    first: &'static str,
+    pause: Duration,
+    second: &str,
+) -> (Answer, Answer) {
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { write(&app, first).await })
+    };
+    tokio::time::sleep(pause).await;
+    let second = write(app, second).await;
+    (first.await.unwrap(), second)
 }
 
 async fn row(app: &Router) -> Value {
@@ -45,10 +55,13 @@ async fn row(app: &Router) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_the_lock_past_its_lease_and_the_waiter_wakes_on_release() {
     let (app, _dir) = app(Duration::from_millis(300)).await;
-    let first = write_in_the_background(&app, "text=first&work_ms=1100");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = write(&app, "text=second").await;
-    let first = first.await.unwrap();
+    let (first, second) = overlapping_writes(
+        &app,
+        "text=first&work_ms=1100",
+        Duration::from_millis(100),
+        "text=second",
+    )
+    .await;
     assert_eq!(
         (first.status, second.status),
         (StatusCode::OK, StatusCode::OK)
@@ -69,11 +82,14 @@ async fn the_watchdog_keeps_the_lock_past_its_lease_and_the_waiter_wakes_on_rele
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_holders_late_write_is_refused_by_its_fencing_token() {
     let (app, _dir) = app(Duration::from_millis(200)).await;
-    let stalled = write_in_the_background(&app, "text=stalled&stall_ms=700");
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let fresh = write(&app, "text=fresh").await;
+    let (stalled, fresh) = overlapping_writes(
+        &app,
+        "text=stalled&stall_ms=700",
+        Duration::from_millis(350),
+        "text=fresh",
+    )
+    .await;
     assert_eq!(fresh.status, StatusCode::OK, "{fresh:?}");
-    let stalled = stalled.await.unwrap();
     assert_eq!(stalled.status, StatusCode::CONFLICT, "{stalled:?}");
     let (fresh, stalled) = (fresh.json(), stalled.json());
     assert_eq!(stalled["written"], false);

@@ -49,20 +49,10 @@ pub(crate) async fn withdraw(
             "amount must be positive",
         ));
     }
-    let ticket_exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM tickets WHERE id = ?")
-        .bind(&ticket)
-        .fetch_optional(shop.db())
-        .await?;
-    if ticket_exists.is_none() {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such ticket"));
-    }
-    let account_exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM accounts WHERE id = ?")
-        .bind(account)
-        .fetch_optional(shop.db())
-        .await?;
-    if account_exists.is_none() {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such account"));
-    }
+    let tickets = "SELECT 1 FROM tickets WHERE id = ?";
+    super::require_row(shop.db(), tickets, &ticket, "no such ticket").await?;
+    let accounts = "SELECT 1 FROM accounts WHERE id = ?";
+    super::require_row(shop.db(), accounts, account, "no such account").await?;
 
     // The transaction writes first, so it takes SQLite's write lock at once and waits
     // for another writer instead of failing when it would upgrade a read.

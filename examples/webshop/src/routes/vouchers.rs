@@ -53,13 +53,8 @@ pub(crate) async fn seckill(
             "send an X-User-Id header",
         ))?
         .to_owned();
-    let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM vouchers WHERE id = ?")
-        .bind(voucher)
-        .fetch_optional(shop.db())
-        .await?;
-    if exists.is_none() {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such voucher"));
-    }
+    let vouchers = "SELECT 1 FROM vouchers WHERE id = ?";
+    super::require_row(shop.db(), vouchers, voucher, "no such voucher").await?;
 
     let key = Key::hashed([
         "seckill".as_bytes(),
