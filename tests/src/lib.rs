@@ -53,7 +53,7 @@ pub use redis_server::{
 pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp};
 pub use timing::{median, micros_since_epoch, percentile};
 
-/// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per
+/// Generates each case — an `async fn case<B: Backend>()` in the calling module — once per
 /// store, as a `#[tokio::test]` in a module named after the store (`memory`, `redis`), so
 /// an HTTP suite runs every case against `MemoryStore` and a real Redis.
 #[macro_export]
