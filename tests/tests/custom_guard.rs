@@ -18,6 +18,7 @@ use idem_axum::guard::GuardContext;
 use idem_axum::store::{Acquire, Fencing, Owner, Store};
 use idem_axum::{Idem, Rejection, RejectionKind, StoreFailure};
 use idem_tests::{Backend, Shop, all_at_once, body_text, send, unreachable_redis_store};
+use tokio::task::JoinHandle;
 
 idem_tests::on_every_store!(
     two_hundred_concurrent_exports_of_one_client_run_once,
@@ -103,6 +104,27 @@ fn export_by(user: Option<&str>) -> Request {
     request.body(Body::empty()).expect("a request")
 }
 
+/// Starts `user`'s export in a task of its own, and waits until the handler runs it (its
+/// `run`-th run); the export's answer comes once the gate lets it through.
+async fn export_running(
+    app: &Router,
+    exports: &Shop,
+    user: &'static str,
+    run: usize,
+) -> JoinHandle<Response> {
+    let export = {
+        let app = app.clone();
+        tokio::spawn(async move { send(&app, export_by(Some(user))).await })
+    };
+    let what = format!("{user}'s export runs");
+    idem_tests::eventually(Duration::from_secs(5), &what, || {
+        let runs = exports.runs();
+        async move { runs == run }
+    })
+    .await;
+    export
+}
+
 async fn two_hundred_concurrent_exports_of_one_client_run_once<B: Backend>() {
     let backend = B::start().await;
     let exports = Shop::new();
@@ -110,15 +132,7 @@ async fn two_hundred_concurrent_exports_of_one_client_run_once<B: Backend>() {
         &idem_on(backend.store(), StoreFailure::FailClosed),
         &exports,
     );
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, export_by(Some("alice"))).await }
-    });
-    idem_tests::eventually(Duration::from_secs(5), "the first export runs", || {
-        let runs = exports.runs();
-        async move { runs == 1 }
-    })
-    .await;
+    let first = export_running(&app, &exports, "alice", 1).await;
 
     let answers = all_at_once(200, |_| {
         let app = app.clone();
@@ -136,15 +150,7 @@ async fn two_hundred_concurrent_exports_of_one_client_run_once<B: Backend>() {
     assert_eq!(exports.runs(), 1, "refused before the handler ran");
 
     // Another client is not held up by alice's export.
-    let bob = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, export_by(Some("bob"))).await }
-    });
-    idem_tests::eventually(Duration::from_secs(5), "bob's export runs", || {
-        let runs = exports.runs();
-        async move { runs == 2 }
-    })
-    .await;
+    let bob = export_running(&app, &exports, "bob", 2).await;
     exports.open_gate_for(2);
     assert_eq!(first.await.expect("no panic").status(), StatusCode::OK);
     assert_eq!(bob.await.expect("no panic").status(), StatusCode::OK);
