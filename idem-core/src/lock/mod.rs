@@ -454,9 +454,9 @@ impl<S: Store, F: FencingMode> Lock<S, F> {
 
     /// A store that answered a fenced acquisition without a token broke its contract.
     fn no_fence(&self, answer: &Acquire) -> LockError {
-        LockError::Store(StoreError::UnexpectedAnswer {
-            operation: "acquire",
-            answer: format!("{answer:?} for fenced lock {}", self.key),
-        })
+        LockError::Store(StoreError::unexpected(
+            "acquire",
+            format_args!("{answer:?} for fenced lock {}", self.key),
+        ))
     }
 }

@@ -492,14 +492,43 @@ impl StoreError {
             _ => None,
         }
     }
+
+    /// An [`UnexpectedAnswer`](StoreError::UnexpectedAnswer) to `operation`: the store
+    /// answered `answer`, kept in its `Debug` form, which shows a backend's raw value as it
+    /// came.
+    ///
+    /// ```
+    /// use idem_core::StoreError;
+    ///
+    /// let error = StoreError::unexpected("acquire", [7, 0]);
+    /// assert_eq!(error.to_string(), "unexpected answer from the store to `acquire`: [7, 0]");
+    /// ```
+    pub fn unexpected(operation: &'static str, answer: impl std::fmt::Debug) -> Self {
+        Self::UnexpectedAnswer {
+            operation,
+            answer: format!("{answer:?}"),
+        }
+    }
 }
 
-/// The longest TTL a store keeps, a century: longer ones are cut to it, so neither
-/// `Instant` arithmetic nor Redis' `PEXPIRE` can overflow, whatever a caller asks for.
-const LONGEST_TTL_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+/// The longest TTL a store keeps, a century, in milliseconds: longer ones are cut to it,
+/// so neither `Instant` arithmetic nor a server's expiry (Redis' `PEXPIRE`, a SQL
+/// interval) can overflow, whatever a caller asks for.
+pub const LONGEST_TTL_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 
-/// A TTL as the whole milliseconds the stores keep: at least 1, at most a century.
-pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
+/// A TTL as the whole milliseconds every store keeps: at least 1, at most
+/// [`LONGEST_TTL_MS`]. A store written outside this crate converts its TTLs with it, so it
+/// keeps them as the others do.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_core::store::{LONGEST_TTL_MS, ttl_millis};
+///
+/// assert_eq!(ttl_millis(Duration::from_micros(1500)), 1);
+/// assert_eq!(ttl_millis(Duration::ZERO), 1, "a TTL never means \"for ever\"");
+/// assert_eq!(ttl_millis(Duration::MAX), LONGEST_TTL_MS);
+/// ```
+pub fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis())
         .unwrap_or(u64::MAX)
         .clamp(1, LONGEST_TTL_MS)
