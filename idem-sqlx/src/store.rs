@@ -6,11 +6,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use idem_core::store::{Fencing, FencingToken, Turn};
 use idem_core::store::{poll_until, ttl_millis};
-use idem_core::{
-    Acquire, Begin, FairStore, Fencing, FencingToken, Fingerprint, Key, Owner, Store, StoreError,
-    Turn,
-};
+use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError};
 use sqlx::Pool;
 
 use crate::backend::{Arg, InTurn, LockRow, RecordRow, SqlBackend, is_timeout};
@@ -548,7 +546,7 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
             .map_err(|answer| StoreError::unexpected("acquire_in_turn", answer))
     }
 
-    /// Reads, every [`RELEASE_POLL_INTERVAL`](idem_core::RELEASE_POLL_INTERVAL) (with
+    /// Reads, every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (with
     /// [`poll_until`]), whether the lock is free and `owner`'s place is the first live one
     /// in its queue, or `owner` has no place (its next attempt queues it again). It never
     /// writes: a release needs no signal, and waiters cost the

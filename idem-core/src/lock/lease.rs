@@ -35,7 +35,7 @@ impl Lease {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use idem_core::Lease;
+    /// use idem_core::lock::Lease;
     /// assert_eq!(Lease::Watchdog(Duration::from_secs(30)).duration(), Duration::from_secs(30));
     /// ```
     pub fn duration(self) -> Duration {
