@@ -86,7 +86,7 @@ pub use store_failure::StoreFailure;
 /// errors.
 ///
 /// An application that only guards its handlers needs none of this but the store it
-/// picks, which the crate root re-exports ([`MemoryStore`](crate::MemoryStore), and with
+/// picks, which the crate root re-exports ([`MemoryStore`], and with
 /// the feature `redis` `RedisStore` and the `RedisServer` it connects to).
 pub mod store {
     pub use idem_core::key::KeyError;

@@ -8,9 +8,13 @@ use std::time::Duration;
 use idem_core::Key;
 
 use crate::RedisSetupError;
+#[cfg(doc)]
+use crate::ReplicasBehind;
 use crate::connection::{Source, unbounded_responses};
 use crate::server::EvictionCheck;
 use crate::store::{RedisStore, ReplicaAcks};
+#[cfg(doc)]
+use idem_core::{Begin, Store, StoreError};
 
 /// Where a [`RedisStore`] finds Redis: a URL, an application's pool, a Redis Cluster pool
 /// or the sentinels of a Sentinel deployment. Handed to

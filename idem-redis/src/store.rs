@@ -10,6 +10,8 @@ use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerEr
 use idem_core::store::{Fencing, FencingToken, ttl_millis};
 use idem_core::{Acquire, Begin, Fingerprint, Key, Owner, Store, StoreError};
 
+#[cfg(doc)]
+use crate::EvictionCheck;
 use crate::builder::RedisStoreBuilder;
 use crate::connection::{Connection, Connections, Source, WaitingConnections};
 use crate::replay_cache::ReplayCache;

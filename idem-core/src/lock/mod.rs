@@ -161,7 +161,7 @@ pub use self::fencing::{Fenced, FencingMode, Unfenced};
 pub use self::guard::LockGuard;
 pub use self::lease::Lease;
 #[cfg(doc)]
-use crate::{FairLock, Lock, Store};
+use crate::{FairLock, Lock, Owner, Store};
 
 /// The longest a waiter sleeps before trying again on its own, should the wake-up of a
 /// release never reach it (a woken waiter was cancelled before it acquired, or a waiter

@@ -37,6 +37,8 @@ pub(crate) use self::error::StoreError;
 pub(crate) use self::fair::FairStore;
 pub use self::fair::Turn;
 pub use self::memory::MemoryStoreBuilder;
+#[cfg(doc)]
+use crate::Key;
 
 /// How often the default [`Store::wait_for_release`] looks at the key it waits for.
 pub const RELEASE_POLL_INTERVAL: Duration = Duration::from_millis(10);
