@@ -1,7 +1,7 @@
 //! The one multiplexed connection a [`RedisStore`](crate::RedisStore) sends everything over.
 //!
 //! The store's connections are its own: they are made by a deadpool manager (the one
-//! `build_with_url` sets up, or the manager of the pool an application hands over, with
+//! `RedisServer::url` sets up, or the manager of the pool an application hands over, with
 //! that pool's settings) and never checked out of a pool nor given back to one. A
 //! connection an application checks out of its pool is therefore never one the store
 //! uses, and a blocking command the application runs on it (`BLPOP`, `XREAD BLOCK`)

@@ -115,7 +115,8 @@ impl<S: FairStore, F: FencingMode> FairLock<S, F> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use idem_core::{Key, Lease, Lock, MemoryStore};
+    /// # use idem_core::{Key, Lock, MemoryStore};
+    /// # use idem_core::lock::Lease;
     /// let lock = Lock::new(MemoryStore::new(), Key::new("job").unwrap(), Lease::Fixed(Duration::from_secs(60)))
     ///     .fair()
     ///     .with_place_timeout(Duration::from_secs(1));

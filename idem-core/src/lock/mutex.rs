@@ -134,7 +134,8 @@ impl<S: Store, F: FencingMode> Lock<S, F> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use idem_core::{Key, Lease, Lock, MemoryStore, Owner};
+    /// # use idem_core::{Key, Lock, MemoryStore, Owner};
+    /// # use idem_core::lock::Lease;
     /// let lock = Lock::new(MemoryStore::new(), Key::new("job").unwrap(), Lease::Fixed(Duration::from_secs(60)))
     ///     .with_owner(Owner::new("worker-7:job-42").unwrap());
     /// ```
