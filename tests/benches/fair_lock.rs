@@ -23,7 +23,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_core::{FairStore, Key, Lease, Lock, LockError, LockGuard, MemoryStore, RedisStore};
+use idem_core::lock::{Lease, LockError, LockGuard};
+use idem_core::{FairStore, Key, Lock, MemoryStore};
+use idem_redis::RedisStore;
 use idem_tests::{RedisServer, benching, env_number, median, percentile};
 
 const LEASE: Duration = Duration::from_secs(30);

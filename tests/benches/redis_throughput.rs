@@ -24,7 +24,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Key, Owner, Store};
+use idem_redis::RedisStore;
 use idem_tests::{BenchRounds, RedisServer, median};
 
 const LOCK_TTL: Duration = Duration::from_secs(30);

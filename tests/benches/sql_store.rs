@@ -29,7 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Begin, Fingerprint, Key, Owner, Store};
 use idem_sqlx::{SqlBackend, SqlStore, SqliteStore};
 use idem_tests::{BenchRounds, PostgresServer, median};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};

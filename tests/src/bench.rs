@@ -14,8 +14,9 @@ use axum::routing::post;
 use criterion::Criterion;
 use idem_axum::client::ClientHeader;
 use idem_axum::{AvoidRepeatLayer, Idem, avoid_repeat};
-use idem_core::store::Store;
-use idem_core::{MemoryStore, RedisStore};
+use idem_core::MemoryStore;
+use idem_core::Store;
+use idem_redis::RedisStore;
 use tokio::runtime::Runtime;
 
 use crate::RedisServer;

@@ -42,7 +42,7 @@ pub use http::{Answer, Shop, answer, body_text, form_token_in, from_loopback, pr
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
-pub use redis_server::{RedisCluster, RedisServer, redis_server_binary, unused_port};
+pub use redis_server::{RedisCluster, RedisServer, lazy_store, redis_server_binary, unused_port};
 pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp};
 
 /// Generates each case — an `async fn case<B: Backend>()` in the calling file — once per

@@ -659,10 +659,13 @@ async fn a_request_without_client_identity_is_refused_not_pooled() {
 #[tokio::test]
 async fn a_store_outage_follows_the_policy_without_hanging() {
     let down = || {
-        idem_axum::RedisStore::builder()
-            .with_timeout(Duration::from_millis(200))
-            .build_with_url(&format!("redis://127.0.0.1:{}/", idem_tests::unused_port()))
-            .unwrap()
+        idem_tests::lazy_store(
+            idem_axum::RedisStore::builder().with_timeout(Duration::from_millis(200)),
+            idem_axum::RedisServer::url(format!(
+                "redis://127.0.0.1:{}/",
+                idem_tests::unused_port()
+            )),
+        )
     };
     let shop = Shop::new();
     let closed = routes(&shop).layer(

@@ -16,8 +16,8 @@ use axum::routing::post;
 use idem_axum::client::{ClientHeader, ClientRequest};
 use idem_axum::guard::GuardContext;
 use idem_axum::store::{Acquire, Fencing, Owner, Store};
-use idem_axum::{Idem, RedisStore, Rejection, RejectionKind, StoreFailure};
-use idem_tests::{Backend, Shop, all_at_once, body_text, send, unused_port};
+use idem_axum::{Idem, RedisServer, RedisStore, Rejection, RejectionKind, StoreFailure};
+use idem_tests::{Backend, Shop, all_at_once, body_text, lazy_store, send, unused_port};
 
 idem_tests::on_every_store!(
     two_hundred_concurrent_exports_of_one_client_run_once,
@@ -194,10 +194,10 @@ async fn without_the_runtime_it_names_the_missing_layer() {
 
 /// A Redis nobody listens on, answering within 100 ms.
 fn unreachable_store() -> RedisStore {
-    RedisStore::builder()
-        .with_timeout(Duration::from_millis(100))
-        .build_with_url(&format!("redis://127.0.0.1:{}", unused_port()))
-        .expect("a valid URL")
+    lazy_store(
+        RedisStore::builder().with_timeout(Duration::from_millis(100)),
+        RedisServer::url(format!("redis://127.0.0.1:{}", unused_port())),
+    )
 }
 
 #[tokio::test]

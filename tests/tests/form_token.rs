@@ -867,10 +867,13 @@ async fn the_field_and_header_names_are_configurable() {
 #[tokio::test]
 async fn a_store_outage_follows_the_policy_without_hanging() {
     let down = || {
-        idem_axum::RedisStore::builder()
-            .with_timeout(Duration::from_millis(200))
-            .build_with_url(&format!("redis://127.0.0.1:{}/", idem_tests::unused_port()))
-            .unwrap()
+        idem_tests::lazy_store(
+            idem_axum::RedisStore::builder().with_timeout(Duration::from_millis(200)),
+            idem_axum::RedisServer::url(format!(
+                "redis://127.0.0.1:{}/",
+                idem_tests::unused_port()
+            )),
+        )
     };
     let shop = Shop::default();
     let closed = app(down(), &shop);

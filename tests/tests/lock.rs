@@ -11,10 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use idem_core::{
-    Acquire, Fenced, Fencing, FencingMode, Key, Lease, Lock, LockError, LockLost, MemoryStore,
-    Owner, Store, Unfenced,
-};
+use idem_core::lock::{Fenced, FencingMode, Lease, LockError, LockLost, Unfenced};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Key, Lock, MemoryStore, Owner, Store};
 use idem_tests::{
     AnyMemoryBackend, Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend,
     a_hundred_contenders_never_overlap, eventually, percentile,

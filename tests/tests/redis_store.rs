@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use idem_core::{
-    Acquire, Begin, EvictionCheck, Fencing, Fingerprint, Key, Lease, Lock, Owner, RedisSetupError,
-    RedisStore, RedisStoreBuilder, ReplicasBehind, Store, StoreError,
-};
+use idem_core::lock::Lease;
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Begin, Fingerprint, Key, Lock, Owner, Store, StoreError};
+// `RedisServer` is the harness's server process; idem-redis' names where a store finds it.
+use idem_redis::RedisServer as Server;
+use idem_redis::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder, ReplicasBehind};
 use idem_tests::{Forwarder, RedisCluster, RedisSentinels, RedisServer, eventually, unused_port};
 use redis::RedisError;
 
@@ -60,7 +62,9 @@ async fn nothing_listening_is_a_typed_error_within_the_timeout() {
     let url = format!("redis://127.0.0.1:{}/", unused_port());
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .build_with_url(&url)
+        .with_lazy_connect(true)
+        .connect(Server::url(url))
+        .await
         .unwrap();
     // Refused at once: a connection error, not a wait for the timeout.
     each_operation_fails_in_time(&store, |e| e.backend_error::<RedisError>().is_some()).await;
@@ -208,16 +212,19 @@ async fn keys_carry_the_namespace_and_one_hash_tag() {
     assert!(shop.consume_token(&client, &name).await.unwrap());
 }
 
-#[test]
-fn a_bad_namespace_or_url_is_refused_when_building() {
+#[tokio::test]
+async fn a_bad_namespace_or_url_is_refused_when_building() {
     let built = RedisStore::builder()
         .with_namespace("a{b}")
-        .build_with_url("redis://127.0.0.1:1/");
+        .connect(Server::url("redis://127.0.0.1:1/"))
+        .await;
     assert!(
         matches!(built, Err(RedisSetupError::Namespace(_))),
         "{built:?}"
     );
-    let built = RedisStore::builder().build_with_url("http://not-redis/");
+    let built = RedisStore::builder()
+        .connect(Server::url("http://not-redis/"))
+        .await;
     assert!(matches!(built, Err(RedisSetupError::Url(_))), "{built:?}");
 }
 
@@ -227,7 +234,11 @@ async fn a_store_can_share_an_existing_pool() {
     let pool = deadpool_redis::Config::from_url(server.url())
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
-    let store = RedisStore::builder().build_with_pool(pool.clone()).unwrap();
+    let store = RedisStore::builder()
+        .with_lazy_connect(true)
+        .connect(Server::pool(pool.clone()))
+        .await
+        .unwrap();
     let lock = key("pooled");
     store
         .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
@@ -420,7 +431,9 @@ async fn an_application_blpop_on_the_same_pool_does_not_stall_the_store() {
         .unwrap();
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .build_with_pool(pool.clone())
+        .with_lazy_connect(true)
+        .connect(Server::pool(pool.clone()))
+        .await
         .unwrap();
     // The store connects first, so that a socket it took from the pool would be there for
     // the application's next checkout.
@@ -456,7 +469,9 @@ async fn an_application_blpop_on_the_same_cluster_pool_does_not_stall_the_store(
         .unwrap();
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .build_with_cluster_pool(pool.clone())
+        .with_lazy_connect(true)
+        .connect(Server::cluster(pool.clone()))
+        .await
         .unwrap();
     store
         .acquire(&key("first"), &Owner::random(), LONG, Fencing::Off)
@@ -502,7 +517,9 @@ async fn a_readonly_reply_after_a_failover_replaces_the_connection() {
     let address = Forwarder::start(a.port()).await;
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .build_with_url(&address.url())
+        .with_lazy_connect(true)
+        .connect(Server::url(address.url()))
+        .await
         .unwrap();
     let owner = Owner::random();
     store
@@ -557,7 +574,7 @@ async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
             .with_eviction_policy_check(EvictionCheck::Refuse)
     };
 
-    let connected = refuse().connect_with_url(&server.url()).await;
+    let connected = refuse().connect(Server::url(server.url())).await;
     match connected {
         Err(error @ RedisSetupError::EvictionPolicy { .. }) => {
             assert!(error.to_string().contains("allkeys-lru"), "{error}");
@@ -566,7 +583,11 @@ async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
     }
 
     // Built lazily, the store refuses on first use instead, and writes nothing.
-    let lazy = refuse().build_with_url(&server.url()).unwrap();
+    let lazy = refuse()
+        .with_lazy_connect(true)
+        .connect(Server::url(server.url()))
+        .await
+        .unwrap();
     for _ in 0..3 {
         let acquired = lazy
             .acquire(&key("evictable"), &Owner::random(), LONG, Fencing::Off)
@@ -600,7 +621,7 @@ async fn a_server_that_may_evict_keys_is_used_with_a_warning_by_default() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .connect_with_url(&server.url())
+        .connect(Server::url(server.url()))
         .await
         .expect("warned, not refused");
     assert!(matches!(
@@ -618,7 +639,7 @@ async fn a_noeviction_server_passes_the_check() {
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
         .with_eviction_policy_check(EvictionCheck::Refuse)
-        .connect_with_url(&server.url())
+        .connect(Server::url(server.url()))
         .await
         .expect("noeviction passes");
     assert!(matches!(
@@ -644,7 +665,7 @@ async fn a_server_that_will_not_tell_its_policy_is_used() {
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
         .with_eviction_policy_check(EvictionCheck::Refuse)
-        .connect_with_url(&server.url())
+        .connect(Server::url(server.url()))
         .await
         .expect("an unreadable policy is not a refusal");
     assert!(matches!(
@@ -671,12 +692,12 @@ async fn a_cluster_with_one_evicting_primary_is_refused_when_set_to() {
             .with_eviction_policy_check(EvictionCheck::Refuse)
     };
     refuse()
-        .connect_with_cluster_pool(pool())
+        .connect(Server::cluster(pool()))
         .await
         .expect("every primary is noeviction");
 
     cluster.nodes()[2].command(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
-    let connected = refuse().connect_with_cluster_pool(pool()).await;
+    let connected = refuse().connect(Server::cluster(pool())).await;
     assert!(
         matches!(&connected, Err(RedisSetupError::EvictionPolicy { policy }) if policy == "volatile-ttl"),
         "{connected:?}"
@@ -1170,7 +1191,9 @@ async fn over_tls_a_store_that_trusts_the_ca_works_and_one_that_does_not_is_refu
     let url = format!("rediss://127.0.0.1:{tls_port}");
     let store = RedisStore::builder()
         .with_timeout(Duration::from_secs(2))
-        .build_with_tls(&url, ca)
+        .with_lazy_connect(true)
+        .connect(Server::url_with_ca(&url, ca))
+        .await
         .expect("a TLS store");
     let owner = Owner::random();
     assert!(matches!(
@@ -1183,7 +1206,9 @@ async fn over_tls_a_store_that_trusts_the_ca_works_and_one_that_does_not_is_refu
 
     let untrusting = RedisStore::builder()
         .with_timeout(Duration::from_secs(2))
-        .build_with_url(&url)
+        .with_lazy_connect(true)
+        .connect(Server::url(&url))
+        .await
         .expect("a valid URL");
     let refused = untrusting
         .acquire(&key("over-tls"), &owner, LONG, Fencing::Off)
