@@ -269,7 +269,7 @@ read -r rb rb_p50 rb_p99 < <(awk "$median_awk"'
     END {print median(rps), median(p50), median(p99)}' "$results/redis-benchmark.raw")
 report=$results/http.md
 {
-    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench/src bench/wrk bench/http.sh idem-core idem-axum idem-macros || echo ' (+ uncommitted changes)'); $(nproc) vCPUs."
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench/src bench/wrk bench/http.sh idem-core idem-redis idem-axum idem-macros || echo ' (+ uncommitted changes)'); $(nproc) vCPUs."
     echo "wrk -t1 -c$connections -d$duration --latency per case and round, $rounds rounds, medians shown; the bare handler runs before the first case of a round and after every case; $core_split."
     echo
     echo "× bare: a case's requests/s (or the inverse of its server CPU per request) over the mean of the two bare runs on either side of it, median over the rounds."

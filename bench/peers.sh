@@ -238,7 +238,7 @@ median_awk='function median(list,    v, n, i, j, t) {
 report=$results/peers.md
 version_of() { awk -v n="$1" '$0 == "name = \"" n "\"" {getline; gsub(/version = |"/, ""); print; exit}' bench/peers/Cargo.lock; }
 {
-    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench/peers bench/peers.sh idem-core idem-axum idem-macros || echo ' (+ uncommitted changes)'); $(nproc) vCPUs, shared with other work (load average before $load_before, after $load_after; busiest processes before: $top_before; after: $top_after)."
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench/peers bench/peers.sh idem-core idem-redis idem-axum idem-macros || echo ' (+ uncommitted changes)'); $(nproc) vCPUs, shared with other work (load average before $load_before, after $load_after; busiest processes before: $top_before; after: $top_after)."
     echo "Peers: idempotent $(version_of idempotent) (declares rust-version 1.98, built on $(rustc --version | cut -d' ' -f2) with --ignore-rust-version), axum-idempotent $(version_of axum-idempotent) on ruts $(version_of ruts), rslock $(version_of rslock); redis-rs $(version_of redis), axum $(version_of axum)."
     echo "wrk -t$threads -c$connections -d$duration per HTTP case and round; the lock cases $lock_tasks tokio tasks for $duration; $rounds rounds, medians shown; $core_split. The bare baseline (the same handler unguarded; for locks, redis-rs SET NX PX and a Lua compare-and-delete) runs before the first case of a round and after every case."
     echo

@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_bench::{benching, env_number};
-use idem_core::{FairStore, Key, Lease, Lock, LockError, LockGuard, MemoryStore, RedisStore};
+use idem_core::lock::{Lease, LockError, LockGuard};
+use idem_core::{FairStore, Key, Lock, MemoryStore};
+use idem_redis::RedisStore;
 use idem_tests::{RedisServer, median, percentile};
 
 const LEASE: Duration = Duration::from_secs(30);

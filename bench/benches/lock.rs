@@ -34,9 +34,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_bench::{benching, env_number};
-use idem_core::{
-    Acquire, Fencing, FencingMode, Key, Lease, Lock, MemoryStore, Owner, RedisStore, Store,
-};
+use idem_core::lock::{FencingMode, Lease};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Key, Lock, MemoryStore, Owner, Store};
+use idem_redis::RedisStore;
 use idem_tests::{RedisServer, median, percentile};
 use redis::aio::MultiplexedConnection;
 
@@ -44,8 +45,7 @@ use redis::aio::MultiplexedConnection;
 const RELEASE_SCRIPT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 /// idem's fenced acquire script, as the fenced bare client runs it.
-const FENCED_ACQUIRE_SCRIPT: &str =
-    include_str!("../../idem-core/src/store/redis/scripts/acquire_fenced.lua");
+const FENCED_ACQUIRE_SCRIPT: &str = include_str!("../../idem-redis/src/scripts/acquire_fenced.lua");
 
 const LEASE: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(60);

@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_bench::BenchRounds;
-use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Key, Owner, Store};
+use idem_redis::RedisStore;
 use idem_tests::{RedisServer, median};
 
 const LOCK_TTL: Duration = Duration::from_secs(30);

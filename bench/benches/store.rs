@@ -1,5 +1,5 @@
 //! Latency of one call of each [`Store`] operation, one caller at a time, on
-//! [`MemoryStore`] and on [`RedisStore`](idem_core::RedisStore) (against a `redis-server`
+//! [`MemoryStore`] and on [`RedisStore`](idem_redis::RedisStore) (against a `redis-server`
 //! this bench starts on a free loopback port).
 //!
 //! Run with `cargo bench -p idem-bench --bench store`; `BENCHMARKS.md` at the repository
@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use idem_core::{Acquire, Begin, Fencing, Fingerprint, Key, MemoryStore, Owner, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Begin, Fingerprint, Key, MemoryStore, Owner, Store};
 use idem_tests::RedisServer;
 use tokio::runtime::Runtime;
 

@@ -39,7 +39,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
 use idem_axum::client::ClientHeader;
 use idem_axum::{
-    FormToken, FormTokenConfig, Idem, IdempotencyLayer, MemoryStore, RedisStore,
+    FormToken, FormTokenConfig, Idem, IdempotencyLayer, MemoryStore, RedisServer, RedisStore,
     VerifyFormTokenLayer, avoid_repeat,
     lock::{Lease, Lock},
     store::{Acquire, AnyStore, Fencing, Key, Owner, Store},
@@ -217,7 +217,8 @@ async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         )
         .merge(cases("/memory", MemoryStore::new()));
     if let Some(url) = &options.redis {
-        app = app.merge(cases("/redis", RedisStore::from_url(url)?));
+        let store = RedisStore::builder().connect(RedisServer::url(url)).await?;
+        app = app.merge(cases("/redis", store));
     }
     let listener =
         tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, options.port)))

@@ -73,28 +73,36 @@ pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatBy};
 pub use form_token::{FormToken, FormTokenConfig, VerifyFormTokenLayer};
 pub use idem::{Idem, IdemBuilder, IdemLayer, IdemService};
 pub use idem_core::MemoryStore;
-#[cfg(feature = "redis")]
-pub use idem_core::RedisStore;
 #[cfg(feature = "macros")]
 pub use idem_macros::avoid_repeat;
+#[cfg(feature = "redis")]
+pub use idem_redis::{RedisServer, RedisStore};
 pub use idempotency::IdempotencyLayer;
 pub use rejection::{Rejection, RejectionKind};
 pub use store_failure::StoreFailure;
 
 /// The stores and what they are addressed with: the [`Store`](store::Store) trait and its
-/// operations' answers, for code that calls a store itself, and every store's builder.
+/// operations' answers, for code that calls a store itself, and the stores' builders and
+/// errors.
 ///
 /// An application that only guards its handlers needs none of this but the store it
-/// picks, which the crate root re-exports too.
+/// picks, which the crate root re-exports ([`MemoryStore`], and with
+/// the feature `redis` `RedisStore` and the `RedisServer` it connects to).
 pub mod store {
+    pub use idem_core::key::KeyError;
     pub use idem_core::store::*;
-    pub use idem_core::{Fingerprint, Key, KeyError, Owner};
+    pub use idem_core::{
+        Acquire, AnyStore, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError,
+    };
+    #[cfg(feature = "redis")]
+    pub use idem_redis::{EvictionCheck, RedisSetupError, RedisStoreBuilder, ReplicasBehind};
 }
 
 /// The distributed lock, re-exported from `idem_core`: see
 /// [`idem_core::lock`] for what it guarantees and what it does not.
 pub mod lock {
     pub use idem_core::lock::*;
+    pub use idem_core::{FairLock, Lock};
 }
 
 /// What `#[avoid_repeat]` expands to; not a public API.

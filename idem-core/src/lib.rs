@@ -10,10 +10,11 @@
 //! that all instances share**: `SET key owner NX PX ttl`, a `DEL` that returns 1 exactly
 //! once, a Lua compare-and-delete.
 //!
-//! - [`Store`]: the operations, as a trait.
+//! - [`Store`]: the operations, as a trait; [`FairStore`] adds waiting in arrival order.
 //! - [`MemoryStore`]: the embedded default, for one process; bounded in memory.
-//! - `RedisStore` (feature `redis`, on by default): for many processes, Redis Cluster
-//!   included.
+//! - Stores in other crates, written against this crate's public API: `RedisStore`
+//!   (crate `idem-redis`) for many processes, Redis Cluster included; `PostgresStore` and
+//!   `SqliteStore` (crate `idem-sqlx`) for records that commit with the business data.
 //! - [`AnyStore`]: any store behind one concrete type, for code that cannot be generic.
 //! - [`Lock`]: a distributed lock over any store — owner tokens, leases with an optional
 //!   watchdog, fencing tokens if asked for ([`Lock::fenced`]), reentry, waiting that wakes
@@ -44,20 +45,21 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
-mod key;
+pub mod key;
 pub mod lock;
 pub mod store;
 
-pub use key::{Fingerprint, Key, KeyError, Owner};
-pub use lock::{
-    FairLock, Fenced, FencingMode, Lease, Lock, LockError, LockGuard, LockLost, Unfenced,
-};
-pub use store::{
-    Acquire, AnyStore, Begin, BoxError, FairStore, Fencing, FencingToken, MemoryStore,
-    MemoryStoreBuilder, RELEASE_POLL_INTERVAL, Store, StoreError, Turn,
-};
-#[cfg(feature = "redis")]
-pub use store::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder, ReplicasBehind};
+// What an application or a store author writes first. Each item is public here only, and
+// everything else only in its module (`key`, `lock`, `store`): one path per public item,
+// which the public API snapshot in the repository's tests checks.
+pub use key::names::{Fingerprint, Key, Owner};
+pub use lock::fair::FairLock;
+pub use lock::mutex::Lock;
+pub use store::any::AnyStore;
+pub use store::contract::{Acquire, Begin, Store};
+pub use store::error::StoreError;
+pub use store::fair::FairStore;
+pub use store::memory::MemoryStore;
 
 /// The README's examples, compiled (and run where they can be) as doctests.
 #[cfg(doctest)]

@@ -34,7 +34,7 @@ pub(crate) type RecordRow = (bool, Option<bool>, Option<Vec<u8>>, Option<i64>);
 pub(crate) type TurnRow = (Option<String>, Option<i64>, Option<i64>, Option<String>);
 
 /// What one fair attempt found, as the database said it: the store reads the tokens and
-/// milliseconds into a [`Turn`](idem_core::Turn).
+/// milliseconds into a [`Turn`](idem_core::store::Turn).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InTurn {
     /// The caller took the lock; the fencing token drawn, if one was asked for.

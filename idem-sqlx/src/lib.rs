@@ -65,7 +65,7 @@
 //! | store | for | a decision costs | a crash after the business commit, before the response is stored |
 //! |---|---|---|---|
 //! | `MemoryStore` (idem-core) | one process | a mutex | the record dies with the process: a retry runs the handler again |
-//! | `RedisStore` (idem-core) | many instances, guards in the sub-millisecond | one Redis round trip | the record stays in progress; once its lease runs out a retry runs the handler again |
+//! | `RedisStore` (idem-redis) | many instances, guards in the sub-millisecond | one Redis round trip | the record stays in progress; once its lease runs out a retry runs the handler again |
 //! | [`PostgresStore`], [`SqliteStore`] | exactly-once with the business data | one SQL statement (see the table below), a write to the database's log | cannot happen: the record commits with the writes ([`commit_with_record`](SqlStore::commit_with_record)), and a retry replays the stored response |
 //!
 //! Every store makes each decision atomically and fences completion; what sets the SQL
@@ -118,7 +118,7 @@
 //!   where the database is the only shared thing the instances have.
 //! - **Waiting for a lock polls.** [`wait_for_release`](idem_core::Store::wait_for_release)
 //!   is the trait's default: it asks for the key's remaining time every 10 ms
-//!   ([`RELEASE_POLL_INTERVAL`](idem_core::RELEASE_POLL_INTERVAL)), and every waiter
+//!   ([`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)), and every waiter
 //!   sees a release at once. Fine for a few waiters per lock; with many, each one costs a
 //!   `SELECT` every 10 ms (PostgreSQL's `LISTEN`/`NOTIFY` would need a connection per
 //!   store kept listening, and is not used). A [`FairLock`](idem_core::FairLock)'s waiters

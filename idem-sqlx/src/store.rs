@@ -6,11 +6,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use idem_core::store::poll_until;
-use idem_core::{
-    Acquire, Begin, FairStore, Fencing, FencingToken, Fingerprint, Key, Owner, Store, StoreError,
-    Turn,
-};
+use idem_core::store::{Fencing, FencingToken, Turn};
+use idem_core::store::{poll_until, ttl_millis};
+use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError};
 use sqlx::Pool;
 
 use crate::backend::{Arg, InTurn, LockRow, RecordRow, SqlBackend, is_timeout};
@@ -295,26 +293,15 @@ fn store_error<DB: SqlBackend>(
             | sqlx::Error::Decode(_)
             | sqlx::Error::TypeNotFound { .. },
             _,
-        ) => unexpected(operation, error),
+        ) => StoreError::unexpected(operation, error),
         _ => StoreError::backend(error),
     }
 }
 
-fn unexpected(operation: &'static str, answer: impl ToString) -> StoreError {
-    StoreError::UnexpectedAnswer {
-        operation,
-        answer: answer.to_string(),
-    }
-}
-
-/// The longest TTL kept, a century, as every store in idem keeps it.
-const LONGEST_TTL_MS: i64 = 100 * 365 * 24 * 60 * 60 * 1000;
-
-/// A TTL in whole milliseconds: at least 1, at most a century.
+/// A TTL in whole milliseconds as every store keeps it, as the `BIGINT` the statements take.
 fn millis(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_millis())
-        .unwrap_or(i64::MAX)
-        .clamp(1, LONGEST_TTL_MS)
+    // At most a century of milliseconds, far below `i64::MAX`.
+    i64::try_from(ttl_millis(ttl)).unwrap_or(i64::MAX)
 }
 
 /// Milliseconds left of a row the statement found live; `None` for an answer without them.
@@ -424,7 +411,7 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
             lock_answers,
         );
         acquired(self.run("acquire", row).await?, owner, fencing)
-            .map_err(|answer| unexpected("acquire", answer))
+            .map_err(|answer| StoreError::unexpected("acquire", answer))
     }
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
@@ -496,7 +483,7 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
             record_answers,
         );
         begun(self.run("begin_record", row).await?)
-            .map_err(|answer| unexpected("begin_record", answer))
+            .map_err(|answer| StoreError::unexpected("begin_record", answer))
     }
 
     async fn complete_record(
@@ -556,10 +543,10 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
             place.map(millis),
         );
         in_turn(self.run("acquire_in_turn", attempt).await?, fencing)
-            .map_err(|answer| unexpected("acquire_in_turn", answer))
+            .map_err(|answer| StoreError::unexpected("acquire_in_turn", answer))
     }
 
-    /// Reads, every [`RELEASE_POLL_INTERVAL`](idem_core::RELEASE_POLL_INTERVAL) (with
+    /// Reads, every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (with
     /// [`poll_until`]), whether the lock is free and `owner`'s place is the first live one
     /// in its queue, or `owner` has no place (its next attempt queues it again). It never
     /// writes: a release needs no signal, and waiters cost the
@@ -621,13 +608,6 @@ mod tests {
             weak.upgrade().is_none()
         })
         .await;
-    }
-
-    #[test]
-    fn ttls_are_kept_within_a_millisecond_and_a_century() {
-        assert_eq!(millis(Duration::ZERO), 1);
-        assert_eq!(millis(Duration::from_micros(1500)), 1);
-        assert_eq!(millis(Duration::MAX), LONGEST_TTL_MS);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! against every store: each a [`Backend`] of the store conformance suite.
 
 use idem_core::conformance::Backend;
-use idem_core::{AnyStore, MemoryStore, RedisStore, RedisStoreBuilder};
+use idem_core::{AnyStore, MemoryStore};
+use idem_redis::{RedisStore, RedisStoreBuilder};
 use idem_sqlx::{PostgresStore, SqliteStore};
 
 use crate::postgres_server::PostgresServer;

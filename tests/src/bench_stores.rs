@@ -1,6 +1,7 @@
 //! The stores a benchmark runs each case on.
 
-use idem_core::{MemoryStore, RedisStore};
+use idem_core::MemoryStore;
+use idem_redis::RedisStore;
 use tokio::runtime::Runtime;
 
 use crate::RedisServer;

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem_core::{FencingMode, LockError, LockGuard, Store};
+use idem_core::Store;
+use idem_core::lock::{FencingMode, LockError, LockGuard};
 use tokio::sync::Barrier;
 
 /// 100 tasks, each taking a lock through `acquire` (each call makes one task's

@@ -5,9 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use idem_core::{
-    Acquire, Begin, FairStore, Fencing, Fingerprint, Key, Owner, Store, StoreError, Turn,
-};
+use idem_core::store::{Fencing, Turn};
+use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError};
 
 /// A store that counts the calls that matter to the lock, and forwards everything.
 #[derive(Debug, Clone)]

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use idem_core::{Fencing, Key, Owner, Store};
+use idem_core::store::Fencing;
+use idem_core::{Key, Owner, Store};
 
 /// Takes the lock `name` on `store` for a fresh owner, fenced, for a minute: a holder whose
 /// lock a case then waits on, releases, renews or tampers with. Answers the lock's key and

@@ -48,7 +48,8 @@ pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
 pub use redis_server::{
-    RedisCluster, RedisServer, redis_server_binary, unreachable_redis_store, unused_port,
+    RedisCluster, RedisServer, lazy_store, redis_server_binary, unreachable_redis_store,
+    unused_port,
 };
 pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp};
 pub use timing::{median, micros_since_epoch, percentile};

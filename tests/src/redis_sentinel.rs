@@ -8,9 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use idem_core::{RedisStore, RedisStoreBuilder};
+use idem_redis::{RedisStore, RedisStoreBuilder};
 
-use crate::redis_server::{RedisServer, redis_server_binary, unused_port};
+use crate::redis_server::{RedisServer, lazy_store, redis_server_binary, unused_port};
 
 /// The name the Sentinels know the master by.
 pub const MASTER_NAME: &str = "idem-master";
@@ -128,11 +128,10 @@ impl RedisSentinels {
     ///
     /// Never: the URLs are well formed.
     pub fn store_with(&self, builder: RedisStoreBuilder) -> RedisStore {
-        let urls = self.urls();
-        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-        builder
-            .build_with_sentinel(&urls, MASTER_NAME)
-            .expect("the Sentinels' URLs")
+        lazy_store(
+            builder,
+            idem_redis::RedisServer::sentinel(self.urls(), MASTER_NAME),
+        )
     }
 
     /// The master the set started with.

@@ -2,13 +2,14 @@
 //! with its own temporary data directory, no persistence, stopped when dropped.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use idem_core::{RedisStore, RedisStoreBuilder};
+use idem_redis::{RedisStore, RedisStoreBuilder};
 
 const INSTALL_HINT: &str = "\
 redis-server was not found: the tests start a real Redis of their own.
@@ -49,10 +50,10 @@ pub fn unused_port() -> u16 {
 ///
 /// When the store cannot be built.
 pub fn unreachable_redis_store(timeout: Duration) -> RedisStore {
-    RedisStore::builder()
-        .with_timeout(timeout)
-        .build_with_url(&format!("redis://127.0.0.1:{}/", unused_port()))
-        .expect("a valid URL")
+    lazy_store(
+        RedisStore::builder().with_timeout(timeout),
+        idem_redis::RedisServer::url(format!("redis://127.0.0.1:{}/", unused_port())),
+    )
 }
 
 /// A port that is free, and whose cluster bus port (`port + 10000`) is free as well.
@@ -198,9 +199,7 @@ impl RedisServer {
 
     /// A [`RedisStore`] on this server with the given settings.
     pub fn store_with(&self, builder: RedisStoreBuilder) -> RedisStore {
-        builder
-            .build_with_url(&self.url())
-            .expect("a store from the test server's URL")
+        lazy_store(builder, idem_redis::RedisServer::url(self.url()))
     }
 
     /// Runs one command on a connection of its own.
@@ -427,9 +426,7 @@ impl RedisCluster {
         let pool = deadpool_redis::cluster::Config::from_urls(self.urls())
             .create_pool(Some(deadpool_redis::Runtime::Tokio1))
             .expect("a cluster pool for the test cluster");
-        builder
-            .build_with_cluster_pool(pool)
-            .expect("a store on the test cluster")
+        lazy_store(builder, idem_redis::RedisServer::cluster(pool))
     }
 
     /// Every key on every node, each with the port of the node that holds it.
@@ -438,5 +435,24 @@ impl RedisCluster {
             .iter()
             .flat_map(|node| node.keys().into_iter().map(|key| (node.port(), key)))
             .collect()
+    }
+}
+
+/// A [lazy](RedisStoreBuilder::with_lazy_connect) store on `server`, which connects on its
+/// first operation, as the suites' stores always have: tests that start or stop servers
+/// under a store, or count its connections, rely on it.
+///
+/// A lazy `connect` only reads the settings and opens nothing, so it is ready when first
+/// polled, and the harness hands out stores without an `.await`.
+///
+/// # Panics
+///
+/// When the settings or the server's address cannot be read.
+pub fn lazy_store(builder: RedisStoreBuilder, server: idem_redis::RedisServer) -> RedisStore {
+    let connect = std::pin::pin!(builder.with_lazy_connect(true).connect(server));
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match connect.poll(&mut context) {
+        std::task::Poll::Ready(store) => store.expect("a store on the test server"),
+        std::task::Poll::Pending => unreachable!("a lazy connect opens nothing"),
     }
 }

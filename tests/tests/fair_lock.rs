@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_core::{FairLock, FairStore, Fenced, Key, Lease, Lock, LockError, LockGuard, RedisStore};
+use idem_core::lock::{Fenced, Lease, LockError, LockGuard};
+use idem_core::{FairLock, FairStore, Key, Lock};
+use idem_redis::RedisStore;
 use idem_tests::{
     Backend, ClusterBackend, Counting, MemoryBackend, RedisBackend, RedisServer,
     a_hundred_contenders_never_overlap, eventually, micros_since_epoch, spawn_piped,
@@ -287,7 +289,7 @@ async fn queue_becomes(server: &RedisServer, lock: &Key, expected: &[String]) {
 
 /// Takes `lock` on `server` for a minute, for waiters to queue behind.
 async fn hold(server: &RedisServer, lock: &Key) -> LockGuard<RedisStore> {
-    let store = RedisStore::from_url(&server.url()).expect("a store on the test Redis");
+    let store = server.store();
     fair(store, lock.as_str(), Lease::Fixed(LONG))
         .try_acquire()
         .await
@@ -345,11 +347,7 @@ async fn fifty_waiters_in_two_processes_acquire_in_arrival_order() {
     // A newcomer in this process tries to take the lock all along, without queueing.
     let barging = Arc::new(AtomicBool::new(true));
     let barger = tokio::spawn({
-        let (store, lock, barging) = (
-            RedisStore::from_url(&server.url()).unwrap(),
-            lock.clone(),
-            barging.clone(),
-        );
+        let (store, lock, barging) = (server.store(), lock.clone(), barging.clone());
         async move {
             let mut taken_at_us = Vec::new();
             while barging.load(Ordering::SeqCst) {

@@ -11,10 +11,9 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use idem_core::{
-    Acquire, Begin, FairStore, Fencing, Fingerprint, Key, Lease, Lock, LockError, Owner, Store,
-    StoreError, Turn,
-};
+use idem_core::lock::{Lease, LockError};
+use idem_core::store::{Fencing, Turn};
+use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Lock, Owner, Store, StoreError};
 use idem_sqlx::{CommitError, PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
 use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually, hold_fenced};
 use sqlx::{Executor, FromRow, Pool, Postgres, Sqlite, Transaction};

@@ -33,7 +33,7 @@
 //! | impl | acquire | release |
 //! |---|---|---|
 //! | `bare` | redis-rs `SET key token NX PX 2000` on one multiplexed connection | a Lua compare-and-delete (`EVALSHA`) |
-//! | `idem` | `idem_core::lock::Lock::try_acquire` on a `RedisStore` | `LockGuard::release` |
+//! | `idem` | `idem_core::Lock::try_acquire` on a `RedisStore` | `LockGuard::release` |
 //! | `rslock` | `LockManager::lock` on one server, one try | `LockManager::unlock` |
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -133,12 +133,18 @@ async fn serve(args: &Args) -> Result<(), Error> {
     let app = match kind {
         "bare" => guarded,
         "idem-memory" => idem_router(guarded, idem_axum::MemoryStore::new()),
-        "idem-redis" => idem_router(guarded, idem_axum::RedisStore::from_url(redis()?)?),
+        "idem-redis" => idem_router(
+            guarded,
+            idem_axum::RedisStore::builder()
+                .connect(idem_axum::RedisServer::url(redis()?))
+                .await?,
+        ),
         "idem-redis-uncached" => idem_router(
             guarded,
             idem_axum::RedisStore::builder()
                 .with_replay_cache(0)
-                .build_with_url(redis()?)?,
+                .connect(idem_axum::RedisServer::url(redis()?))
+                .await?,
         ),
         "idempotent-memory" => guarded.layer(
             idempotent::middleware::IdempotencyLayer::new(
@@ -228,7 +234,7 @@ enum Locker {
         connection: redis::aio::MultiplexedConnection,
         release: Arc<redis::Script>,
     },
-    Idem(idem_core::lock::Lock<idem_core::RedisStore>),
+    Idem(idem_core::Lock<idem_redis::RedisStore>),
     Rslock(rslock::LockManager),
 }
 
@@ -308,7 +314,9 @@ async fn lock(args: &Args) -> Result<(), Error> {
     let release = Arc::new(redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
     ));
-    let idem_store = idem_core::RedisStore::from_url(&url)?;
+    let idem_store = idem_redis::RedisStore::builder()
+        .connect(idem_redis::RedisServer::url(&url))
+        .await?;
     let mut manager = rslock::LockManager::new(vec![url.clone()]);
     manager.set_retry(1, Duration::from_millis(1));
 
@@ -327,7 +335,7 @@ async fn lock(args: &Args) -> Result<(), Error> {
                 connection: bare_connection.clone(),
                 release: release.clone(),
             },
-            "idem" => Locker::Idem(idem_core::lock::Lock::new(
+            "idem" => Locker::Idem(idem_core::Lock::new(
                 idem_store.clone(),
                 idem_core::Key::hashed([key.as_bytes()]),
                 idem_core::lock::Lease::Fixed(LEASE),

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use axum::Router;
 use idem_axum::store::AnyStore;
-use idem_axum::{MemoryStore, RedisStore};
+use idem_axum::{MemoryStore, RedisServer, RedisStore};
 
 /// The environment variables that stand for an option the command line leaves out.
 const FROM_ENV: [(&str, &str); 2] = [("--port", "PORT"), ("--redis", "IDEM_REDIS_URL")];
@@ -102,10 +102,10 @@ impl CommandLine {
     ///
     /// # Errors
     ///
-    /// The Redis URL cannot be read.
-    pub fn store(&self) -> Result<AnyStore, idem_axum::store::RedisSetupError> {
+    /// The Redis URL cannot be read, or Redis cannot be reached and checked.
+    pub async fn store(&self) -> Result<AnyStore, idem_axum::store::RedisSetupError> {
         Ok(match self.value("--redis") {
-            Some(url) => AnyStore::new(RedisStore::from_url(url)?),
+            Some(url) => AnyStore::new(RedisStore::builder().connect(RedisServer::url(url)).await?),
             None => AnyStore::new(MemoryStore::new()),
         })
     }

@@ -11,7 +11,7 @@ const USAGE: &str = "usage: example-idempotency-key [--port N] [--redis URL]";
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let command_line = CommandLine::parse(USAGE, &["--redis"])?;
-    let app = IdempotencyKeyExample::new(command_line.store()?).router();
+    let app = IdempotencyKeyExample::new(command_line.store().await?).router();
     let what = format!(
         "idempotency-key example, records {}",
         command_line.store_name()

@@ -26,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .value("--db")
         .map_or_else(|| temporary.path().join("row.db"), std::path::PathBuf::from);
     let lease = Duration::from_millis(command_line.number("--lease-ms", 1000)?.max(1));
-    let example = LockExample::open(command_line.store()?, &db)
+    let example = LockExample::open(command_line.store().await?, &db)
         .await?
         .with_lease(lease);
     let what = format!(

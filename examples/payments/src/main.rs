@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use example_cli::{CommandLine, serve};
 use example_payments::{CRASH_AFTER_COMMIT, Payments, Records};
-use idem_axum::RedisStore;
+use idem_axum::{RedisServer, RedisStore};
 
 const USAGE: &str = "usage: example-payments [--port N] [--db PATH] [--redis URL] [--lease-ms N]";
 
@@ -41,7 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         })
         .map_or_else(|| temporary.path().join("payments.db"), PathBuf::from);
     let records = match redis {
-        Some(url) => Records::InRedis(RedisStore::from_url(url)?),
+        Some(url) => Records::InRedis(RedisStore::builder().connect(RedisServer::url(url)).await?),
         None => Records::InDatabase,
     };
     let payments = Payments::open(&db, records)

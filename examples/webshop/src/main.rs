@@ -39,7 +39,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Some(db) => db,
         None => default_database()?,
     };
-    let shop = Shop::new(example_webshop::connect(&db).await?, command_line.store()?);
+    let shop = Shop::new(
+        example_webshop::connect(&db).await?,
+        command_line.store().await?,
+    );
     let cleanup = shop.clone();
     tokio::spawn(async move {
         if let Err(error) = cleanup.delete_expired_sessions(SESSION_CLEANUP).await {

@@ -10,7 +10,8 @@ use tracing::Instrument;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use idem_core::{Acquire, AnyStore, Fencing, Fingerprint, Key, Owner, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, AnyStore, Fingerprint, Key, Owner, Store};
 
 use super::{Release, Settings};
 use crate::client::ClientId;

@@ -45,7 +45,7 @@ impl fmt::Debug for IdemBuilder {
 
 impl IdemBuilder {
     /// The store (default: a new [`MemoryStore`]). Use a
-    /// [`RedisStore`](idem_core::RedisStore) when the application runs as several
+    /// [`RedisStore`](idem_redis::RedisStore) when the application runs as several
     /// instances: a memory store only sees its own process's requests.
     ///
     /// ```

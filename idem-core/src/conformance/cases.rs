@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{Backend, all_at_once, eventually};
-use crate::{Acquire, Begin, Fencing, Fingerprint, Key, Owner, Store};
+use crate::store::Fencing;
+use crate::{Acquire, Begin, Fingerprint, Key, Owner, Store};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(50);

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::{Backend, all_at_once, eventually};
-use crate::{FairStore, Fencing, Key, Owner, Store, Turn};
+use crate::store::{Fencing, Turn};
+use crate::{FairStore, Key, Owner, Store};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(50);

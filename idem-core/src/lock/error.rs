@@ -31,7 +31,7 @@ pub enum LockError {
     NoRuntime,
 }
 
-/// Why [`LockGuard::lost`](crate::LockGuard::lost) completed: the holder can no longer
+/// Why [`LockGuard::lost`](crate::lock::LockGuard::lost) completed: the holder can no longer
 /// count on holding the lock and should stop the work it protects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -39,7 +39,7 @@ pub enum LockLost {
     /// A renewal found the lock no longer this owner's: it expired, was deleted, or
     /// another owner holds it now.
     NotHeld,
-    /// The lease ran out: a [`Lease::Fixed`](crate::Lease::Fixed) one reached its end, or
+    /// The lease ran out: a [`Lease::Fixed`](crate::lock::Lease::Fixed) one reached its end, or
     /// the watchdog's renewals failed (the store did not answer) until it did. Someone
     /// else may hold the lock already.
     Expired,

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 
-use super::{FencingMode, Lease, Lock, LockError, LockGuard, Unfenced, time_left};
+use super::mutex::Lock;
+use super::{FencingMode, Lease, LockError, LockGuard, Unfenced, time_left};
 use crate::key::{Key, Owner};
 use crate::store::{FairStore, Turn};
 
@@ -22,7 +23,8 @@ const SHORTEST_PLACE_TIMEOUT: Duration = Duration::from_millis(30);
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_core::{Key, Lease, Lock, MemoryStore};
+/// use idem_core::{Key, Lock, MemoryStore};
+/// use idem_core::lock::Lease;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = MemoryStore::new(); // or a RedisStore, shared by every instance
@@ -90,7 +92,8 @@ impl<S: FairStore, F: FencingMode> Lock<S, F> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use idem_core::{FairLock, Fenced, Key, Lease, Lock, MemoryStore};
+    /// use idem_core::{FairLock, Key, Lock, MemoryStore};
+    /// use idem_core::lock::{Fenced, Lease};
     /// let lock: FairLock<MemoryStore, Fenced> =
     ///     Lock::new(MemoryStore::new(), Key::new("ledger").unwrap(), Lease::Fixed(Duration::from_secs(5)))
     ///         .fenced()
@@ -112,7 +115,8 @@ impl<S: FairStore, F: FencingMode> FairLock<S, F> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use idem_core::{Key, Lease, Lock, MemoryStore};
+    /// # use idem_core::{Key, Lock, MemoryStore};
+    /// # use idem_core::lock::Lease;
     /// let lock = Lock::new(MemoryStore::new(), Key::new("job").unwrap(), Lease::Fixed(Duration::from_secs(60)))
     ///     .fair()
     ///     .with_place_timeout(Duration::from_secs(1));

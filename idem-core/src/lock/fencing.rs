@@ -14,7 +14,7 @@ mod sealed {
 }
 
 /// Whether a [`Lock`](crate::Lock) draws a fencing token with each acquisition: the
-/// second type parameter of [`Lock`](crate::Lock) and [`LockGuard`](crate::LockGuard),
+/// second type parameter of [`Lock`](crate::Lock) and [`LockGuard`](crate::lock::LockGuard),
 /// [`Unfenced`] or [`Fenced`]. See [fencing or not](crate::lock#fencing-or-not).
 ///
 /// Sealed: there are exactly these two.
@@ -38,7 +38,7 @@ pub trait FencingMode: sealed::Sealed + Debug + Send + Sync + 'static {
 pub struct Unfenced;
 
 /// A lock whose every acquisition draws a fencing token, larger than every token drawn
-/// for the same name before: [`LockGuard::fencing_token`](crate::LockGuard::fencing_token).
+/// for the same name before: [`LockGuard::fencing_token`](crate::lock::LockGuard::fencing_token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Fenced;
 

@@ -18,7 +18,7 @@ pub enum Lease {
     /// Held for this long after acquiring, unless released first; never extended.
     ///
     /// For work with a known bound. Work that overruns it runs without the lock:
-    /// [`LockGuard::lost`](crate::LockGuard::lost) completes when the lease ends.
+    /// [`LockGuard::lost`](crate::lock::LockGuard::lost) completes when the lease ends.
     Fixed(Duration),
     /// Held for this long at a time, and renewed by a watchdog task every third of it
     /// while the guard lives (Redisson's watchdog; its default is 30 s).
@@ -35,7 +35,7 @@ impl Lease {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use idem_core::Lease;
+    /// use idem_core::lock::Lease;
     /// assert_eq!(Lease::Watchdog(Duration::from_secs(30)).duration(), Duration::from_secs(30));
     /// ```
     pub fn duration(self) -> Duration {

@@ -24,7 +24,7 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Sen
 /// Clones share the store. `AnyStore` implements [`Store`] itself.
 ///
 /// ```
-/// use idem_core::{AnyStore, MemoryStore, Store, Key};
+/// use idem_core::{AnyStore, Key, MemoryStore, Store};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
 /// let store = AnyStore::new(MemoryStore::new());
 /// let (client, token) = (Key::new("client-7").unwrap(), Key::new("t").unwrap());

@@ -11,8 +11,8 @@ use crate::key::{Key, Owner};
 /// grants the lock in the order they queued: the operations of a
 /// [`FairLock`](crate::FairLock).
 ///
-/// Implemented by [`MemoryStore`](crate::MemoryStore) and `RedisStore` (standalone and
-/// Cluster); `idem-sqlx` implements it for its SQL stores. [`AnyStore`](crate::AnyStore)
+/// Implemented by [`MemoryStore`](crate::MemoryStore); `idem-redis` implements it for
+/// `RedisStore` (standalone and Cluster), `idem-sqlx` for its SQL stores. [`AnyStore`](crate::AnyStore)
 /// does not: a fair lock is made on the concrete store.
 ///
 /// # The queue

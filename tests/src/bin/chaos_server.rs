@@ -47,7 +47,7 @@ use idem_axum::idempotency::RecordScope;
 use idem_axum::lock::{Lease, Lock, LockError, LockGuard};
 use idem_axum::store::{Key, Owner, Store};
 use idem_axum::{
-    FormToken, Idem, IdempotencyLayer, RedisStore, VerifyFormTokenLayer, avoid_repeat,
+    FormToken, Idem, IdempotencyLayer, RedisServer, RedisStore, VerifyFormTokenLayer, avoid_repeat,
 };
 use idem_tests::chaos::{CLIENT_HEADER, Event, Ledger, OP_HEADER, Route};
 use serde_json::json;
@@ -69,18 +69,19 @@ async fn main() -> ExitCode {
 
 async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let options = Options::from_args()?;
-    let mut builder = RedisStore::builder().with_timeout(options.timeout);
+    // Lazy: the chaos run starts and kills Redis under the servers.
+    let mut builder = RedisStore::builder()
+        .with_timeout(options.timeout)
+        .with_lazy_connect(true);
     if let Some((replicas, within)) = options.replica_acks {
         builder = builder.with_replica_acks(replicas, within);
     }
-    let store = match (&options.redis, options.sentinels.as_slice()) {
-        (Some(url), []) => builder.build_with_url(url)?,
-        (None, [_, ..]) => {
-            let urls: Vec<&str> = options.sentinels.iter().map(String::as_str).collect();
-            builder.build_with_sentinel(&urls, &options.master)?
-        }
+    let server = match (&options.redis, options.sentinels.as_slice()) {
+        (Some(url), []) => RedisServer::url(url),
+        (None, [_, ..]) => RedisServer::sentinel(&options.sentinels, &options.master),
         _ => return Err(format!("give --redis or --sentinels; {USAGE}").into()),
     };
+    let store = builder.connect(server).await?;
     let app = App {
         ledger: Arc::new(Ledger::create(&options.ledger, &options.name)?),
         store: store.clone(),

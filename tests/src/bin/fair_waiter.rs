@@ -12,7 +12,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idem_core::{Key, Lease, Lock, Owner, RedisStore};
+use idem_core::lock::Lease;
+use idem_core::{Key, Lock, Owner};
+use idem_redis::{RedisServer, RedisStore};
 use redis::AsyncCommands;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -26,7 +28,7 @@ async fn wait(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: fair_waiter <key> <place-timeout-ms> <redis-url>".into());
     };
     let place_timeout = Duration::from_millis(place_ms.parse()?);
-    let store = RedisStore::from_url(url)?;
+    let store = RedisStore::builder().connect(RedisServer::url(url)).await?;
     let counter = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;

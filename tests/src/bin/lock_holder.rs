@@ -13,7 +13,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idem_core::{Key, Lease, Lock, RedisStore};
+use idem_core::lock::Lease;
+use idem_core::{Key, Lock};
+use idem_redis::{RedisServer, RedisStore};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[tokio::main]
@@ -35,15 +37,15 @@ async fn hold(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         "watchdog" => Lease::Watchdog(lease),
         other => return Err(format!("unknown lease kind {other:?}").into()),
     };
-    let store = match urls {
+    let server = match urls {
         [] => return Err("no Redis URL".into()),
-        [url] => RedisStore::from_url(url)?,
-        nodes => {
-            let pool = deadpool_redis::cluster::Config::from_urls(nodes.to_vec())
-                .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
-            RedisStore::builder().build_with_cluster_pool(pool)?
-        }
+        [url] => RedisServer::url(url),
+        nodes => RedisServer::cluster(
+            deadpool_redis::cluster::Config::from_urls(nodes.to_vec())
+                .create_pool(Some(deadpool_redis::Runtime::Tokio1))?,
+        ),
     };
+    let store = RedisStore::builder().connect(server).await?;
     let guard = Lock::new(store, Key::new(key.as_str())?, lease)
         .fenced()
         .try_acquire()

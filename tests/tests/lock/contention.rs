@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use idem_core::{Lease, Lock};
+use idem_core::Lock;
+use idem_core::lock::Lease;
 use idem_tests::a_hundred_contenders_never_overlap;
 
 use crate::{LONG, LockBackend, key};

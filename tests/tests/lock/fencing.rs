@@ -5,7 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use idem_core::{Key, Lease, Lock};
+use idem_core::lock::Lease;
+use idem_core::{Key, Lock};
 use idem_tests::{Backend, RedisBackend, eventually, spawn_piped};
 
 use crate::{LONG, LockBackend, is_free, key};

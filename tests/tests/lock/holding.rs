@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use idem_core::{Fenced, Lease, Lock, LockError, LockLost, Store, Unfenced};
+use idem_core::lock::{Fenced, Lease, LockError, LockLost, Unfenced};
+use idem_core::{Lock, Store};
 
 use crate::{LONG, LockBackend, Mode, delete_behind_its_back, key};
 

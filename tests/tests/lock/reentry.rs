@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use idem_core::{Fenced, Lease, Lock, LockError, Owner, Unfenced};
+use idem_core::lock::{Fenced, Lease, LockError, Unfenced};
+use idem_core::{Lock, Owner};
 
 use crate::{LONG, LockBackend, Mode, is_free, key};
 

@@ -6,7 +6,8 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use idem_core::{Lease, Lock, LockError, MemoryStore};
+use idem_core::lock::{Lease, LockError};
+use idem_core::{Lock, MemoryStore};
 use idem_tests::{Counting, eventually};
 
 use crate::{LONG, LockBackend, is_free, key};

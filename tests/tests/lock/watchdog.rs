@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use idem_core::{Fenced, Lease, Lock, LockError, Unfenced};
+use idem_core::Lock;
+use idem_core::lock::{Fenced, Lease, LockError, Unfenced};
 use idem_tests::{Counting, eventually};
 
 use crate::{LONG, LockBackend, Mode, command_calls, is_free, key};

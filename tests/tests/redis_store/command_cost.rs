@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use idem_core::{Acquire, Fencing, Key, Owner, RedisStore, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Key, Owner, Store};
+use idem_redis::RedisStore;
 use idem_tests::RedisServer;
 
 use crate::{LONG, key};

@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_core::{Acquire, Fencing, Lease, Lock, Owner, RedisStore, Store};
+use idem_core::lock::Lease;
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Lock, Owner, Store};
+use idem_redis::RedisStore;
 use idem_tests::{RedisCluster, RedisServer, eventually};
 
-use crate::{LONG, SLACK, TIMEOUT, acquire_anew, key};
+use crate::{LONG, SLACK, Server, TIMEOUT, acquire_anew, key};
 
 #[tokio::test]
 async fn a_store_can_share_an_existing_pool() {
@@ -16,7 +19,11 @@ async fn a_store_can_share_an_existing_pool() {
     let pool = deadpool_redis::Config::from_url(server.url())
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
-    let store = RedisStore::builder().build_with_pool(pool.clone()).unwrap();
+    let store = RedisStore::builder()
+        .with_lazy_connect(true)
+        .connect(Server::pool(pool.clone()))
+        .await
+        .unwrap();
     let lock = key("pooled");
     store
         .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
@@ -104,7 +111,9 @@ async fn an_application_blpop_on_the_same_pool_does_not_stall_the_store() {
         .unwrap();
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .build_with_pool(pool.clone())
+        .with_lazy_connect(true)
+        .connect(Server::pool(pool.clone()))
+        .await
         .unwrap();
     // The store connects first, so that a socket it took from the pool would be there for
     // the application's next checkout.
@@ -137,7 +146,9 @@ async fn an_application_blpop_on_the_same_cluster_pool_does_not_stall_the_store(
         .unwrap();
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .build_with_cluster_pool(pool.clone())
+        .with_lazy_connect(true)
+        .connect(Server::cluster(pool.clone()))
+        .await
         .unwrap();
     acquire_anew(&store, "first").await.unwrap();
 

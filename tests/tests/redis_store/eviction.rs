@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
-use idem_core::{
-    Acquire, EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder, Store, StoreError,
-};
+use idem_core::{Acquire, Store, StoreError};
+use idem_redis::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
 use idem_tests::{RedisCluster, RedisServer, eventually};
 
-use crate::{LONG, TIMEOUT, acquire_anew, key};
+use crate::{LONG, Server, TIMEOUT, acquire_anew, key};
 
 /// A store builder set to refuse a server that may evict keys.
 fn refusing() -> RedisStoreBuilder {
@@ -19,7 +18,7 @@ fn refusing() -> RedisStoreBuilder {
 
 /// A store set to refuse a server that may evict keys, connected to `server`.
 async fn connect_refusing(server: &RedisServer) -> Result<RedisStore, RedisSetupError> {
-    refusing().connect_with_url(&server.url()).await
+    refusing().connect(Server::url(server.url())).await
 }
 
 /// Checks that `store` takes a new key `name`.
@@ -42,7 +41,11 @@ async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
     }
 
     // Built lazily, the store refuses on first use instead, and writes nothing.
-    let lazy = refusing().build_with_url(&server.url()).unwrap();
+    let lazy = refusing()
+        .with_lazy_connect(true)
+        .connect(Server::url(server.url()))
+        .await
+        .unwrap();
     for _ in 0..3 {
         let acquired = acquire_anew(&lazy, "evictable").await;
         assert!(
@@ -70,7 +73,7 @@ async fn a_server_that_may_evict_keys_is_used_with_a_warning_by_default() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"]);
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .connect_with_url(&server.url())
+        .connect(Server::url(server.url()))
         .await
         .expect("warned, not refused");
     assert_acquires(&store, "warned").await;
@@ -115,12 +118,12 @@ async fn a_cluster_with_one_evicting_primary_is_refused_when_set_to() {
             .with_eviction_policy_check(EvictionCheck::Refuse)
     };
     refuse()
-        .connect_with_cluster_pool(pool())
+        .connect(Server::cluster(pool()))
         .await
         .expect("every primary is noeviction");
 
     cluster.nodes()[2].command(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
-    let connected = refuse().connect_with_cluster_pool(pool()).await;
+    let connected = refuse().connect(Server::cluster(pool())).await;
     assert!(
         matches!(&connected, Err(RedisSetupError::EvictionPolicy { policy }) if policy == "volatile-ttl"),
         "{connected:?}"

@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use idem_core::{Acquire, Fencing, Owner, RedisStore, RedisStoreBuilder, ReplicasBehind, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Owner, Store};
+use idem_redis::{RedisStore, RedisStoreBuilder, ReplicasBehind};
 use idem_tests::{Forwarder, RedisSentinels, RedisServer, eventually};
 use redis::RedisError;
 
-use crate::{LONG, TIMEOUT, key};
+use crate::{LONG, Server, TIMEOUT, key};
 
 /// A failover as a client behind a fixed address sees it: server A is demoted to a replica
 /// of B and the address now leads to B, but the store's open connection still reaches A,
@@ -20,7 +22,9 @@ async fn a_readonly_reply_after_a_failover_replaces_the_connection() {
     let address = Forwarder::start(a.port()).await;
     let store = RedisStore::builder()
         .with_timeout(TIMEOUT)
-        .build_with_url(&address.url())
+        .with_lazy_connect(true)
+        .connect(Server::url(address.url()))
+        .await
         .unwrap();
     let owner = Owner::random();
     store

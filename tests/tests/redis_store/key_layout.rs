@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use idem_core::{Acquire, Fencing, Fingerprint, Owner, RedisSetupError, RedisStore, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Fingerprint, Owner, Store};
+use idem_redis::{RedisSetupError, RedisStore};
 use idem_tests::{RedisCluster, RedisServer};
 
-use crate::{LONG, key};
+use crate::{LONG, Server, key};
 
 #[tokio::test]
 async fn keys_carry_the_namespace_and_one_hash_tag() {
@@ -51,16 +53,19 @@ async fn keys_carry_the_namespace_and_one_hash_tag() {
     assert!(shop.consume_token(&client, &name).await.unwrap());
 }
 
-#[test]
-fn a_bad_namespace_or_url_is_refused_when_building() {
+#[tokio::test]
+async fn a_bad_namespace_or_url_is_refused_when_building() {
     let built = RedisStore::builder()
         .with_namespace("a{b}")
-        .build_with_url("redis://127.0.0.1:1/");
+        .connect(Server::url("redis://127.0.0.1:1/"))
+        .await;
     assert!(
         matches!(built, Err(RedisSetupError::Namespace(_))),
         "{built:?}"
     );
-    let built = RedisStore::builder().build_with_url("http://not-redis/");
+    let built = RedisStore::builder()
+        .connect(Server::url("http://not-redis/"))
+        .await;
     assert!(matches!(built, Err(RedisSetupError::Url(_))), "{built:?}");
 }
 

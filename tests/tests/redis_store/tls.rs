@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
-use idem_core::{Acquire, Fencing, Owner, RedisStore, Store};
+use idem_core::store::Fencing;
+use idem_core::{Acquire, Owner, Store};
+use idem_redis::RedisStore;
 use idem_tests::{RedisServer, unused_port};
 use redis::RedisError;
 
-use crate::{LONG, key};
+use crate::{LONG, Server, key};
 
 /// A certificate authority made for one test, and a certificate it signed for 127.0.0.1,
 /// written as PEM files into `dir`: (CA certificate PEM, certificate path, key path).
@@ -53,7 +55,9 @@ async fn over_tls_a_store_that_trusts_the_ca_works_and_one_that_does_not_is_refu
     let url = format!("rediss://127.0.0.1:{tls_port}");
     let store = RedisStore::builder()
         .with_timeout(Duration::from_secs(2))
-        .build_with_tls(&url, ca)
+        .with_lazy_connect(true)
+        .connect(Server::url_with_ca(&url, ca))
+        .await
         .expect("a TLS store");
     let owner = Owner::random();
     assert!(matches!(
@@ -66,7 +70,9 @@ async fn over_tls_a_store_that_trusts_the_ca_works_and_one_that_does_not_is_refu
 
     let untrusting = RedisStore::builder()
         .with_timeout(Duration::from_secs(2))
-        .build_with_url(&url)
+        .with_lazy_connect(true)
+        .connect(Server::url(&url))
+        .await
         .expect("a valid URL");
     let refused = untrusting
         .acquire(&key("over-tls"), &owner, LONG, Fencing::Off)

@@ -75,7 +75,8 @@ const RECLAIM_CHUNK: usize = 256;
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_core::{Acquire, Fencing, Key, MemoryStore, Owner, Store};
+/// use idem_core::{Acquire, Key, MemoryStore, Owner, Store};
+/// use idem_core::store::Fencing;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
 /// let store = MemoryStore::new();

@@ -1,4 +1,4 @@
-//! What a [`RedisStore`](super::RedisStore) learns of its server(s) on each new connection:
+//! What a [`RedisStore`](crate::RedisStore) learns of its server(s) on each new connection:
 //! the version, which picks how `acquire` takes a key and rules out servers too old for
 //! the rest, and the eviction policy, under which Redis may delete keys that still live.
 
@@ -8,9 +8,9 @@ use std::fmt;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, RedisResult, Value};
 
-use super::connection::Link;
-use super::{EvictionCheck, RedisSetupError};
-use crate::store::StoreError;
+use crate::RedisSetupError;
+use crate::connection::Link;
+use idem_core::StoreError;
 
 /// The oldest server the store runs on: `BLPOP` takes fractional timeouts from 6.0 on.
 const OLDEST: Version = Version::new(6, 0, 0);
@@ -18,18 +18,41 @@ const OLDEST: Version = Version::new(6, 0, 0);
 /// `SET` takes `NX` and `GET` together from 7.0 on.
 const SET_NX_GET: Version = Version::new(7, 0, 0);
 
+/// What a [`RedisStore`](crate::RedisStore) does with a server that may evict keys: one whose
+/// `maxmemory-policy` is not `noeviction`.
+///
+/// Every key idem writes has a TTL, so every eviction policy, `volatile-*` as much as
+/// `allkeys-*`, may delete a live anti-repeat window, idempotency record or lock when
+/// Redis runs short of memory, and the duplicate it stood for then gets through. The
+/// store reads the policy (`CONFIG GET maxmemory-policy`) whenever it opens its shared
+/// connection. Where the server does not allow `CONFIG` (as managed services often do),
+/// the check is skipped and logged at `info`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EvictionCheck {
+    /// Log a warning (`tracing::warn!`) and use the server.
+    #[default]
+    Warn,
+    /// Do not use the server: [`RedisStoreBuilder::connect`](crate::RedisStoreBuilder::connect)
+    /// fails with [`RedisSetupError::EvictionPolicy`], and on a
+    /// [lazy](crate::RedisStoreBuilder::with_lazy_connect) store every operation fails
+    /// with [`StoreError::Backend`], its source that same error, until the policy is
+    /// `noeviction` (the store asks again at most once a second).
+    Refuse,
+}
+
 /// How the store checks the server(s) it connects to.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Checks {
-    pub(super) eviction: EvictionCheck,
+pub(crate) struct Checks {
+    pub(crate) eviction: EvictionCheck,
     /// Acquire with the script whatever the version, to test that path on a new server.
-    pub(super) script_acquire: bool,
+    pub(crate) script_acquire: bool,
 }
 
 /// How `acquire` without fencing takes a key: both return who held it, or nil when the key
 /// was free and is now taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum AcquireCommand {
+pub(crate) enum AcquireCommand {
     /// `SET key owner NX PX ttl GET`: one command, Redis 7.0 or newer.
     SetNxGet,
     /// `GET`, then `SET NX PX` if free, in one script: any supported version.
@@ -38,7 +61,7 @@ pub(super) enum AcquireCommand {
 
 /// Why the store does not use a server.
 #[derive(Debug, Clone)]
-pub(super) enum Refusal {
+pub(crate) enum Refusal {
     /// Older than the store supports; the server's own account of its version.
     Version(String),
     /// May evict keys, and the store was set to refuse that; the policy.
@@ -57,7 +80,7 @@ impl From<Refusal> for StoreError {
 }
 
 /// What the check found: use the server this way, or not at all.
-pub(super) type Verdict = Result<AcquireCommand, Refusal>;
+pub(crate) type Verdict = Result<AcquireCommand, Refusal>;
 
 /// Reads the version and eviction policy of the server, or of every primary of a cluster,
 /// and judges them.
@@ -69,7 +92,7 @@ pub(super) type Verdict = Result<AcquireCommand, Refusal>;
 /// # Errors
 ///
 /// When the connection fails; a command the server refuses is not an error here.
-pub(super) async fn check(link: &mut Link, checks: Checks) -> RedisResult<Verdict> {
+pub(crate) async fn check(link: &mut Link, checks: Checks) -> RedisResult<Verdict> {
     let infos = every_node(link, redis::cmd("INFO").arg("server")).await?;
     let mut versions = Vec::with_capacity(infos.len());
     for info in infos {

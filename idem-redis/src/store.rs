@@ -1,10 +1,5 @@
 //! [`RedisStore`]: the store for several instances behind a load balancer.
 
-mod connection;
-mod fair;
-mod replay_cache;
-mod server;
-
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -12,11 +7,16 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
-use self::connection::{Connection, Connections, Source, WaitingConnections, unbounded_responses};
-use self::replay_cache::ReplayCache;
-use self::server::{AcquireCommand, Checks};
-use super::{Acquire, Begin, Fencing, FencingToken, Store, StoreError, ttl_millis};
-use crate::key::{Fingerprint, Key, KeyError, Owner};
+use idem_core::store::{Fencing, FencingToken, ttl_millis};
+use idem_core::{Acquire, Begin, Fingerprint, Key, Owner, Store, StoreError};
+
+#[cfg(doc)]
+use crate::EvictionCheck;
+use crate::builder::RedisStoreBuilder;
+use crate::connection::{Connection, Connections, Source, WaitingConnections};
+use crate::replay_cache::ReplayCache;
+use crate::server::{AcquireCommand, Checks};
+use crate::{RedisSetupError, ReplicasBehind};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
@@ -43,7 +43,7 @@ static CONSUME_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/consume_token.lua")));
 
 /// A script that uses the fair queue's functions: their definitions, then its body.
-fn fair_script(body: &str) -> Script {
+pub(crate) fn fair_script(body: &str) -> Script {
     Script::new(&[include_str!("scripts/fair_prelude.lua"), body].concat())
 }
 
@@ -57,7 +57,7 @@ const TOKEN_BUCKETS: u32 = 64;
 /// maybe opening a connection); keeping it longer only means that a later waiter may wake
 /// once for nothing, when the one it was left for gave up waiting. In milliseconds, as
 /// the scripts take it.
-const SIGNAL_KEPT_MS: &str = "5000";
+pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 
 /// A [`Store`] in Redis, shared by every instance of an application.
 ///
@@ -72,13 +72,13 @@ const SIGNAL_KEPT_MS: &str = "5000";
 ///   one that failed, so the next operation reaches the new primary.
 /// - **Redis Cluster**: keys are `namespace:{key}:kind`; everything one operation touches
 ///   shares the hash tag `{key}` and so one slot. Build from a cluster pool with
-///   [`RedisStoreBuilder::build_with_cluster_pool`].
+///   [`RedisServer::cluster`](crate::RedisServer::cluster).
 /// - **One round trip** per operation: all operations are multiplexed over one connection,
 ///   rather than checking one out of a pool per operation (deadpool pings on every
 ///   checkout). After a connection error or a timeout the store opens a fresh one. The
-///   connection is opened, and the server checked, on first use
-///   ([`build_with_url`](RedisStoreBuilder::build_with_url)) or at once
-///   ([`connect_with_url`](RedisStoreBuilder::connect_with_url)).
+///   connection is opened, and the server checked, by
+///   [`connect`](RedisStoreBuilder::connect), or on first use
+///   ([`with_lazy_connect`](RedisStoreBuilder::with_lazy_connect)).
 /// - **Connections of its own**: the store opens its connections with a deadpool manager
 ///   (the pool's, with its settings, when built from an application's pool) and never
 ///   takes one out of a pool or puts one back. An application's blocking command
@@ -133,13 +133,14 @@ const SIGNAL_KEPT_MS: &str = "5000";
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use idem_core::RedisStore;
+/// use idem_redis::{RedisServer, RedisStore};
 ///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn run() -> Result<(), idem_redis::RedisSetupError> {
 /// let store = RedisStore::builder()
 ///     .with_namespace("shop")
 ///     .with_timeout(Duration::from_millis(500))
-///     .build_with_url("redis://127.0.0.1:6379")?;
+///     .connect(RedisServer::url("redis://127.0.0.1:6379"))
+///     .await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -164,26 +165,14 @@ struct Inner {
 /// How many replicas must acknowledge a decisive write, within how long
 /// ([`RedisStoreBuilder::with_replica_acks`]).
 #[derive(Debug, Clone, Copy)]
-struct ReplicaAcks {
-    replicas: u32,
-    within: Duration,
-}
-
-/// A decisive write reached fewer replicas than the store was built to wait for
-/// ([`RedisStoreBuilder::with_replica_acks`]): a failover now could forget it. The
-/// source of the [`StoreError::Backend`] the operation returns.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{acknowledged} of the {wanted} replicas wanted acknowledged the write in time")]
-pub struct ReplicasBehind {
-    /// The replicas that acknowledged it.
-    pub acknowledged: u32,
-    /// The replicas the store waits for.
-    pub wanted: u32,
+pub(crate) struct ReplicaAcks {
+    pub(crate) replicas: u32,
+    pub(crate) within: Duration,
 }
 
 /// The kinds of entries, each a suffix of the Redis key.
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Lock,
     Fence,
     Waiters,
@@ -215,25 +204,35 @@ impl Kind {
 }
 
 impl RedisStore {
-    /// A store on the server at `url` (`redis://host:port/db`, `rediss://…` with the
-    /// feature `tls`,
-    /// `redis+unix:///path`), with the default settings.
-    ///
-    /// ```no_run
-    /// let store = idem_core::RedisStore::from_url("redis://127.0.0.1:6379").unwrap();
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`RedisSetupError`] when the URL cannot be read.
-    pub fn from_url(url: &str) -> Result<Self, RedisSetupError> {
-        Self::builder().build_with_url(url)
+    /// The store on `source` with the settings of `builder`, not connected yet.
+    pub(crate) fn new(source: Source, builder: RedisStoreBuilder) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                waiting: WaitingConnections::new(source.clone(), builder.max_waiting_connections),
+                connections: Connections::new(
+                    source,
+                    Checks {
+                        eviction: builder.eviction,
+                        script_acquire: builder.script_acquire,
+                    },
+                ),
+                namespace: builder.namespace,
+                timeout: builder.timeout,
+                token_budget: builder
+                    .token_capacity
+                    .div_ceil(TOKEN_BUCKETS as usize)
+                    .max(1),
+                replica_acks: builder.replica_acks,
+                replays: ReplayCache::new(builder.replay_cache_bytes),
+            }),
+        }
     }
 
-    /// A builder for namespace and timeout.
+    /// A builder for the store's settings, finished by
+    /// [`connect`](RedisStoreBuilder::connect) with the server to use.
     ///
     /// ```
-    /// let builder = idem_core::RedisStore::builder().with_namespace("shop");
+    /// let builder = idem_redis::RedisStore::builder().with_namespace("shop");
     /// ```
     pub fn builder() -> RedisStoreBuilder {
         RedisStoreBuilder::default()
@@ -250,7 +249,7 @@ impl RedisStore {
     }
 
     /// Opens the shared connection and checks the server now, rather than on first use.
-    async fn connected(self) -> Result<Self, RedisSetupError> {
+    pub(crate) async fn connected(self) -> Result<Self, RedisSetupError> {
         let timeout = self.inner.timeout;
         match tokio::time::timeout(timeout, self.inner.connections.get()).await {
             Ok(Ok(_)) => Ok(self),
@@ -264,7 +263,7 @@ impl RedisStore {
         }
     }
 
-    fn key(&self, key: &Key, kind: Kind) -> String {
+    pub(crate) fn key(&self, key: &Key, kind: Kind) -> String {
         format!(
             "{}:{{{}}}:{}",
             self.inner.namespace,
@@ -275,7 +274,7 @@ impl RedisStore {
 
     /// The wake-up list of `owner` waiting in `key`'s fair queue:
     /// `namespace:{key}:turn:<owner>`.
-    fn turn_list(&self, key: &Key, owner: &Owner) -> String {
+    pub(crate) fn turn_list(&self, key: &Key, owner: &Owner) -> String {
         format!("{}{}", self.key(key, Kind::Turns), owner.as_str())
     }
 
@@ -342,7 +341,7 @@ impl RedisStore {
     /// After a write that decided something — a key taken, a record begun or completed, a
     /// token spent — waits until the replicas the store was built to wait for have it
     /// ([`RedisStoreBuilder::with_replica_acks`]); at once without that setting.
-    async fn replicated(&self, key: &str) -> Result<(), StoreError> {
+    pub(crate) async fn replicated(&self, key: &str) -> Result<(), StoreError> {
         let Some(acks) = self.inner.replica_acks else {
             return Ok(());
         };
@@ -363,7 +362,11 @@ impl RedisStore {
 
     /// Takes a wake-up from `list`, waiting for one with `BLPOP` on a waiting connection
     /// up to `within`; `true` if it took one.
-    async fn pop_wake_up(&self, list: &str, within: Duration) -> Result<bool, StoreError> {
+    pub(crate) async fn pop_wake_up(
+        &self,
+        list: &str,
+        within: Duration,
+    ) -> Result<bool, StoreError> {
         let inner = &self.inner;
         let within = Duration::from_millis(ttl_millis(within));
         let deadline = Instant::now() + within;
@@ -405,7 +408,7 @@ impl RedisStore {
     }
 
     /// Runs `script` on `keys` with `args`.
-    async fn script<T: FromRedisValue>(
+    pub(crate) async fn script<T: FromRedisValue>(
         &self,
         script: &Script,
         keys: &[&str],
@@ -425,7 +428,7 @@ impl RedisStore {
     }
 
     /// Runs a script whose answer is 0 or 1.
-    async fn flag(
+    pub(crate) async fn flag(
         &self,
         script: &Script,
         keys: &[&str],
@@ -537,7 +540,7 @@ fn is_read_only(error: &RedisError) -> bool {
 
 /// `PTTL`'s answer: milliseconds left, `-1` for a key without expiry (never written by
 /// idem; reported as held for ever), `-2` for no key.
-fn remaining_from_pttl(millis: i64) -> Option<Duration> {
+pub(crate) fn remaining_from_pttl(millis: i64) -> Option<Duration> {
     match millis {
         -2 => None,
         -1 => Some(Duration::MAX),
@@ -551,7 +554,7 @@ fn scripted_acquire(answer: &[Value], fencing: Fencing) -> Result<Acquire, Store
     let field = |i: usize| {
         answer
             .get(i)
-            .ok_or_else(|| unexpected("acquire", answer))
+            .ok_or_else(|| StoreError::unexpected("acquire", answer))
             .and_then(|value| int("acquire", value))
     };
     let token =
@@ -566,21 +569,14 @@ fn scripted_acquire(answer: &[Value], fencing: Fencing) -> Result<Acquire, Store
         0 => Ok(Acquire::Held {
             remaining: remaining()?,
         }),
-        _ => Err(unexpected("acquire", answer)),
+        _ => Err(StoreError::unexpected("acquire", answer)),
     }
 }
 
-fn unexpected(operation: &'static str, answer: impl std::fmt::Debug) -> StoreError {
-    StoreError::UnexpectedAnswer {
-        operation,
-        answer: format!("{answer:?}"),
-    }
-}
-
-fn int(operation: &'static str, value: &Value) -> Result<i64, StoreError> {
+pub(crate) fn int(operation: &'static str, value: &Value) -> Result<i64, StoreError> {
     match value {
         Value::Int(n) => Ok(*n),
-        other => Err(unexpected(operation, other)),
+        other => Err(StoreError::unexpected(operation, other)),
     }
 }
 
@@ -753,7 +749,7 @@ impl Store for RedisStore {
             .await?;
         let state = answer
             .first()
-            .ok_or_else(|| unexpected("begin_record", &answer))
+            .ok_or_else(|| StoreError::unexpected("begin_record", &answer))
             .and_then(|value| int("begin_record", value))?;
         match (state, answer.len()) {
             (1, 1) => {
@@ -768,7 +764,7 @@ impl Store for RedisStore {
                 let remaining = remaining_from_pttl(int("begin_record", &answer[2])?);
                 let response = match answer.swap_remove(1) {
                     Value::BulkString(response) => Bytes::from(response),
-                    other => return Err(unexpected("begin_record", other)),
+                    other => return Err(StoreError::unexpected("begin_record", other)),
                 };
                 if let (Some(replays), Some(remaining)) = (replays, remaining) {
                     replays.keep(key, *fingerprint, response.clone(), asked, remaining);
@@ -776,7 +772,7 @@ impl Store for RedisStore {
                 Ok(Begin::Completed { response })
             }
             (4, 1) => Ok(Begin::Mismatch),
-            _ => Err(unexpected("begin_record", &answer)),
+            _ => Err(StoreError::unexpected("begin_record", &answer)),
         }
     }
 
@@ -823,455 +819,4 @@ impl Store for RedisStore {
         self.flag(&ABANDON_RECORD, &[&record], &[owner.as_str().as_bytes()])
             .await
     }
-}
-
-/// Settings for a [`RedisStore`]; made by [`RedisStore::builder`].
-#[derive(Debug, Clone)]
-pub struct RedisStoreBuilder {
-    namespace: String,
-    timeout: Duration,
-    eviction: EvictionCheck,
-    max_waiting_connections: usize,
-    script_acquire: bool,
-    token_capacity: usize,
-    replica_acks: Option<ReplicaAcks>,
-    replay_cache_bytes: usize,
-}
-
-impl Default for RedisStoreBuilder {
-    fn default() -> Self {
-        Self {
-            namespace: "idem".to_owned(),
-            timeout: Duration::from_secs(1),
-            eviction: EvictionCheck::Warn,
-            max_waiting_connections: 64,
-            script_acquire: false,
-            token_capacity: 250_000,
-            replica_acks: None,
-            replay_cache_bytes: 16 << 20,
-        }
-    }
-}
-
-/// What a [`RedisStore`] does with a server that may evict keys: one whose
-/// `maxmemory-policy` is not `noeviction`.
-///
-/// Every key idem writes has a TTL, so every eviction policy, `volatile-*` as much as
-/// `allkeys-*`, may delete a live anti-repeat window, idempotency record or lock when
-/// Redis runs short of memory, and the duplicate it stood for then gets through. The
-/// store reads the policy (`CONFIG GET maxmemory-policy`) whenever it opens its shared
-/// connection. Where the server does not allow `CONFIG` (as managed services often do),
-/// the check is skipped and logged at `info`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EvictionCheck {
-    /// Log a warning (`tracing::warn!`) and use the server.
-    #[default]
-    Warn,
-    /// Do not use the server: [`RedisStoreBuilder::connect_with_url`] and its siblings
-    /// fail with [`RedisSetupError::EvictionPolicy`], and on a store built lazily every
-    /// operation fails with [`StoreError::Backend`], its source that same error, until the policy is
-    /// `noeviction` (the store asks again at most once a second).
-    Refuse,
-}
-
-impl RedisStoreBuilder {
-    /// The prefix of every key (default `idem`), so several applications can share one
-    /// Redis. Same characters as [`Key::new`].
-    ///
-    /// ```
-    /// let builder = idem_core::RedisStore::builder().with_namespace("shop");
-    /// ```
-    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
-        self
-    }
-
-    /// How long one operation may take, taking a connection included (default 1 s). Past
-    /// it the operation fails with [`StoreError::Timeout`].
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let builder = idem_core::RedisStore::builder().with_timeout(Duration::from_millis(250));
-    /// ```
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// What to do when the server may evict keys (default [`EvictionCheck::Warn`]); see
-    /// [`EvictionCheck`] for why that matters.
-    ///
-    /// ```
-    /// let builder = idem_core::RedisStore::builder().with_eviction_policy_check(idem_core::EvictionCheck::Refuse);
-    /// ```
-    pub fn with_eviction_policy_check(mut self, check: EvictionCheck) -> Self {
-        self.eviction = check;
-        self
-    }
-
-    /// The most one-time tokens held at once (default 250,000), rounded up to a multiple
-    /// of the 64 buckets they are spread over. Past a bucket's share, the tokens that
-    /// expire soonest are evicted, so a flood of form pages never fills Redis: give
-    /// `maxmemory` room for about 300 bytes per token besides what your guards need.
-    ///
-    /// ```
-    /// let builder = idem_core::RedisStore::builder().with_token_capacity(100_000);
-    /// ```
-    pub fn with_token_capacity(mut self, tokens: usize) -> Self {
-        self.token_capacity = tokens;
-        self
-    }
-
-    /// How many connections lock waiters may hold open at once (default 64, at least 1).
-    ///
-    /// Each waiter in [`wait_for_release`](Store::wait_for_release) blocks a connection of
-    /// its own in `BLPOP`. Past this many concurrent waiters, a waiter waits, within its
-    /// own `within`, for one of them to come free; when none does, its wait ends as timed
-    /// out (`false`), and [`Lock`](crate::Lock) tries to acquire again, as after any wait.
-    /// In Redis Cluster a waiting connection holds a socket to each node.
-    ///
-    /// ```
-    /// let builder = idem_core::RedisStore::builder().with_max_waiting_connections(16);
-    /// ```
-    pub fn with_max_waiting_connections(mut self, max: usize) -> Self {
-        self.max_waiting_connections = max;
-        self
-    }
-
-    /// Acquires without fencing with the script meant for servers before Redis 7.0,
-    /// whatever the version: for testing that path on a new server.
-    ///
-    /// ```
-    /// let builder = idem_core::RedisStore::builder().with_script_acquire(true);
-    /// ```
-    #[doc(hidden)]
-    pub fn with_script_acquire(mut self, always: bool) -> Self {
-        self.script_acquire = always;
-        self
-    }
-
-    /// Waits, after each write that decides something — a key taken by `acquire`, a record
-    /// begun or completed, a token spent — until `replicas` replicas have it, for at most
-    /// `within` (default: no waiting). Fewer in time is an error
-    /// ([`StoreError::Backend`] with a [`ReplicasBehind`] source), which the guards answer
-    /// by their store-failure policy: what was written stays, and ends with its TTL.
-    ///
-    /// Redis replicates asynchronously: a master that fails over right after a write can
-    /// take the write with it, and the promoted replica then lets the duplicate it stood
-    /// for through. Waiting for the replicas' acknowledgement (`WAIT`) closes that window
-    /// for every write the guards rely on, at the price of a second round trip per such
-    /// write, and of every operation on the store's connection waiting behind it while a
-    /// replica lags (at most `within`, which should stay well below the store's
-    /// [timeout](Self::with_timeout)). A write acknowledged this way survives a failover
-    /// that promotes one of the acknowledging replicas, as Sentinel does.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let builder = idem_core::RedisStore::builder().with_replica_acks(1, Duration::from_millis(100));
-    /// ```
-    pub fn with_replica_acks(mut self, replicas: u32, within: Duration) -> Self {
-        self.replica_acks = (replicas > 0).then_some(ReplicaAcks { replicas, within });
-        self
-    }
-
-    /// How many bytes of completed idempotency records the store keeps in the process
-    /// (default 16 MiB; 0 turns the copy off).
-    ///
-    /// When [`begin_record`](Store::begin_record) finds a completed record, the store keeps
-    /// a copy of it, and answers the next request for that key from the copy, without a
-    /// round trip: a retry loop or a callback sent many times is replayed at the speed of
-    /// an in-memory store and costs Redis nothing. The answer is the one Redis would give,
-    /// because a completed record never changes before its retention ends: the stored
-    /// response for the same fingerprint, [`Begin::Mismatch`] for another. A copy is
-    /// dropped no later than Redis drops the record (its remaining time, counted from
-    /// before the question was sent). Only records that were replayed once are copied,
-    /// not every completed one; past the bound, the least used copies are evicted.
-    ///
-    /// A record deleted by hand in Redis (to let a key run again) is still replayed by an
-    /// instance that copied it, until the copy's end: turn the copy off if you do that.
-    ///
-    /// ```
-    /// let builder = idem_core::RedisStore::builder().with_replay_cache(64 << 20);
-    /// ```
-    pub fn with_replay_cache(mut self, max_bytes: usize) -> Self {
-        self.replay_cache_bytes = max_bytes;
-        self
-    }
-
-    /// A store on the server at `url`, connected and checked at once: the server answered,
-    /// runs a version the store supports, and passed the
-    /// [eviction check](Self::with_eviction_policy_check).
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), idem_core::RedisSetupError> {
-    /// let store = idem_core::RedisStore::builder().connect_with_url("redis://127.0.0.1:6379").await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// - [`RedisSetupError::Url`], [`RedisSetupError::Namespace`] as for
-    ///   [`build_with_url`](Self::build_with_url).
-    /// - [`RedisSetupError::Connect`] when the server cannot be reached and checked within
-    ///   the [timeout](Self::with_timeout).
-    /// - [`RedisSetupError::UnsupportedVersion`] for a server older than Redis 6.0.
-    /// - [`RedisSetupError::EvictionPolicy`] for a server that may evict keys, when set to
-    ///   [`EvictionCheck::Refuse`].
-    pub async fn connect_with_url(self, url: &str) -> Result<RedisStore, RedisSetupError> {
-        self.build_with_url(url)?.connected().await
-    }
-
-    /// A store on an existing pool's settings, as [`build_with_pool`](Self::build_with_pool),
-    /// connected and checked at once as [`connect_with_url`](Self::connect_with_url) does.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
-    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
-    /// let store = idem_core::RedisStore::builder().connect_with_pool(pool).await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`connect_with_url`](Self::connect_with_url), but for the URL.
-    pub async fn connect_with_pool(
-        self,
-        pool: deadpool_redis::Pool,
-    ) -> Result<RedisStore, RedisSetupError> {
-        self.build_with_pool(pool)?.connected().await
-    }
-
-    /// A store on Redis Cluster, as [`build_with_cluster_pool`](Self::build_with_cluster_pool),
-    /// connected and checked at once as [`connect_with_url`](Self::connect_with_url) does;
-    /// every primary is checked.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let pool = deadpool_redis::cluster::Config::from_urls(vec!["redis://127.0.0.1:7000".to_owned()])
-    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
-    /// let store = idem_core::RedisStore::builder().connect_with_cluster_pool(pool).await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`connect_with_url`](Self::connect_with_url), but for the URL.
-    pub async fn connect_with_cluster_pool(
-        self,
-        pool: deadpool_redis::cluster::Pool,
-    ) -> Result<RedisStore, RedisSetupError> {
-        self.build_with_cluster_pool(pool)?.connected().await
-    }
-
-    /// A store on the server at `url`. The connection is opened, and the server checked,
-    /// on first use: see [`connect_with_url`](Self::connect_with_url) to do both at once.
-    ///
-    /// ```no_run
-    /// let store = idem_core::RedisStore::builder().build_with_url("redis://127.0.0.1:6379").unwrap();
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`RedisSetupError`] when the URL cannot be read or the namespace is invalid.
-    pub fn build_with_url(self, url: &str) -> Result<RedisStore, RedisSetupError> {
-        // The store's own timeout bounds every operation, opening a connection included,
-        // so the client's limits must not cut in first with another error.
-        let manager = deadpool_redis::Manager::new_with_config(url, unbounded_responses())
-            .map_err(RedisSetupError::Url)?;
-        self.build(Source::Standalone(Arc::new(manager)))
-    }
-
-    /// A store on the server at `url` (`rediss://host:port`) over TLS, trusting the
-    /// certificate authority `root_cert` (PEM) instead of the system's roots: for a server
-    /// whose certificate a private CA signed. A `rediss://` URL given to
-    /// [`build_with_url`](Self::build_with_url) trusts the system's roots.
-    ///
-    /// ```no_run
-    /// let ca = std::fs::read("/etc/redis/ca.pem").unwrap();
-    /// let store = idem_core::RedisStore::builder().build_with_tls("rediss://10.0.0.5:6380", ca).unwrap();
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`RedisSetupError::Url`] when the URL or the certificate cannot be read,
-    /// [`RedisSetupError::Namespace`] when the namespace is invalid.
-    #[cfg(feature = "tls")]
-    pub fn build_with_tls(
-        self,
-        url: &str,
-        root_cert: Vec<u8>,
-    ) -> Result<RedisStore, RedisSetupError> {
-        let certificates = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(root_cert),
-        };
-        let client =
-            redis::Client::build_with_tls(url, certificates).map_err(RedisSetupError::Url)?;
-        let manager = deadpool_redis::Manager::new_with_config(
-            client.get_connection_info().clone(),
-            unbounded_responses(),
-        )
-        .map_err(RedisSetupError::Url)?;
-        self.build(Source::Standalone(Arc::new(manager)))
-    }
-
-    /// A store that opens its connections with the manager of an existing pool, and so
-    /// with that pool's settings (address, credentials, TLS, connection settings). The
-    /// connection is opened, and the server checked, on first use.
-    ///
-    /// The store never checks a connection out of `pool` nor returns one to it: the
-    /// connections the application gets from `pool` are never the store's, so a blocking
-    /// command on one of them (`BLPOP`, `XREAD BLOCK`) does not stall the store, and the
-    /// store's connections do not count against the pool's size.
-    ///
-    /// ```no_run
-    /// let pool = deadpool_redis::Config::from_url("redis://127.0.0.1:6379")
-    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-    ///     .unwrap();
-    /// let store = idem_core::RedisStore::builder().build_with_pool(pool).unwrap();
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`RedisSetupError::Namespace`] when the namespace is invalid.
-    pub fn build_with_pool(
-        self,
-        pool: deadpool_redis::Pool,
-    ) -> Result<RedisStore, RedisSetupError> {
-        self.build(Source::Pool(pool))
-    }
-
-    /// A store on Redis Cluster that opens its connections with the manager of a cluster
-    /// pool. As with [`build_with_pool`](Self::build_with_pool), the store never checks a
-    /// connection out of `pool`.
-    ///
-    /// ```no_run
-    /// let pool = deadpool_redis::cluster::Config::from_urls(vec!["redis://127.0.0.1:7000".to_owned()])
-    ///     .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-    ///     .unwrap();
-    /// let store = idem_core::RedisStore::builder().build_with_cluster_pool(pool).unwrap();
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`RedisSetupError::Namespace`] when the namespace is invalid.
-    pub fn build_with_cluster_pool(
-        self,
-        pool: deadpool_redis::cluster::Pool,
-    ) -> Result<RedisStore, RedisSetupError> {
-        self.build(Source::Cluster(pool))
-    }
-
-    /// A store on the master that Redis Sentinel names `master` (the sentinels at
-    /// `sentinels`, `redis://host:port` each). Every new connection asks the sentinels for
-    /// the current master, so after a failover — the old master gone, or demoted and
-    /// answering `READONLY` — the next operation reaches the new one. The connection is
-    /// opened, and the server checked, on first use.
-    ///
-    /// A failover can lose the writes the old master had not yet sent to the replica it
-    /// promoted: a window taken, a record begun or completed, a token spent just before
-    /// the failover may be forgotten, and the duplicate it stood for let through.
-    /// BENCHMARKS.md, "Failover", measures how often.
-    ///
-    /// ```no_run
-    /// let store = idem_core::RedisStore::builder()
-    ///     .build_with_sentinel(&["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"], "mymaster")
-    ///     .unwrap();
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`RedisSetupError::Url`] when a sentinel URL cannot be read,
-    /// [`RedisSetupError::Namespace`] when the namespace is invalid.
-    pub fn build_with_sentinel(
-        self,
-        sentinels: &[&str],
-        master: &str,
-    ) -> Result<RedisStore, RedisSetupError> {
-        #[cfg_attr(
-            feature = "tls",
-            expect(
-                clippy::unnecessary_to_owned,
-                reason = "redis-rs takes the name as a String without TLS, as any AsRef<str> with it"
-            )
-        )]
-        let client = redis::sentinel::SentinelClient::build(
-            sentinels.to_vec(),
-            master.to_owned(),
-            None,
-            redis::sentinel::SentinelServerType::Master,
-        )
-        .map_err(RedisSetupError::Url)?;
-        self.build(Source::Sentinel(Arc::new(tokio::sync::Mutex::new(client))))
-    }
-
-    /// [`build_with_sentinel`](Self::build_with_sentinel), connected and checked at once,
-    /// as [`connect_with_url`](Self::connect_with_url) does.
-    ///
-    /// # Errors
-    ///
-    /// As [`build_with_sentinel`](Self::build_with_sentinel) and
-    /// [`connect_with_url`](Self::connect_with_url).
-    pub async fn connect_with_sentinel(
-        self,
-        sentinels: &[&str],
-        master: &str,
-    ) -> Result<RedisStore, RedisSetupError> {
-        self.build_with_sentinel(sentinels, master)?
-            .connected()
-            .await
-    }
-
-    fn build(self, source: Source) -> Result<RedisStore, RedisSetupError> {
-        Key::new(self.namespace.as_str()).map_err(RedisSetupError::Namespace)?;
-        Ok(RedisStore {
-            inner: Arc::new(Inner {
-                waiting: WaitingConnections::new(source.clone(), self.max_waiting_connections),
-                connections: Connections::new(
-                    source,
-                    Checks {
-                        eviction: self.eviction,
-                        script_acquire: self.script_acquire,
-                    },
-                ),
-                namespace: self.namespace,
-                timeout: self.timeout,
-                token_budget: self.token_capacity.div_ceil(TOKEN_BUCKETS as usize).max(1),
-                replica_acks: self.replica_acks,
-                replays: ReplayCache::new(self.replay_cache_bytes),
-            }),
-        })
-    }
-}
-
-/// Why a [`RedisStore`] could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RedisSetupError {
-    /// The URL is not a Redis URL.
-    #[error("invalid Redis URL")]
-    Url(#[source] redis::RedisError),
-    /// The namespace holds a character or length [`Key::new`] refuses.
-    #[error("invalid namespace")]
-    Namespace(#[source] KeyError),
-    /// The server could not be reached, or did not answer the check, within the timeout.
-    #[error("could not connect to Redis")]
-    Connect(#[source] StoreError),
-    /// The server is older than Redis 6.0, the oldest the store runs on.
-    #[error("{version} is too old for idem, which needs Redis 6.0 or newer")]
-    UnsupportedVersion {
-        /// The server's account of its version, such as `Redis 5.0.14`.
-        version: String,
-    },
-    /// The server may evict keys (its `maxmemory-policy` is not `noeviction`) and the
-    /// store was set to [`EvictionCheck::Refuse`] such a server.
-    #[error(
-        "Redis may evict live keys (maxmemory-policy {policy}) and the store refuses such a server: set maxmemory-policy noeviction"
-    )]
-    EvictionPolicy {
-        /// The server's `maxmemory-policy`, such as `allkeys-lru`.
-        policy: String,
-    },
 }

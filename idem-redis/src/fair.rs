@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::{Kind, RedisStore, SIGNAL_KEPT_MS, fair_script, int, remaining_from_pttl, unexpected};
-use crate::key::{Key, Owner};
-use crate::store::{FairStore, Fencing, FencingToken, StoreError, Turn, ttl_millis};
+use idem_core::store::{Fencing, FencingToken, Turn, ttl_millis};
+use idem_core::{FairStore, Key, Owner, StoreError};
+
+use crate::RedisStore;
+use crate::store::{Kind, SIGNAL_KEPT_MS, fair_script, int, remaining_from_pttl};
 
 static ACQUIRE_IN_TURN: LazyLock<Script> =
     LazyLock::new(|| fair_script(include_str!("scripts/acquire_in_turn.lua")));
@@ -90,7 +92,7 @@ fn scripted_turn(answer: &[Value], fencing: Fencing) -> Result<Turn, StoreError>
     let field = |i: usize| {
         answer
             .get(i)
-            .ok_or_else(|| unexpected("acquire_in_turn", answer))
+            .ok_or_else(|| StoreError::unexpected("acquire_in_turn", answer))
             .and_then(|value| int("acquire_in_turn", value))
     };
     let token =
@@ -105,6 +107,6 @@ fn scripted_turn(answer: &[Value], fencing: Fencing) -> Result<Turn, StoreError>
             next: field(3)? == 1,
             remaining: remaining_from_pttl(field(2)?),
         }),
-        _ => Err(unexpected("acquire_in_turn", answer)),
+        _ => Err(StoreError::unexpected("acquire_in_turn", answer)),
     }
 }

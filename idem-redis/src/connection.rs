@@ -1,7 +1,7 @@
-//! The one multiplexed connection a [`RedisStore`](super::RedisStore) sends everything over.
+//! The one multiplexed connection a [`RedisStore`](crate::RedisStore) sends everything over.
 //!
 //! The store's connections are its own: they are made by a deadpool manager (the one
-//! `build_with_url` sets up, or the manager of the pool an application hands over, with
+//! `RedisServer::url` sets up, or the manager of the pool an application hands over, with
 //! that pool's settings) and never checked out of a pool nor given back to one. A
 //! connection an application checks out of its pool is therefore never one the store
 //! uses, and a blocking command the application runs on it (`BLPOP`, `XREAD BLOCK`)
@@ -32,15 +32,15 @@ use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::{AcquireError, Semaphore, SemaphorePermit};
 
-use super::server::{AcquireCommand, Checks, Refusal, check};
-use crate::store::StoreError;
+use crate::server::{AcquireCommand, Checks, Refusal, check};
+use idem_core::StoreError;
 
 /// How long a refused server stays refused before a new connection asks it again.
 const RECHECK_REFUSED_AFTER: Duration = Duration::from_secs(1);
 
 /// A connection's settings that leave every bound to the store's own timeout, so that the
 /// client's limits do not cut in first with another error (or cut off a `WAIT`).
-pub(super) fn unbounded_responses() -> redis::AsyncConnectionConfig {
+pub(crate) fn unbounded_responses() -> redis::AsyncConnectionConfig {
     redis::AsyncConnectionConfig::new()
         .set_response_timeout(None)
         .set_connection_timeout(None)
@@ -48,7 +48,7 @@ pub(super) fn unbounded_responses() -> redis::AsyncConnectionConfig {
 
 /// What opens the store's connections: a manager, never a pool's own connections.
 #[derive(Clone)]
-pub(super) enum Source {
+pub(crate) enum Source {
     /// The manager of a store built from a URL.
     Standalone(Arc<deadpool_redis::Manager>),
     /// An application's pool, of which only the manager is used.
@@ -88,7 +88,7 @@ impl Source {
 
 /// A connection to one server or to a cluster; clones share the socket(s).
 #[derive(Clone)]
-pub(super) enum Link {
+pub(crate) enum Link {
     Standalone(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
@@ -98,7 +98,7 @@ impl Link {
     /// connection has such a limit (a standalone one made with the pool's settings). A
     /// blocking command must not be cut off by it while the server still blocks: the
     /// server would then hand a wake-up to a client that stopped listening.
-    pub(super) fn allow_responses_within(&mut self, limit: Duration) {
+    pub(crate) fn allow_responses_within(&mut self, limit: Duration) {
         if let Self::Standalone(conn) = self {
             conn.set_response_timeout(limit);
         }
@@ -135,21 +135,21 @@ impl ConnectionLike for Link {
 
 /// The shared connection, with what its check found; clones share the socket(s).
 #[derive(Clone)]
-pub(super) struct Connection {
+pub(crate) struct Connection {
     link: Link,
     acquire: AcquireCommand,
 }
 
 impl Connection {
     /// How `acquire` without fencing takes a key on this server.
-    pub(super) fn acquire_command(&self) -> AcquireCommand {
+    pub(crate) fn acquire_command(&self) -> AcquireCommand {
         self.acquire
     }
 
     /// `WAIT replicas within`: how many replicas have acknowledged every write this
     /// connection sent so far, waiting up to `within_ms` for `replicas` of them. In a
     /// cluster, asked of the primary that holds `key`.
-    pub(super) async fn wait_for_replicas(
+    pub(crate) async fn wait_for_replicas(
         &mut self,
         key: &str,
         replicas: u32,
@@ -201,7 +201,7 @@ enum State {
 }
 
 /// Where connections come from, and the one currently in use.
-pub(super) struct Connections {
+pub(crate) struct Connections {
     source: Source,
     checks: Checks,
     current: Mutex<State>,
@@ -225,7 +225,7 @@ impl std::fmt::Debug for Connections {
 }
 
 impl Connections {
-    pub(super) fn new(source: Source, checks: Checks) -> Self {
+    pub(crate) fn new(source: Source, checks: Checks) -> Self {
         Self {
             source,
             checks,
@@ -262,8 +262,8 @@ impl Connections {
     /// # Errors
     ///
     /// [`StoreError::Backend`] when no connection can be opened or checked, or the server
-    /// is refused (then with a [`RedisSetupError`](super::RedisSetupError) as its source).
-    pub(super) async fn get(&self) -> Result<Connection, StoreError> {
+    /// is refused (then with a [`RedisSetupError`](crate::RedisSetupError) as its source).
+    pub(crate) async fn get(&self) -> Result<Connection, StoreError> {
         if let Some(ready) = self.ready() {
             return ready;
         }
@@ -292,7 +292,7 @@ impl Connections {
     }
 
     /// Stops using the current connection: the next operation opens a new one.
-    pub(super) fn discard(&self) {
+    pub(crate) fn discard(&self) {
         self.set(State::Closed);
     }
 }
@@ -303,7 +303,7 @@ const IDLE_WAITING_CONNECTIONS: usize = 16;
 
 /// Connections for blocking waits, one per concurrent waiter, each used by nobody else, at
 /// most `max` open at once.
-pub(super) struct WaitingConnections {
+pub(crate) struct WaitingConnections {
     source: Source,
     idle: Mutex<Vec<Link>>,
     /// One permit per waiting connection in use. A waiter takes or opens a connection only
@@ -330,7 +330,7 @@ impl std::fmt::Debug for WaitingConnections {
 
 impl WaitingConnections {
     /// At most `max` connections (at least one, and no more than a semaphore counts).
-    pub(super) fn new(source: Source, max: usize) -> Self {
+    pub(crate) fn new(source: Source, max: usize) -> Self {
         let max = max.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             source,
@@ -346,13 +346,13 @@ impl WaitingConnections {
     /// # Errors
     ///
     /// Never in practice: the semaphore is never closed.
-    pub(super) async fn seat(&self) -> Result<SemaphorePermit<'_>, AcquireError> {
+    pub(crate) async fn seat(&self) -> Result<SemaphorePermit<'_>, AcquireError> {
         self.seats.acquire().await
     }
 
     /// An idle waiting connection, or a new one. Only for a waiter holding a
     /// [`seat`](Self::seat).
-    pub(super) async fn take(&self) -> Result<Link, StoreError> {
+    pub(crate) async fn take(&self) -> Result<Link, StoreError> {
         let idle = self
             .idle
             .lock()
@@ -366,7 +366,7 @@ impl WaitingConnections {
 
     /// Keeps a connection whose wait completed, for the next wait. A wait that was cut
     /// short must not come back here: its `BLPOP` may still be blocked on the server.
-    pub(super) fn give_back(&self, conn: Link) {
+    pub(crate) fn give_back(&self, conn: Link) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < IDLE_WAITING_CONNECTIONS {
             idle.push(conn);
@@ -375,7 +375,7 @@ impl WaitingConnections {
 
     /// Closes the idle connections: after one failed, the others most likely lead to the
     /// same lost server.
-    pub(super) fn discard_idle(&self) {
+    pub(crate) fn discard_idle(&self) {
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

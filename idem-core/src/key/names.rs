@@ -1,13 +1,11 @@
-//! The names a store is addressed by: [`Key`], [`Owner`] and [`Fingerprint`].
-//!
-//! Whatever a client sends (an IP address, a header, a token, a body) reaches a store only
-//! through [`Key::hashed`] or [`Fingerprint::of`], so no input can spell out, or collide
-//! with, another key.
+//! [`Key`], [`Owner`] and [`Fingerprint`]: the names themselves.
 
 use std::fmt;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+
+use super::KeyError;
 
 /// The name of one guarded thing in a store: a lock, a token, an idempotency record.
 ///
@@ -213,23 +211,6 @@ impl fmt::Debug for Fingerprint {
         write_hex(&mut hex, &self.0);
         write!(f, "Fingerprint({})", String::from_utf8_lossy(&hex))
     }
-}
-
-/// Why a [`Key`] or an [`Owner`] was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum KeyError {
-    /// Empty, or longer than allowed.
-    #[error("length {len} is outside 1..={max} bytes")]
-    Length {
-        /// The length given.
-        len: usize,
-        /// The longest allowed.
-        max: usize,
-    },
-    /// A character that is not allowed.
-    #[error("character {0:?} is not allowed")]
-    Character(char),
 }
 
 fn digest_parts<I, P>(parts: I) -> [u8; 32]

@@ -1,4 +1,4 @@
-//! The [`RedisStore`](super::RedisStore)'s in-process copy of completed idempotency
+//! The [`RedisStore`](crate::RedisStore)'s in-process copy of completed idempotency
 //! records it has replayed, so that a key replayed again is answered without a round trip.
 //!
 //! A completed record never changes: nothing but its retention ending removes it or
@@ -21,8 +21,7 @@ use bytes::Bytes;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
-use crate::key::{Fingerprint, Key};
-use crate::store::Begin;
+use idem_core::{Begin, Fingerprint, Key};
 
 /// What a completed record answers, and until when the copy may answer for it.
 #[derive(Clone)]
@@ -46,7 +45,7 @@ impl Weighter<Key, Completed> for ByBytes {
 }
 
 /// The completed records a store replayed, up to a number of bytes.
-pub(super) struct ReplayCache {
+pub(crate) struct ReplayCache {
     records: Cache<Key, Completed, ByBytes>,
 }
 
@@ -62,7 +61,7 @@ impl std::fmt::Debug for ReplayCache {
 
 impl ReplayCache {
     /// A cache of at most `max_bytes`; `None` for 0, which turns the cache off.
-    pub(super) fn new(max_bytes: usize) -> Option<Self> {
+    pub(crate) fn new(max_bytes: usize) -> Option<Self> {
         let max_bytes = u64::try_from(max_bytes).unwrap_or(u64::MAX);
         (max_bytes > 0).then(|| Self {
             // The estimate sizes the tables as they grow; 1 KiB is a typical entry.
@@ -78,7 +77,7 @@ impl ReplayCache {
 
     /// What the record `key` answers `fingerprint`, if a live copy of it is here:
     /// [`Begin::Completed`] for its own fingerprint, [`Begin::Mismatch`] for another.
-    pub(super) fn answer(&self, key: &Key, fingerprint: &Fingerprint) -> Option<Begin> {
+    pub(crate) fn answer(&self, key: &Key, fingerprint: &Fingerprint) -> Option<Begin> {
         let completed = self.records.get(key)?;
         if completed.until <= Instant::now() {
             self.records.remove(key);
@@ -95,7 +94,7 @@ impl ReplayCache {
 
     /// Keeps a copy of the completed record `key`, which Redis said, in a reply to a
     /// request sent at `asked`, it keeps for `remaining` more.
-    pub(super) fn keep(
+    pub(crate) fn keep(
         &self,
         key: &Key,
         fingerprint: Fingerprint,
