@@ -9,7 +9,7 @@ use idem_core::lock::Lease;
 use idem_core::store::Fencing;
 use idem_core::{Acquire, Lock, Owner, Store};
 use idem_redis::RedisStore;
-use idem_tests::{RedisCluster, RedisServer, eventually};
+use idem_tests::{RedisCluster, RedisServer, eventually, lazy_store};
 
 use crate::{LONG, SLACK, Server, TIMEOUT, acquire_anew, key};
 
@@ -19,11 +19,7 @@ async fn a_store_can_share_an_existing_pool() {
     let pool = deadpool_redis::Config::from_url(server.url())
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
-    let store = RedisStore::builder()
-        .with_lazy_connect(true)
-        .connect(Server::pool(pool.clone()))
-        .await
-        .unwrap();
+    let store = lazy_store(RedisStore::builder(), Server::pool(pool.clone()));
     let lock = key("pooled");
     store
         .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
@@ -109,12 +105,10 @@ async fn an_application_blpop_on_the_same_pool_does_not_stall_the_store() {
     let pool = deadpool_redis::Config::from_url(server.url())
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
-    let store = RedisStore::builder()
-        .with_timeout(TIMEOUT)
-        .with_lazy_connect(true)
-        .connect(Server::pool(pool.clone()))
-        .await
-        .unwrap();
+    let store = lazy_store(
+        RedisStore::builder().with_timeout(TIMEOUT),
+        Server::pool(pool.clone()),
+    );
     // The store connects first, so that a socket it took from the pool would be there for
     // the application's next checkout.
     acquire_anew(&store, "first").await.unwrap();
@@ -144,12 +138,10 @@ async fn an_application_blpop_on_the_same_cluster_pool_does_not_stall_the_store(
     let pool = deadpool_redis::cluster::Config::from_urls(cluster.urls())
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
-    let store = RedisStore::builder()
-        .with_timeout(TIMEOUT)
-        .with_lazy_connect(true)
-        .connect(Server::cluster(pool.clone()))
-        .await
-        .unwrap();
+    let store = lazy_store(
+        RedisStore::builder().with_timeout(TIMEOUT),
+        Server::cluster(pool.clone()),
+    );
     acquire_anew(&store, "first").await.unwrap();
 
     // One queue on each node, so that each blocker blocks its socket to every node.

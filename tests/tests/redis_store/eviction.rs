@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use idem_core::{Acquire, Store, StoreError};
 use idem_redis::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
-use idem_tests::{RedisCluster, RedisServer, eventually};
+use idem_tests::{RedisCluster, RedisServer, eventually, lazy_store};
 
 use crate::{LONG, Server, TIMEOUT, acquire_anew, key};
 
@@ -41,11 +41,7 @@ async fn a_server_that_may_evict_keys_is_refused_when_set_to() {
     }
 
     // Built lazily, the store refuses on first use instead, and writes nothing.
-    let lazy = refusing()
-        .with_lazy_connect(true)
-        .connect(Server::url(server.url()))
-        .await
-        .unwrap();
+    let lazy = lazy_store(refusing(), Server::url(server.url()));
     for _ in 0..3 {
         let acquired = acquire_anew(&lazy, "evictable").await;
         assert!(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idem_core::store::Fencing;
 use idem_core::{Acquire, Owner, Store};
 use idem_redis::{RedisStore, RedisStoreBuilder, ReplicasBehind};
-use idem_tests::{Forwarder, RedisSentinels, RedisServer, eventually};
+use idem_tests::{Forwarder, RedisSentinels, RedisServer, eventually, lazy_store};
 use redis::RedisError;
 
 use crate::{LONG, Server, TIMEOUT, key};
@@ -20,12 +20,10 @@ use crate::{LONG, Server, TIMEOUT, key};
 async fn a_readonly_reply_after_a_failover_replaces_the_connection() {
     let (a, b) = (RedisServer::start(), RedisServer::start());
     let address = Forwarder::start(a.port()).await;
-    let store = RedisStore::builder()
-        .with_timeout(TIMEOUT)
-        .with_lazy_connect(true)
-        .connect(Server::url(address.url()))
-        .await
-        .unwrap();
+    let store = lazy_store(
+        RedisStore::builder().with_timeout(TIMEOUT),
+        Server::url(address.url()),
+    );
     let owner = Owner::random();
     store
         .acquire(&key("on-a"), &owner, LONG, Fencing::Off)
