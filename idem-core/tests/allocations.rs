@@ -12,7 +12,10 @@ fn a_hashed_key_and_a_random_owner_allocate_nothing() {
         let owner = Owner::random();
         std::hint::black_box((key, owner));
     });
-    assert_eq!(made.count_total, 0, "allocations while making a key and an owner");
+    assert_eq!(
+        made.count_total, 0,
+        "allocations while making a key and an owner"
+    );
 }
 
 #[test]

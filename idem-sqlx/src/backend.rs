@@ -143,7 +143,11 @@ macro_rules! migrations {
             $crate::backend::Migration {
                 version: 2,
                 name: "idem_fair_queue",
-                sql: include_str!(concat!("../migrations/", $dialect, "/0002_idem_fair_queue.sql")),
+                sql: include_str!(concat!(
+                    "../migrations/",
+                    $dialect,
+                    "/0002_idem_fair_queue.sql"
+                )),
             },
         ]
     };
