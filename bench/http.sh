@@ -63,6 +63,12 @@ redis_port=$(free_port)
     --appendonly no --logfile "$results/redis-server.raw" &
 redis_pid=$!
 pids+=("$redis_pid")
+redis() { redis-cli -h 127.0.0.1 -p "$redis_port" "$@"; }
+# The bench server connects to Redis as it starts, so Redis answers first.
+for _ in $(seq 100); do
+    if redis ping >/dev/null 2>&1; then break; fi
+    sleep 0.1
+done
 server_port=$(free_port)
 while [[ $server_port == "$redis_port" ]]; do server_port=$(free_port); done
 "${on_server_core[@]}" "$root/target/release/idem-bench" --port "$server_port" \
@@ -70,7 +76,6 @@ while [[ $server_port == "$redis_port" ]]; do server_port=$(free_port); done
 server_pid=$!
 pids+=("$server_pid")
 
-redis() { redis-cli -h 127.0.0.1 -p "$redis_port" "$@"; }
 base=http://127.0.0.1:$server_port
 for _ in $(seq 100); do
     if redis ping >/dev/null 2>&1 && curl -sf "$base/flood" >/dev/null; then break; fi

@@ -69,15 +69,18 @@ mod rejection;
 mod request_body;
 mod store_failure;
 
-pub use avoid_repeat::{AvoidRepeatLayer, Release, RepeatBy};
-pub use form_token::{FormToken, FormTokenConfig, VerifyFormTokenLayer};
+pub use avoid_repeat::layer::AvoidRepeatLayer;
+pub use avoid_repeat::settings::{Release, RepeatBy};
+pub use form_token::config::FormTokenConfig;
+pub use form_token::extract::FormToken;
+pub use form_token::layer::VerifyFormTokenLayer;
 pub use idem::{Idem, IdemBuilder, IdemLayer, IdemService};
 pub use idem_core::MemoryStore;
 #[cfg(feature = "macros")]
 pub use idem_macros::avoid_repeat;
 #[cfg(feature = "redis")]
 pub use idem_redis::{RedisServer, RedisStore};
-pub use idempotency::IdempotencyLayer;
+pub use idempotency::layer::IdempotencyLayer;
 pub use rejection::{Rejection, RejectionKind};
 pub use store_failure::StoreFailure;
 
@@ -111,7 +114,7 @@ pub mod __private {
     pub use crate::avoid_repeat::attribute::{
         AvoidRepeatContext, Last, Payload, Spec, Via, WithContext, run,
     };
-    pub use crate::avoid_repeat::{Release, RepeatBy};
+    pub use crate::{Release, RepeatBy};
     pub use axum::response::Response;
 }
 

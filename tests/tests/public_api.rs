@@ -30,20 +30,6 @@ const CRATES: [(&str, &str); 5] = [
 
 const UPDATE: &str = "IDEM_UPDATE_PUBLIC_API";
 
-/// The only items allowed a second path: idem-axum's guards, public at its root and in
-/// their modules since before the check. Giving them one path reshapes the guards'
-/// modules, a change of its own; until then no other item may join them, and each that
-/// gets its one path leaves this list.
-const KNOWN_AT_TWO_PATHS: [&str; 7] = [
-    "pub enum idem_axum::avoid_repeat::Release",
-    "pub enum idem_axum::avoid_repeat::RepeatBy",
-    "pub struct idem_axum::avoid_repeat::AvoidRepeatLayer",
-    "pub struct idem_axum::form_token::FormToken",
-    "pub struct idem_axum::form_token::FormTokenConfig",
-    "pub struct idem_axum::form_token::VerifyFormTokenLayer",
-    "pub struct idem_axum::idempotency::IdempotencyLayer",
-];
-
 #[test]
 fn every_published_crate_has_its_committed_public_api_with_one_path_per_item() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -126,12 +112,7 @@ fn items_at_two_paths(package: &str, api: &PublicApi) -> Option<String> {
     }
     let mut twice: Vec<String> = paths
         .into_values()
-        .filter(|lines| {
-            lines.len() > 1
-                && !lines
-                    .iter()
-                    .any(|line| KNOWN_AT_TWO_PATHS.contains(&line.as_str()))
-        })
+        .filter(|lines| lines.len() > 1)
         .map(|lines| lines.into_iter().collect::<Vec<_>>().join("\n    = "))
         .collect();
     twice.sort();

@@ -1,4 +1,4 @@
-//! The anti-repeat window: `#[avoid_repeat]` and [`AvoidRepeatLayer`].
+//! The anti-repeat window: `#[avoid_repeat]` and [`AvoidRepeatLayer`](crate::AvoidRepeatLayer).
 //!
 //! A handler guarded this way refuses a second request **from the same client to the same
 //! handler** while the first one's key is held in the store — the user's double click,
@@ -25,7 +25,7 @@
 //!   (`Expire`). Any 4xx or 5xx releases it at once, and so does a panic (under
 //!   `CatchPanicLayer`): the request was refused or failed, and the user may fix it and
 //!   send it again. That covers a 400 or 422 the handler returns for bad input, an
-//!   extractor's refusal under [`AvoidRepeatLayer`] (which takes the key before the
+//!   extractor's refusal under [`AvoidRepeatLayer`](crate::AvoidRepeatLayer) (which takes the key before the
 //!   route's extractors run), a 404 or 409 of the handler's own, and the refusals of
 //!   idem guards inside this one.
 //! - The attribute takes the key only after the handler's extractors succeeded: a request
@@ -49,49 +49,9 @@
 //! ```
 
 pub(crate) mod attribute;
-mod layer;
+pub(crate) mod layer;
+pub(crate) mod settings;
 mod window;
 
-use std::borrow::Cow;
-use std::time::Duration;
-
-pub use self::layer::{AvoidRepeat, AvoidRepeatLayer};
-
-/// When the key of an accepted request is given back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Release {
-    /// The key lives for the whole window after acceptance: repeats inside it are refused.
-    #[default]
-    Expire,
-    /// The key is released when the handler has produced its response: only concurrent
-    /// repeats are refused.
-    Finish,
-}
-
-/// What makes two requests "the same" for the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RepeatBy {
-    /// The same client to the same handler.
-    #[default]
-    Client,
-    /// The same client to the same handler with the same query and body. The body is read
-    /// whole (within the router's `DefaultBodyLimit`) and handed on unchanged.
-    ClientAndBody,
-}
-
-/// How one guarded handler behaves.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) timeout: Duration,
-    pub(crate) release: Release,
-    pub(crate) by: RepeatBy,
-    pub(crate) message: Option<Cow<'static, str>>,
-}
-
-impl Settings {
-    fn message(&self) -> Cow<'static, str> {
-        self.message.clone().unwrap_or(Cow::Borrowed(
-            "This request was already submitted; please wait before repeating it.",
-        ))
-    }
-}
+pub use self::layer::AvoidRepeat;
+pub(crate) use self::settings::{Release, RepeatBy, Settings};

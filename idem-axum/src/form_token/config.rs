@@ -11,7 +11,7 @@ use http::{Extensions, HeaderName};
 /// stays valid.
 ///
 /// The page that issues a token ([`FormToken`](super::FormToken)) and the layer that
-/// verifies it ([`VerifyFormTokenLayer`](super::VerifyFormTokenLayer)) must agree on
+/// verifies it ([`VerifyFormTokenLayer`](crate::VerifyFormTokenLayer)) must agree on
 /// these, so they read them from one place: the request extensions. Put the config there
 /// once, with axum's [`Extension`](axum::Extension) layer over every route that issues or
 /// verifies; without it, both sides use the defaults.

@@ -30,8 +30,8 @@ const TOKEN_LEN: usize = (TOKEN_BYTES * 4).div_ceil(3);
 /// holds a hash of the client and the token, never the token itself.
 ///
 /// - One token per request: extracting it twice in one request gives the same token.
-/// - On a route under [`VerifyFormTokenLayer`](super::VerifyFormTokenLayer) with
-///   [rotation](super::VerifyFormTokenLayer::with_rotation) on, it is the rotated token the
+/// - On a route under [`VerifyFormTokenLayer`](crate::VerifyFormTokenLayer) with
+///   [rotation](crate::VerifyFormTokenLayer::with_rotation) on, it is the rotated token the
 ///   layer issued (and put in the response header), not yet another one.
 /// - Without [`Idem::layer`](crate::Idem::layer) on the router it answers 500 naming the missing layer; for a
 ///   client the runtime cannot tell, the runtime's rejection; when the store fails, the

@@ -1,5 +1,5 @@
 //! One-time form tokens: [`FormToken`] issues one when a form is rendered,
-//! [`VerifyFormTokenLayer`] spends it when the form is posted.
+//! [`VerifyFormTokenLayer`](crate::VerifyFormTokenLayer) spends it when the form is posted.
 //!
 //! A session-token interceptor, as many web frameworks have one: the form page gets a
 //! random token, the submission must bring it back, and the token works once. The check
@@ -10,8 +10,8 @@
 //! **Issue.** Extracting [`FormToken`] draws 128 bits from the operating system's random
 //! generator, stores the token for the configured TTL under the client's scope (who the
 //! client is: the runtime's [`client`](crate::client) key), and gives the handler its
-//! [value](FormToken::value), [field name](FormToken::field_name) and a ready,
-//! HTML-escaped [hidden input](FormToken::hidden_input). Every rendering issues a new
+//! [value](crate::FormToken::value), [field name](crate::FormToken::field_name) and a ready,
+//! HTML-escaped [hidden input](crate::FormToken::hidden_input). Every rendering issues a new
 //! token, so a user with the form open in two tabs can post each once. The store holds a
 //! hash of the namespace, client and token — a dump of it yields no usable token.
 //!
@@ -24,7 +24,7 @@
 //! first, and never makes another client's guarded request fail. A token pushed out
 //! costs its user a form reload, never a duplicate.
 //!
-//! **Verify.** [`VerifyFormTokenLayer`], installed with `route_layer`, takes the token
+//! **Verify.** [`VerifyFormTokenLayer`](crate::VerifyFormTokenLayer), installed with `route_layer`, takes the token
 //! from the configured header, or else from the form field of an
 //! `application/x-www-form-urlencoded` or `multipart/form-data` body (read whole within
 //! a limit, then handed on unchanged, so the handler's `Form` or `Multipart` extractor
@@ -34,12 +34,12 @@
 //! |---|---|---|
 //! | a token issued to this client, not yet spent nor expired | the handler's | yes |
 //! | a token unknown, expired, already spent, or issued to another client | 409 [`InvalidFormToken`](crate::RejectionKind::InvalidFormToken) — one answer for all, so it tells nothing | — |
-//! | with [replay](VerifyFormTokenLayer::with_replay): a token this client spent on this route | the first submission's response, replayed | — |
+//! | with [replay](crate::VerifyFormTokenLayer::with_replay): a token this client spent on this route | the first submission's response, replayed | — |
 //! | with replay: a token whose submission failed (5xx, panic) | the handler's, run again | yes, given back if it fails again |
 //! | no token (no header, no field, or a request without a `Content-Type`) | 400 [`MissingFormToken`](crate::RejectionKind::MissingFormToken) | no |
 //! | no token header and a body that is no form (`application/json`, …) | 415 [`UnsupportedMediaType`](crate::RejectionKind::UnsupportedMediaType) | no |
 //! | a urlencoded body that is not UTF-8; a multipart body malformed or cut short | 400 [`InvalidBody`](crate::RejectionKind::InvalidBody) | no |
-//! | a form body over the limit ([`with_body_limit`](VerifyFormTokenLayer::with_body_limit)) | 413 [`PayloadTooLarge`](crate::RejectionKind::PayloadTooLarge) | no |
+//! | a form body over the limit ([`with_body_limit`](crate::VerifyFormTokenLayer::with_body_limit)) | 413 [`PayloadTooLarge`](crate::RejectionKind::PayloadTooLarge) | no |
 //! | the store fails | the runtime's [`StoreFailure`](crate::StoreFailure) policy: 503, or through unverified | no |
 //!
 //! A body is checked whole before its token is spent, so a submission the handler would
@@ -50,10 +50,10 @@
 //! and the route that verifies it, so it is one [`FormTokenConfig`] in the request
 //! extensions, put there with axum's [`Extension`](axum::Extension) layer over both (the
 //! defaults without it). How one route *verifies* — the body limit, rotation, the 409
-//! message — is set on its [`VerifyFormTokenLayer`].
+//! message — is set on its [`VerifyFormTokenLayer`](crate::VerifyFormTokenLayer).
 //!
 //! **Replay** (off by default): with
-//! [`with_replay(true)`](VerifyFormTokenLayer::with_replay) the token also serves as an
+//! [`with_replay(true)`](crate::VerifyFormTokenLayer::with_replay) the token also serves as an
 //! idempotency key: the first submission's response is kept for the token's life, and a
 //! repeat of the token by its own client gets it again (`Idempotent-Replayed: true`)
 //! instead of 409 — the user who double-clicks lands on the page the first click
@@ -62,7 +62,7 @@
 //! submission that fails gives its token back, and the page can be posted again.
 //!
 //! **Rotation** (off by default): with
-//! [`with_rotation(true)`](VerifyFormTokenLayer::with_rotation) an accepted submission
+//! [`with_rotation(true)`](crate::VerifyFormTokenLayer::with_rotation) an accepted submission
 //! gets a fresh token for the same client — in the handler's [`FormToken`] extractor and
 //! in the response's token header — for a page that stays open and posts again.
 //!
@@ -115,12 +115,13 @@
 //!     .layer(idem.layer());
 //! ```
 
-mod config;
-mod extract;
+pub(crate) mod config;
+pub(crate) mod extract;
 mod field;
-mod layer;
+pub(crate) mod layer;
 mod replay;
 
-pub use self::config::FormTokenConfig;
-pub use self::extract::{FormToken, FormTokenRejection};
-pub use self::layer::{VerifyFormToken, VerifyFormTokenLayer};
+pub(crate) use self::config::FormTokenConfig;
+pub(crate) use self::extract::FormToken;
+pub use self::extract::FormTokenRejection;
+pub use self::layer::VerifyFormToken;

@@ -14,7 +14,7 @@
 //! | same key, same route, another request (path, query, body differ) | `422 Unprocessable Content` |
 //! | same key, another route or method | a request of its own: the handler runs |
 //! | key malformed | `400 Bad Request` |
-//! | key missing, [required](IdempotencyLayer::with_required) | `400 Bad Request`, saying what to send |
+//! | key missing, [required](crate::IdempotencyLayer::with_required) | `400 Bad Request`, saying what to send |
 //! | key missing, not required | the handler runs, unguarded |
 //! | method not guarded (`GET`; by default all but `POST` and `PATCH`) | passed through untouched |
 //!
@@ -53,7 +53,7 @@
 //!
 //! - The `Idempotency-Key` header, as a structured-field string (`"…"`, the draft's form)
 //!   or bare (Stripe's); 1–255 printable ASCII characters. Anything else is a 400.
-//! - Or a [function of the request](IdempotencyLayer::with_idempotency_key_fn), for callers that
+//! - Or a [function of the request](crate::IdempotencyLayer::with_idempotency_key_fn), for callers that
 //!   cannot send a header: a payment provider's callback whose `source` and `seq` fields
 //!   name one delivery, whichever channel it arrives on.
 //! - Keys are scoped by client ([`RecordScope::Client`], the runtime's
@@ -69,7 +69,7 @@
 //! - A key is bound to the request it first came with: its fingerprint is the method, the
 //!   path and query as the client sent them ([`OriginalUri`](axum::extract::OriginalUri),
 //!   so a `nest` prefix counts, `/{shop}/orders` included), a SHA-256 of the body and any
-//!   [headers you name](IdempotencyLayer::with_fingerprint_headers).
+//!   [headers you name](crate::IdempotencyLayer::with_fingerprint_headers).
 //!
 //! # What is stored
 //!
@@ -86,20 +86,20 @@
 //!   route's to avoid. Under [`RecordScope::Client`] a replay goes to the same client and
 //!   keeps its cookies.
 //! - **Statuses**: every response but a 5xx is stored (configurable with
-//!   [`with_stored_statuses`](IdempotencyLayer::with_stored_statuses)). A response that is
+//!   [`with_stored_statuses`](crate::IdempotencyLayer::with_stored_statuses)). A response that is
 //!   not stored removes the record, so a retry runs the handler again: a server error may
 //!   well be transient. Storing a 4xx is Stripe's behaviour: the request was handled, and
 //!   retrying it unchanged would fail the same way.
 //! - **Request bodies** are read whole before anything is stored, within the router's
 //!   `DefaultBodyLimit`: a larger one is a 413 and leaves no record.
 //! - **Responses over the storage limit**
-//!   ([`with_max_stored_response`](IdempotencyLayer::with_max_stored_response), 1 MiB by
+//!   ([`with_max_stored_response`](crate::IdempotencyLayer::with_max_stored_response), 1 MiB by
 //!   default) reach the first client whole, streamed as the handler produces them; the
 //!   record then keeps only "processed, with status N, too large to replay", and a retry
 //!   gets `409 Conflict` *without* `Retry-After`, saying so. The handler never runs twice
 //!   for one key: the side effect happened, and the client should look up its result
 //!   rather than repeat it.
-//! - The record lives for the [retention](IdempotencyLayer::with_retention) (24 h). In
+//! - The record lives for the [retention](crate::IdempotencyLayer::with_retention) (24 h). In
 //!   Redis it survives a restart of the application, and every instance replays it.
 //!
 //! # Content encoding
@@ -135,7 +135,7 @@
 //!   of concurrent requests with one key exactly one runs the handler.
 //! - **Disconnects**: the handler runs in a task of its own. A client that goes away does
 //!   not cancel it: it finishes, and its response is stored for the retry.
-//! - **Long handlers**: the record is in progress for a [lease](IdempotencyLayer::with_lease)
+//! - **Long handlers**: the record is in progress for a [lease](crate::IdempotencyLayer::with_lease)
 //!   (10 s), renewed every third of it while the handler runs; the lease only matters when
 //!   the instance dies mid-request, and then frees the key one lease later. A handler
 //!   without a client is not bounded by anything but itself: put a timeout inside this
@@ -162,7 +162,7 @@
 //!
 //! # One client's flood of new keys
 //!
-//! Every new key costs a record for the [retention](IdempotencyLayer::with_retention):
+//! Every new key costs a record for the [retention](crate::IdempotencyLayer::with_retention):
 //! in a `MemoryStore` 256 bytes plus the stored response, in Redis about as much. A client
 //! that sends a new key with every request grows the store by its request rate × the
 //! retention. What keeps that from harming others:
@@ -195,7 +195,7 @@ mod capture;
 mod content_coding;
 mod first_run;
 mod key_header;
-mod layer;
+pub(crate) mod layer;
 mod record;
 mod stored_response;
 
@@ -212,7 +212,8 @@ use crate::outcome::Guard;
 
 pub(crate) use self::answer::{record_key, replay};
 pub(crate) use self::first_run::{Began, GiveBack, Record};
-pub use self::layer::{Idempotency, IdempotencyLayer};
+pub use self::layer::Idempotency;
+pub(crate) use self::layer::IdempotencyLayer;
 pub use self::record::IdempotencyRecord;
 
 /// Whose idempotency keys are kept apart.
@@ -269,7 +270,7 @@ pub(crate) struct Settings {
 
 impl Settings {
     /// The settings of a first attempt whose key is a one-time form token
-    /// ([`VerifyFormTokenLayer::with_replay`](crate::VerifyFormTokenLayer::with_replay)):
+    /// ([`VerifyFormTokenLayer::with_replay`]):
     /// its response is kept for `retention`, the token's life, unless it is a 5xx.
     pub(crate) fn for_form_submissions(retention: Duration) -> Arc<Self> {
         let mut settings = Arc::clone(&IdempotencyLayer::new().settings);

@@ -14,7 +14,7 @@
 //! | [`PayloadTooLarge`](RejectionKind::PayloadTooLarge) | 413 | a body that must be read whole is over the limit |
 //! | [`InvalidBody`](RejectionKind::InvalidBody) | 400 | a body that must be read whole could not be read |
 //! | [`MissingLayer`](RejectionKind::MissingLayer) | 500 | a guard runs without [`Idem::layer`](crate::Idem::layer) on the router |
-//! | [`RuntimeUnavailable`](RejectionKind::RuntimeUnavailable) | 500 | [`IdempotencyLayer`](crate::IdempotencyLayer) runs outside a Tokio runtime, which it needs to renew a running request's record |
+//! | [`RuntimeUnavailable`](RejectionKind::RuntimeUnavailable) | 500 | [`IdempotencyLayer`] runs outside a Tokio runtime, which it needs to renew a running request's record |
 //! | [`ShuttingDown`](RejectionKind::ShuttingDown) | 503 + `Retry-After` | the runtime cancelled an accepted request's handler while shutting down |
 //! | [`MissingFormToken`](RejectionKind::MissingFormToken) | 400 | a guarded form is posted without its one-time token |
 //! | [`InvalidFormToken`](RejectionKind::InvalidFormToken) | 409 | a form token that is unknown, expired, already spent or another client's (one answer for all) |

@@ -1,0 +1,44 @@
+//! How one guarded handler behaves: its window, when its key is given back, and what
+//! makes two requests the same.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+/// When the key of an accepted request is given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Release {
+    /// The key lives for the whole window after acceptance: repeats inside it are refused.
+    #[default]
+    Expire,
+    /// The key is released when the handler has produced its response: only concurrent
+    /// repeats are refused.
+    Finish,
+}
+
+/// What makes two requests "the same" for the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RepeatBy {
+    /// The same client to the same handler.
+    #[default]
+    Client,
+    /// The same client to the same handler with the same query and body. The body is read
+    /// whole (within the router's `DefaultBodyLimit`) and handed on unchanged.
+    ClientAndBody,
+}
+
+/// How one guarded handler behaves.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) timeout: Duration,
+    pub(crate) release: Release,
+    pub(crate) by: RepeatBy,
+    pub(crate) message: Option<Cow<'static, str>>,
+}
+
+impl Settings {
+    pub(super) fn message(&self) -> Cow<'static, str> {
+        self.message.clone().unwrap_or(Cow::Borrowed(
+            "This request was already submitted; please wait before repeating it.",
+        ))
+    }
+}
