@@ -110,31 +110,14 @@ pub(crate) async fn check(link: &mut Link, checks: Checks) -> RedisResult<Verdic
     if let Some(old) = versions.iter().flatten().find(|v| v.version < OLDEST) {
         return Ok(Err(Refusal::Version(old.to_string())));
     }
-    let policies = every_node(link, redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
-        .await?
-        .into_iter()
-        .map(|answer| {
-            let answer = answer.and_then(|value| {
-                redis::from_redis_value::<BTreeMap<String, String>>(value).map_err(Into::into)
-            });
-            match answer.map(|mut config| config.remove("maxmemory-policy")) {
-                Ok(Some(policy)) => Some(policy),
-                Ok(None) => {
-                    tracing::info!(
-                        "idem: Redis did not tell its maxmemory-policy; make sure it is noeviction"
-                    );
-                    None
-                }
-                Err(error) => {
-                    tracing::info!(
-                        %error,
-                        "idem: could not read Redis' maxmemory-policy (CONFIG GET); make sure it is noeviction"
-                    );
-                    None
-                }
-            }
-        })
-        .collect::<Vec<_>>();
+    let policies = every_node(
+        link,
+        redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"),
+    )
+    .await?
+    .into_iter()
+    .map(eviction_policy)
+    .collect::<Vec<_>>();
     if let Some(policy) = policies.into_iter().flatten().find(|p| p != "noeviction") {
         match checks.eviction {
             EvictionCheck::Refuse => return Ok(Err(Refusal::Eviction(policy))),
@@ -153,6 +136,30 @@ pub(crate) async fn check(link: &mut Link, checks: Checks) -> RedisResult<Verdic
     } else {
         AcquireCommand::Script
     }))
+}
+
+/// The eviction policy in one node's answer to `CONFIG GET maxmemory-policy`, or `None`
+/// (logged) when it would not say.
+fn eviction_policy(answer: RedisResult<redis::Value>) -> Option<String> {
+    let answer = answer.and_then(|value| {
+        redis::from_redis_value::<BTreeMap<String, String>>(value).map_err(Into::into)
+    });
+    match answer.map(|mut config| config.remove("maxmemory-policy")) {
+        Ok(Some(policy)) => Some(policy),
+        Ok(None) => {
+            tracing::info!(
+                "idem: Redis did not tell its maxmemory-policy; make sure it is noeviction"
+            );
+            None
+        }
+        Err(error) => {
+            tracing::info!(
+                %error,
+                "idem: could not read Redis' maxmemory-policy (CONFIG GET); make sure it is noeviction"
+            );
+            None
+        }
+    }
 }
 
 /// The answer of every node to `cmd`: the server's on a standalone connection, every

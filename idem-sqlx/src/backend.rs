@@ -381,24 +381,7 @@ pub(crate) mod sealed {
                 }
                 let at_head = head.as_deref() == Some(caller);
                 if holder.is_none() && (head.is_none() || at_head) {
-                    // `acquire`'s statement, so the token is drawn as it draws one. A
-                    // refusal that does not say by whom (or names a row that has expired
-                    // since) is read again, and a read that finds none (released in
-                    // between) claims again, as `acquire` does; the store's timeout
-                    // bounds the loop.
-                    let drawn = loop {
-                        let claimed: Option<LockRow> = fetch(&mut *tx, sql.acquire, &claim).await?;
-                        match claimed {
-                            Some((true, _, _, drawn)) => break Ok(drawn),
-                            Some((false, _, Some(left), _)) if left > 0 => break Err(left),
-                            _ => {}
-                        }
-                        let held: Option<LockRow> = fetch(&mut *tx, sql.read_lock, &on_key).await?;
-                        if let Some((_, _, Some(left), _)) = held {
-                            break Err(left);
-                        }
-                    };
-                    match drawn {
+                    match claim_lock::<DB>(&mut tx, &claim, &on_key).await? {
                         Ok(drawn) => {
                             if at_head {
                                 run(&mut *tx, sql.leave_queue, &on_place).await?;
@@ -423,6 +406,43 @@ pub(crate) mod sealed {
                 Ok(InTurn::Queued(next, remaining))
             })
         }
+    }
+
+    /// `acquire`'s statement in a fair attempt's transaction, so the token is drawn as it
+    /// draws one: the token drawn, or how long the lock stays held. A refusal that does not
+    /// say by whom (or names a row that has expired since) is read again, and a read that
+    /// finds none (released in between) claims again, as `acquire` does; the store's
+    /// timeout bounds the loop.
+    fn claim_lock<'a, DB>(
+        conn: &'a mut DB::Connection,
+        claim: &'a [Arg<'a>],
+        on_key: &'a [Arg<'a>],
+    ) -> BoxFuture<'a, Result<Result<Option<i64>, i64>, sqlx::Error>>
+    where
+        DB: Dialect,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+        for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+        for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+        for<'q> i64: Encode<'q, DB> + Type<DB>,
+        for<'q> bool: Encode<'q, DB> + Type<DB>,
+        for<'r> LockRow: FromRow<'r, DB::Row>,
+    {
+        Box::pin(async move {
+            let sql = &DB::STATEMENTS;
+            loop {
+                let claimed: Option<LockRow> = fetch(&mut *conn, sql.acquire, claim).await?;
+                match claimed {
+                    Some((true, _, _, drawn)) => return Ok(Ok(drawn)),
+                    Some((false, _, Some(left), _)) if left > 0 => return Ok(Err(left)),
+                    _ => {}
+                }
+                let held: Option<LockRow> = fetch(&mut *conn, sql.read_lock, on_key).await?;
+                if let Some((_, _, Some(left), _)) = held {
+                    return Ok(Err(left));
+                }
+            }
+        })
     }
 
     /// Runs `sql`, one statement or several, without parameters.
