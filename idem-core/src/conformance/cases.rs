@@ -19,6 +19,17 @@ fn key(name: &str) -> Key {
     Key::new(name).expect("a valid test key")
 }
 
+/// Asserts that anyone may take `lock` now.
+async fn assert_free<S: Store>(store: &S, lock: &Key) {
+    assert_eq!(
+        store
+            .acquire(lock, &Owner::random(), LONG, Fencing::Off)
+            .await
+            .unwrap(),
+        Acquire::Acquired { fence: None }
+    );
+}
+
 /// One winner among 1000 concurrent acquires.
 pub async fn one_winner_among_1000_concurrent_acquires<B: Backend>() {
     let backend = B::start().await;
@@ -144,13 +155,7 @@ pub async fn the_owner_releases_and_renews<B: Backend>() {
         !store.renew(&lock, &owner, LONG).await.unwrap(),
         "nothing to renew"
     );
-    assert_eq!(
-        store
-            .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
-            .await
-            .unwrap(),
-        Acquire::Acquired { fence: None }
-    );
+    assert_free(&store, &lock).await;
 }
 
 /// The same owner reenters without changing the hold.
@@ -217,13 +222,7 @@ pub async fn expiry_frees_a_lock<B: Backend>() {
         acquired_at.elapsed() >= SHORT - Duration::from_millis(5),
         "not before its TTL"
     );
-    assert_eq!(
-        store
-            .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
-            .await
-            .unwrap(),
-        Acquire::Acquired { fence: None }
-    );
+    assert_free(&store, &lock).await;
 }
 
 /// Fencing tokens grow across release and expiry.
