@@ -152,6 +152,13 @@ macro_rules! fair_store_conformance {
     };
 }
 
+/// A started backend, to keep until the case ends, and its store.
+async fn started<B: Backend>() -> (B, B::Store) {
+    let backend = B::start().await;
+    let store = backend.store();
+    (backend, store)
+}
+
 /// Runs `task(i)` for `count` tasks on the runtime's workers, all released at once by a
 /// barrier, and returns their results in order.
 ///
