@@ -132,23 +132,28 @@ wrk_figures() {
 }
 
 echo "== memory flood: $flood_keys unique keys, TTL $((flood_ttl_ms / 1000)) s"
+# One flood left to expire: sets filled_rss and filled_entries once the keys are in,
+# emptied_rss and emptied_entries once they have expired, and fill_seconds.
+flood_and_expire() {
+    local started
+    started=$(date +%s.%N)
+    curl -sf -X POST "$base/flood?n=$flood_keys&ttl_ms=$flood_ttl_ms" >/dev/null
+    fill_seconds=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
+    filled_rss=$(rss_kib)
+    filled_entries=$(flood_entries)
+    wait_until_empty
+    sleep 2
+    emptied_rss=$(rss_kib)
+    emptied_entries=$(flood_entries)
+}
 rss_start=$(rss_kib)
-flood_started=$(date +%s.%N)
-curl -sf -X POST "$base/flood?n=$flood_keys&ttl_ms=$flood_ttl_ms" >/dev/null
-flood_seconds=$(awk -v a="$flood_started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
-rss_full=$(rss_kib)
-entries_full=$(flood_entries)
-wait_until_empty
-sleep 2
-rss_expired=$(rss_kib)
-entries_expired=$(flood_entries)
-curl -sf -X POST "$base/flood?n=$flood_keys&ttl_ms=$flood_ttl_ms" >/dev/null
-rss_refilled=$(rss_kib)
-entries_refilled=$(flood_entries)
-wait_until_empty
-sleep 2
-rss_reexpired=$(rss_kib)
-entries_reexpired=$(flood_entries)
+flood_and_expire
+flood_seconds=$fill_seconds
+rss_full=$filled_rss entries_full=$filled_entries
+rss_expired=$emptied_rss entries_expired=$emptied_entries
+flood_and_expire
+rss_refilled=$filled_rss entries_refilled=$filled_entries
+rss_reexpired=$emptied_rss entries_reexpired=$emptied_entries
 echo "RSS KiB: start $rss_start, 1M live $rss_full ($entries_full entries, filled in ${flood_seconds}s), expired $rss_expired ($entries_expired), refilled $rss_refilled, expired again $rss_reexpired ($entries_reexpired)"
 
 # name | wrk script mode | URL path | store. The bare handler runs before the first case

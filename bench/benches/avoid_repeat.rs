@@ -9,11 +9,8 @@
 //! `cargo bench -p idem-bench --bench avoid_repeat`
 
 use axum::Router;
-use criterion::{Criterion, criterion_group, criterion_main};
-use idem_bench::{
-    avoid_repeat_app as app, avoid_repeat_request as request, http_criterion, one_worker_runtime,
-};
-use idem_tests::BenchStores;
+use criterion::Criterion;
+use idem_bench::{avoid_repeat_app as app, avoid_repeat_request as request};
 use tower::ServiceExt;
 
 fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::Runtime) {
@@ -36,18 +33,6 @@ fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::
     group.finish();
 }
 
-fn benches(c: &mut Criterion) {
-    let runtime = one_worker_runtime();
-    // Every guarded request leaves a key for the 2 s window: at a million requests a
-    // second that is two million live keys, over the default capacity of one million.
-    let stores = BenchStores::start(20_000_000, &runtime);
-    run(c, "memory", app(stores.memory.clone()), &runtime);
-    run(c, "redis", app(stores.redis.clone()), &runtime);
-}
-
-criterion_group! {
-    name = avoid_repeat;
-    config = http_criterion();
-    targets = benches
-}
-criterion_main!(avoid_repeat);
+// Every guarded request leaves a key for the 2 s window: at a million requests a
+// second that is two million live keys, over the default capacity of one million.
+idem_bench::http_bench_main!(avoid_repeat, capacity = 20_000_000);

@@ -16,10 +16,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use idem_axum::{FormToken, VerifyFormTokenLayer, store::Store};
-use idem_bench::{CLIENT, behind_idem, http_criterion, one_worker_runtime};
-use idem_tests::BenchStores;
+use idem_bench::{CLIENT, behind_idem};
 use tower::ServiceExt;
 
 #[derive(serde::Deserialize)]
@@ -88,16 +87,4 @@ fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::
     group.finish();
 }
 
-fn benches(c: &mut Criterion) {
-    let runtime = one_worker_runtime();
-    let stores = BenchStores::start(1_000_000, &runtime);
-    run(c, "memory", app(stores.memory.clone()), &runtime);
-    run(c, "redis", app(stores.redis.clone()), &runtime);
-}
-
-criterion_group! {
-    name = form_token;
-    config = http_criterion();
-    targets = benches
-}
-criterion_main!(form_token);
+idem_bench::http_bench_main!(form_token, capacity = 1_000_000);

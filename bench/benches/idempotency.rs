@@ -21,11 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use criterion::{Criterion, criterion_group, criterion_main};
-use idem_bench::{
-    http_criterion, idempotency_app as app, idempotency_request as request, one_worker_runtime,
-};
-use idem_tests::BenchStores;
+use criterion::Criterion;
+use idem_bench::{idempotency_app as app, idempotency_request as request};
 use tower::ServiceExt;
 
 const REPLAYED_KEY: &str = "\"the-replayed-key\"";
@@ -66,17 +63,5 @@ fn run(c: &mut Criterion, backend: &str, app: Router, runtime: &tokio::runtime::
     group.finish();
 }
 
-fn benches(c: &mut Criterion) {
-    let runtime = one_worker_runtime();
-    // Every first request leaves a record for 24 h: room for all of them.
-    let stores = BenchStores::start(50_000_000, &runtime);
-    run(c, "memory", app(stores.memory.clone()), &runtime);
-    run(c, "redis", app(stores.redis.clone()), &runtime);
-}
-
-criterion_group! {
-    name = idempotency;
-    config = http_criterion();
-    targets = benches
-}
-criterion_main!(idempotency);
+// Every first request leaves a record for 24 h: room for all of them.
+idem_bench::http_bench_main!(idempotency, capacity = 50_000_000);

@@ -25,3 +25,25 @@ pub fn http_criterion() -> Criterion {
         .measurement_time(Duration::from_secs(4))
         .sample_size(40)
 }
+
+/// The `main` of an in-process HTTP bench named `$name`: the bench file's
+/// `run(c, backend, app, runtime)` on `app(store)` for the memory store and for Redis, each
+/// with room for `$capacity` entries, on [`one_worker_runtime`] under [`http_criterion`].
+#[macro_export]
+macro_rules! http_bench_main {
+    ($name:ident, capacity = $capacity:expr) => {
+        fn benches(c: &mut ::criterion::Criterion) {
+            let runtime = $crate::one_worker_runtime();
+            let stores = ::idem_tests::BenchStores::start($capacity, &runtime);
+            run(c, "memory", app(stores.memory.clone()), &runtime);
+            run(c, "redis", app(stores.redis.clone()), &runtime);
+        }
+
+        ::criterion::criterion_group! {
+            name = $name;
+            config = $crate::http_criterion();
+            targets = benches
+        }
+        ::criterion::criterion_main!($name);
+    };
+}

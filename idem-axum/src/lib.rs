@@ -59,6 +59,8 @@ mod macros;
 pub mod avoid_repeat;
 pub mod client;
 mod detached;
+#[cfg(test)]
+mod field_lines;
 pub mod form_token;
 pub mod future;
 pub mod guard;

@@ -21,6 +21,40 @@ macro_rules! define_inner_service_accessors {
     };
 }
 
+/// A guard's service `$service<S>` and its layer's `Layer` impl: the struct, holding the
+/// wrapped service and the layer's shared settings, with its `new` (documented by the
+/// attributes given, for each guard's own example) and accessors.
+macro_rules! define_guard_service {
+    ($(#[$new:meta])* $layer:ident => $service:ident) => {
+        impl<S> ::tower_layer::Layer<S> for $layer {
+            type Service = $service<S>;
+
+            fn layer(&self, inner: S) -> Self::Service {
+                $service::new(inner, self.clone())
+            }
+        }
+
+        #[doc = concat!("The service [`", stringify!($layer), "`] makes.")]
+        #[derive(Debug, Clone)]
+        pub struct $service<S> {
+            inner: S,
+            settings: ::std::sync::Arc<Settings>,
+        }
+
+        impl<S> $service<S> {
+            $(#[$new])*
+            pub fn new(inner: S, layer: $layer) -> Self {
+                Self {
+                    inner,
+                    settings: layer.settings,
+                }
+            }
+
+            define_inner_service_accessors!();
+        }
+    };
+}
+
 /// `impl Service<Request>` for a guard service `$service<S>`, whose fields are
 /// `inner: S` and `settings: Arc<_>`: a request the guard takes (every request, or those
 /// for which the closure-like `|settings, request| …` holds) is answered by

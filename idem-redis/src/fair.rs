@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use idem_core::store::{Fencing, FencingToken, Turn, ttl_millis};
+use idem_core::store::{Fencing, Turn, ttl_millis};
 use idem_core::{FairStore, Key, Owner, StoreError};
 
 use crate::RedisStore;
-use crate::store::{Kind, SIGNAL_KEPT_MS, fair_script, int, remaining_from_pttl};
+use crate::store::{Kind, SIGNAL_KEPT_MS, ScriptAnswer, fair_script, remaining_from_pttl};
 
 static ACQUIRE_IN_TURN: LazyLock<Script> =
     LazyLock::new(|| fair_script(include_str!("scripts/acquire_in_turn.lua")));
@@ -50,10 +50,8 @@ impl FairStore for RedisStore {
         ];
         let answer: Vec<Value> = self.script(&ACQUIRE_IN_TURN, &keys, &args).await?;
         let turn = scripted_turn(&answer, fencing)?;
-        if let Turn::Acquired { .. } = turn {
-            self.replicated(&lock).await?;
-        }
-        Ok(turn)
+        self.replicated_if(&lock, turn, |turn| matches!(turn, Turn::Acquired { .. }))
+            .await
     }
 
     async fn wait_for_turn(
@@ -89,14 +87,8 @@ impl FairStore for RedisStore {
 /// Reads `acquire_in_turn.lua`'s answer: `{1, token}` acquired, `{2, token, pttl}`
 /// already ours, `{0, 0, pttl or -2 when free, next}` queued; the token counts only with fencing.
 fn scripted_turn(answer: &[Value], fencing: Fencing) -> Result<Turn, StoreError> {
-    let field = |i: usize| {
-        answer
-            .get(i)
-            .ok_or_else(|| StoreError::unexpected("acquire_in_turn", answer))
-            .and_then(|value| int("acquire_in_turn", value))
-    };
-    let token =
-        || field(1).map(|n| (fencing == Fencing::On).then(|| FencingToken::new(n.unsigned_abs())));
+    let answer = ScriptAnswer::new("acquire_in_turn", answer);
+    let (field, token) = (|i| answer.field(i), || answer.token(fencing));
     match field(0)? {
         1 => Ok(Turn::Acquired { fence: token()? }),
         2 => Ok(Turn::Reentered {
@@ -107,6 +99,6 @@ fn scripted_turn(answer: &[Value], fencing: Fencing) -> Result<Turn, StoreError>
             next: field(3)? == 1,
             remaining: remaining_from_pttl(field(2)?),
         }),
-        _ => Err(StoreError::unexpected("acquire_in_turn", answer)),
+        _ => Err(answer.unexpected()),
     }
 }

@@ -427,6 +427,20 @@ impl RedisStore {
         .await
     }
 
+    /// `answer`, once the replicas have the write it reports, when `wrote` says it reports
+    /// one (see [`replicated`](Self::replicated)).
+    pub(crate) async fn replicated_if<T>(
+        &self,
+        key: &str,
+        answer: T,
+        wrote: impl FnOnce(&T) -> bool,
+    ) -> Result<T, StoreError> {
+        if wrote(&answer) {
+            self.replicated(key).await?;
+        }
+        Ok(answer)
+    }
+
     /// Runs a script whose answer is 0 or 1.
     pub(crate) async fn flag(
         &self,
@@ -551,14 +565,8 @@ pub(crate) fn remaining_from_pttl(millis: i64) -> Option<Duration> {
 /// The answer of the acquiring scripts: `{1, token}` acquired, `{2, token, pttl}` already
 /// ours, `{0, 0, pttl}` held by another; the token counts only with fencing.
 fn scripted_acquire(answer: &[Value], fencing: Fencing) -> Result<Acquire, StoreError> {
-    let field = |i: usize| {
-        answer
-            .get(i)
-            .ok_or_else(|| StoreError::unexpected("acquire", answer))
-            .and_then(|value| int("acquire", value))
-    };
-    let token =
-        || field(1).map(|n| (fencing == Fencing::On).then(|| FencingToken::new(n.unsigned_abs())));
+    let answer = ScriptAnswer::new("acquire", answer);
+    let (field, token) = (|i| answer.field(i), || answer.token(fencing));
     let remaining = || field(2).map(|ms| remaining_from_pttl(ms).unwrap_or_default());
     match field(0)? {
         1 => Ok(Acquire::Acquired { fence: token()? }),
@@ -569,7 +577,38 @@ fn scripted_acquire(answer: &[Value], fencing: Fencing) -> Result<Acquire, Store
         0 => Ok(Acquire::Held {
             remaining: remaining()?,
         }),
-        _ => Err(StoreError::unexpected("acquire", answer)),
+        _ => Err(answer.unexpected()),
+    }
+}
+
+/// The integers a script answers with, `{state, token, ...}`, read for `operation`.
+pub(crate) struct ScriptAnswer<'a> {
+    operation: &'static str,
+    fields: &'a [Value],
+}
+
+impl<'a> ScriptAnswer<'a> {
+    pub(crate) fn new(operation: &'static str, fields: &'a [Value]) -> Self {
+        Self { operation, fields }
+    }
+
+    /// The `i`th field, which must be an integer.
+    pub(crate) fn field(&self, i: usize) -> Result<i64, StoreError> {
+        self.fields
+            .get(i)
+            .ok_or_else(|| self.unexpected())
+            .and_then(|value| int(self.operation, value))
+    }
+
+    /// The error for an answer of no known shape.
+    pub(crate) fn unexpected(&self) -> StoreError {
+        StoreError::unexpected(self.operation, self.fields)
+    }
+
+    /// The fencing token in the second field, which counts only with fencing.
+    pub(crate) fn token(&self, fencing: Fencing) -> Result<Option<FencingToken>, StoreError> {
+        self.field(1)
+            .map(|n| (fencing == Fencing::On).then(|| FencingToken::new(n.unsigned_abs())))
     }
 }
 
@@ -596,10 +635,10 @@ impl Store for RedisStore {
             }
             Fencing::Off => self.acquire_plain(&lock, owner, ttl).await?,
         };
-        if let Acquire::Acquired { .. } = acquired {
-            self.replicated(&lock).await?;
-        }
-        Ok(acquired)
+        self.replicated_if(&lock, acquired, |acquired| {
+            matches!(acquired, Acquire::Acquired { .. })
+        })
+        .await
     }
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
@@ -642,10 +681,10 @@ impl Store for RedisStore {
             })
             .await?;
         let acquired = scripted_acquire(&answer, fencing)?;
-        if let Acquire::Acquired { .. } = acquired {
-            self.replicated(&lock).await?;
-        }
-        Ok(acquired)
+        self.replicated_if(&lock, acquired, |acquired| {
+            matches!(acquired, Acquire::Acquired { .. })
+        })
+        .await
     }
 
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
@@ -716,10 +755,8 @@ impl Store for RedisStore {
                 &[token.as_str().as_bytes()],
             )
             .await?;
-        if consumed {
-            self.replicated(&scope).await?;
-        }
-        Ok(consumed)
+        self.replicated_if(&scope, consumed, |&consumed| consumed)
+            .await
     }
 
     async fn begin_record(
@@ -792,10 +829,8 @@ impl Store for RedisStore {
                 &[owner.as_str().as_bytes(), &response, millis.as_bytes()],
             )
             .await?;
-        if completed {
-            self.replicated(&record).await?;
-        }
-        Ok(completed)
+        self.replicated_if(&record, completed, |&completed| completed)
+            .await
     }
 
     async fn renew_record(

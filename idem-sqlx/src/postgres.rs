@@ -91,6 +91,13 @@ macro_rules! left_ms {
     };
 }
 
+/// Where the lock `$1` is read while it lasts.
+macro_rules! live_lock {
+    () => {
+        " FROM idem_locks WHERE key = $1 AND expires_at > clock_timestamp()"
+    };
+}
+
 /// A parameter's milliseconds from the database's clock.
 macro_rules! in_ms {
     ($param:literal) => {
@@ -138,11 +145,7 @@ impl Dialect for Postgres {
             WHERE key = $1 AND expires_at > clock_timestamp()
                 AND NOT EXISTS (SELECT FROM claimed)"
         ),
-        read_lock: concat!(
-            "SELECT false, owner, ",
-            left_ms!(),
-            ", fence FROM idem_locks WHERE key = $1 AND expires_at > clock_timestamp()"
-        ),
+        read_lock: concat!("SELECT false, owner, ", left_ms!(), ", fence", live_lock!()),
         release: "DELETE FROM idem_locks WHERE key = $1 AND owner = $2
             RETURNING expires_at > clock_timestamp()",
         renew: concat!(
@@ -150,11 +153,7 @@ impl Dialect for Postgres {
             in_ms!("$3"),
             " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING true"
         ),
-        remaining: concat!(
-            "SELECT ",
-            left_ms!(),
-            " FROM idem_locks WHERE key = $1 AND expires_at > clock_timestamp()"
-        ),
+        remaining: concat!("SELECT ", left_ms!(), live_lock!()),
         consume_token: "DELETE FROM idem_tokens WHERE scope = $1 AND token = $2
             RETURNING expires_at > clock_timestamp()",
         begin_record: concat!(

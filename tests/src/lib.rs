@@ -57,25 +57,42 @@ pub use timing::{median, micros_since_epoch, percentile};
 /// Generates each case — an `async fn case<B: Backend>()` in the calling module — once per
 /// store, as a `#[tokio::test]` in a module named after the store (`memory`, `redis`), so
 /// an HTTP suite runs every case against `MemoryStore` and a real Redis.
+///
+/// With `shop_on(app):` before the cases, each is an `async fn case(shop: Shop, app:
+/// Router)` instead, given what [`shop_on`]`(app)` makes on a fresh store: the opening
+/// most cases share, written once.
 #[macro_export]
 macro_rules! on_every_store {
-    ($($case:ident),+ $(,)?) => {
+    (@tests [] $backend:ty, $($case:ident),+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                super::$case::<$backend>().await;
+            }
+        )+
+    };
+    (@tests [shop_on($app:ident)] $backend:ty, $($case:ident),+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let (_backend, shop, app) = $crate::shop_on::<$backend>(super::$app).await;
+                super::$case(shop, app).await;
+            }
+        )+
+    };
+    (@stores [$($start:tt)*] $($case:ident),+) => {
         mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<$crate::MemoryBackend>().await;
-                }
-            )+
+            $crate::on_every_store!(@tests [$($start)*] $crate::MemoryBackend, $($case),+);
         }
         mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case::<$crate::RedisBackend>().await;
-                }
-            )+
+            $crate::on_every_store!(@tests [$($start)*] $crate::RedisBackend, $($case),+);
         }
+    };
+    (shop_on($app:ident): $($case:ident),+ $(,)?) => {
+        $crate::on_every_store!(@stores [shop_on($app)] $($case),+);
+    };
+    ($($case:ident),+ $(,)?) => {
+        $crate::on_every_store!(@stores [] $($case),+);
     };
 }
 

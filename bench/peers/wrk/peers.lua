@@ -14,12 +14,8 @@
 -- Every request is a POST of an empty body with the same x-client (idem's client identity).
 
 local counter = 0
-local threads = 0
-
-function setup(thread)
-  threads = threads + 1
-  thread:set("id", threads)
-end
+-- `setup`, which numbers the threads.
+dofile(debug.getinfo(1, "S").source:match("^@(.*/)") .. "../../wrk/threads.lua")
 
 local keys = os.getenv("PEERS_KEYS") or "none"
 local sessions = os.getenv("PEERS_SESSION") or "none"

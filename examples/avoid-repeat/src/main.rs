@@ -2,14 +2,12 @@
 //! (`--port` or `PORT` for another port), with its windows in memory.
 
 use example_avoid_repeat::AvoidRepeatExample;
-use example_cli::{CommandLine, serve};
+use example_cli::serve_with_port_only;
 
 const USAGE: &str = "usage: example-avoid-repeat [--port N]";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let command_line = CommandLine::parse(USAGE, &[])?;
     let app = AvoidRepeatExample::new().router();
-    serve("avoid-repeat example", app, command_line.port(3002)?).await?;
-    Ok(())
+    serve_with_port_only("avoid-repeat example", USAGE, 3002, app).await
 }

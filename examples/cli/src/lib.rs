@@ -119,6 +119,23 @@ impl CommandLine {
     }
 }
 
+/// The whole `main` of an example whose only option is `--port`: serves `router` as
+/// [`serve`] does, on the port the command line gives, or `default_port`.
+///
+/// # Errors
+///
+/// The command line is not `usage`, or the port cannot be bound.
+pub async fn serve_with_port_only(
+    what: &str,
+    usage: &str,
+    default_port: u16,
+    router: Router,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let command_line = CommandLine::parse(usage, &[])?;
+    serve(what, router, command_line.port(default_port)?).await?;
+    Ok(())
+}
+
 /// Serves `router` on `127.0.0.1:port` with each request's peer address in it (what the
 /// default client identity, `PeerIp`, reads), after printing `what` and the URL; until
 /// Ctrl-C.

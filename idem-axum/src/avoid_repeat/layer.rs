@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
-use tower_layer::Layer;
 
 use super::window::{fingerprint_payload, in_window, key_for};
 use super::{Release, RepeatBy, Settings};
@@ -91,22 +90,7 @@ impl AvoidRepeatLayer {
     }
 }
 
-impl<S> Layer<S> for AvoidRepeatLayer {
-    type Service = AvoidRepeat<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        AvoidRepeat::new(inner, self.clone())
-    }
-}
-
-/// The service [`AvoidRepeatLayer`] makes.
-#[derive(Debug, Clone)]
-pub struct AvoidRepeat<S> {
-    inner: S,
-    settings: Arc<Settings>,
-}
-
-impl<S> AvoidRepeat<S> {
+define_guard_service!(
     /// Guards `inner` with `layer`'s settings.
     ///
     /// ```
@@ -114,15 +98,8 @@ impl<S> AvoidRepeat<S> {
     /// use idem_axum::{AvoidRepeatLayer, avoid_repeat::AvoidRepeat};
     /// let service = AvoidRepeat::new(axum::Router::<()>::new(), AvoidRepeatLayer::new(Duration::from_secs(30)));
     /// ```
-    pub fn new(inner: S, layer: AvoidRepeatLayer) -> Self {
-        Self {
-            inner,
-            settings: layer.settings,
-        }
-    }
-
-    define_inner_service_accessors!();
-}
+    AvoidRepeatLayer => AvoidRepeat
+);
 
 impl_guard_service!(AvoidRepeat, avoid_repeat);
 

@@ -90,10 +90,7 @@ mod tests {
             #[test]
             fn no_cookie_header_makes_it_panic(
                 name in ".{0,10}",
-                lines in prop::collection::vec(
-                    proptest::string::bytes_regex("(?-u:[\\t -~\\x80-\\xff]{0,79})").expect("a regex"),
-                    0..4,
-                ),
+                lines in crate::field_lines::field_lines(79, 4),
             ) {
                 if let Ok(id) = identify(name, &lines) {
                     prop_assert!(!id.as_bytes().is_empty());

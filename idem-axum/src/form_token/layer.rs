@@ -9,7 +9,6 @@ use axum::extract::Request;
 use axum::response::Response;
 use http::HeaderValue;
 use idem_core::Store;
-use tower_layer::Layer;
 use tracing::Instrument;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
@@ -143,37 +142,15 @@ impl VerifyFormTokenLayer {
     }
 }
 
-impl<S> Layer<S> for VerifyFormTokenLayer {
-    type Service = VerifyFormToken<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        VerifyFormToken::new(inner, self.clone())
-    }
-}
-
-/// The service [`VerifyFormTokenLayer`] makes.
-#[derive(Debug, Clone)]
-pub struct VerifyFormToken<S> {
-    inner: S,
-    settings: Arc<Settings>,
-}
-
-impl<S> VerifyFormToken<S> {
+define_guard_service!(
     /// Guards `inner` with `layer`'s settings.
     ///
     /// ```
     /// use idem_axum::{VerifyFormTokenLayer, form_token::VerifyFormToken};
     /// let service = VerifyFormToken::new(axum::Router::<()>::new(), VerifyFormTokenLayer::new());
     /// ```
-    pub fn new(inner: S, layer: VerifyFormTokenLayer) -> Self {
-        Self {
-            inner,
-            settings: layer.settings,
-        }
-    }
-
-    define_inner_service_accessors!();
-}
+    VerifyFormTokenLayer => VerifyFormToken
+);
 
 impl_guard_service!(VerifyFormToken, verify_form_token);
 

@@ -184,6 +184,7 @@ mod tests {
         use proptest::sample::Index;
 
         use super::*;
+        use crate::field_lines::field_lines;
 
         const CODINGS: [&str; 5] = ["gzip", "br", "deflate", "zstd", "compress"];
 
@@ -211,13 +212,6 @@ mod tests {
             ]
         }
 
-        fn field_lines() -> impl Strategy<Value = Vec<Vec<u8>>> {
-            prop::collection::vec(
-                proptest::string::bytes_regex("(?-u:[\\t -~\\x80-\\xff]{0,39})").expect("a regex"),
-                0..3,
-            )
-        }
-
         fn header_map(name: http::HeaderName, lines: &[Vec<u8>]) -> HeaderMap {
             let mut map = HeaderMap::new();
             for line in lines {
@@ -228,7 +222,7 @@ mod tests {
 
         proptest! {
             #[test]
-            fn no_fields_make_it_panic(stored in field_lines(), accept in field_lines()) {
+            fn no_fields_make_it_panic(stored in field_lines(39, 3), accept in field_lines(39, 3)) {
                 let stored = header_map(CONTENT_ENCODING, &stored);
                 let unaccepted = unaccepted(&stored, &header_map(ACCEPT_ENCODING, &accept));
                 prop_assert!(!unaccepted.is_some_and(|c| c.eq_ignore_ascii_case("identity")));

@@ -7,7 +7,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Method, StatusCode};
-use tower_layer::Layer;
 
 use super::answer::answer;
 use super::{KeySource, RecordScope, Required, Settings, key_header, stored_response};
@@ -254,37 +253,15 @@ impl IdempotencyLayer {
     }
 }
 
-impl<S> Layer<S> for IdempotencyLayer {
-    type Service = Idempotency<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Idempotency::new(inner, self.clone())
-    }
-}
-
-/// The service [`IdempotencyLayer`] makes.
-#[derive(Debug, Clone)]
-pub struct Idempotency<S> {
-    inner: S,
-    settings: Arc<Settings>,
-}
-
-impl<S> Idempotency<S> {
+define_guard_service!(
     /// Guards `inner` with `layer`'s settings.
     ///
     /// ```
     /// use idem_axum::{IdempotencyLayer, idempotency::Idempotency};
     /// let service = Idempotency::new(axum::Router::<()>::new(), IdempotencyLayer::new());
     /// ```
-    pub fn new(inner: S, layer: IdempotencyLayer) -> Self {
-        Self {
-            inner,
-            settings: layer.settings,
-        }
-    }
-
-    define_inner_service_accessors!();
-}
+    IdempotencyLayer => Idempotency
+);
 
 impl_guard_service!(Idempotency, answer, |settings, request| settings
     .methods

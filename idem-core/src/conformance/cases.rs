@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{Backend, all_at_once, eventually};
-use crate::store::Fencing;
+use super::{Backend, all_at_once, eventually, started};
+use crate::store::{Fencing, FencingToken};
 use crate::{Acquire, Begin, Fingerprint, Key, Owner, Store};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -17,6 +17,51 @@ const KEEP: usize = 16;
 
 fn key(name: &str) -> Key {
     Key::new(name).expect("a valid test key")
+}
+
+/// `begin_record`, which must answer.
+async fn begin<S: Store>(
+    store: &S,
+    record: &Key,
+    owner: &Owner,
+    fp: &Fingerprint,
+    lease: Duration,
+) -> Begin {
+    store.begin_record(record, owner, fp, lease).await.unwrap()
+}
+
+/// `acquire` without fencing, which must answer.
+async fn acquire<S: Store>(store: &S, lock: &Key, owner: &Owner, ttl: Duration) -> Acquire {
+    store.acquire(lock, owner, ttl, Fencing::Off).await.unwrap()
+}
+
+/// The fencing token `owner` draws taking `lock`, which must be free.
+async fn fenced<S: Store>(store: &S, lock: &Key, owner: &Owner, ttl: Duration) -> FencingToken {
+    match store.acquire(lock, owner, ttl, Fencing::On).await.unwrap() {
+        Acquire::Acquired { fence: Some(fence) } => fence,
+        other => panic!("a fenced acquisition of a free lock, got {other:?}"),
+    }
+}
+
+/// `complete_record`, which must answer.
+async fn complete<S: Store>(
+    store: &S,
+    record: &Key,
+    owner: &Owner,
+    response: &'static [u8],
+) -> bool {
+    store
+        .complete_record(record, owner, Bytes::from_static(response), LONG)
+        .await
+        .unwrap()
+}
+
+/// Asserts that anyone may take `lock` now.
+async fn assert_free<S: Store>(store: &S, lock: &Key) {
+    assert_eq!(
+        acquire(store, lock, &Owner::random(), LONG).await,
+        Acquire::Acquired { fence: None }
+    );
 }
 
 /// One winner among 1000 concurrent acquires.
@@ -84,13 +129,9 @@ pub async fn one_start_among_1000_concurrent_begins<B: Backend>() {
 
 /// A non owner cannot release or renew.
 pub async fn a_non_owner_cannot_release_or_renew<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (holder, intruder, lock) = (Owner::random(), Owner::random(), key("held"));
-    store
-        .acquire(&lock, &holder, LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &lock, &holder, LONG).await;
 
     assert!(!store.release(&lock, &intruder).await.unwrap());
     assert!(
@@ -106,10 +147,7 @@ pub async fn a_non_owner_cannot_release_or_renew<B: Backend>() {
         "TTL untouched: {remaining:?}"
     );
     assert!(matches!(
-        store
-            .acquire(&lock, &intruder, LONG, Fencing::Off)
-            .await
-            .unwrap(),
+        acquire(&store, &lock, &intruder, LONG).await,
         Acquire::Held { .. }
     ));
     assert!(
@@ -120,13 +158,9 @@ pub async fn a_non_owner_cannot_release_or_renew<B: Backend>() {
 
 /// The owner releases and renews.
 pub async fn the_owner_releases_and_renews<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (owner, lock) = (Owner::random(), key("mine"));
-    store
-        .acquire(&lock, &owner, SHORT, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &lock, &owner, SHORT).await;
     assert!(store.renew(&lock, &owner, LONG).await.unwrap());
     let remaining = store.remaining(&lock).await.unwrap().expect("held");
     assert!(
@@ -144,27 +178,14 @@ pub async fn the_owner_releases_and_renews<B: Backend>() {
         !store.renew(&lock, &owner, LONG).await.unwrap(),
         "nothing to renew"
     );
-    assert_eq!(
-        store
-            .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
-            .await
-            .unwrap(),
-        Acquire::Acquired { fence: None }
-    );
+    assert_free(&store, &lock).await;
 }
 
 /// The same owner reenters without changing the hold.
 pub async fn the_same_owner_reenters_without_changing_the_hold<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (owner, lock) = (Owner::new("worker-1").unwrap(), key("reentry"));
-    let Acquire::Acquired { fence: Some(fence) } = store
-        .acquire(&lock, &owner, LONG, Fencing::On)
-        .await
-        .unwrap()
-    else {
-        panic!("first acquisition");
-    };
+    let fence = fenced(&store, &lock, &owner, LONG).await;
     // The same owner again, as after a network timeout that hid a success.
     match store
         .acquire(&lock, &owner, SHORT, Fencing::On)
@@ -184,28 +205,18 @@ pub async fn the_same_owner_reenters_without_changing_the_hold<B: Backend>() {
         other => panic!("expected reentry, got {other:?}"),
     }
     let plain = key("reentry-unfenced");
-    store
-        .acquire(&plain, &owner, LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &plain, &owner, LONG).await;
     assert!(matches!(
-        store
-            .acquire(&plain, &owner, LONG, Fencing::Off)
-            .await
-            .unwrap(),
+        acquire(&store, &plain, &owner, LONG).await,
         Acquire::Reentered { fence: None, .. }
     ));
 }
 
 /// Expiry frees a lock.
 pub async fn expiry_frees_a_lock<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let lock = key("expiring");
-    store
-        .acquire(&lock, &Owner::random(), SHORT, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &lock, &Owner::random(), SHORT).await;
     let acquired_at = Instant::now();
     eventually(Duration::from_secs(5), "the lock expires", || {
         let store = store.clone();
@@ -217,19 +228,12 @@ pub async fn expiry_frees_a_lock<B: Backend>() {
         acquired_at.elapsed() >= SHORT - Duration::from_millis(5),
         "not before its TTL"
     );
-    assert_eq!(
-        store
-            .acquire(&lock, &Owner::random(), LONG, Fencing::Off)
-            .await
-            .unwrap(),
-        Acquire::Acquired { fence: None }
-    );
+    assert_free(&store, &lock).await;
 }
 
 /// Fencing tokens grow across release and expiry.
 pub async fn fencing_tokens_grow_across_release_and_expiry<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let lock = key("fenced");
     let mut last = 0;
     for round in 0..60 {
@@ -239,13 +243,7 @@ pub async fn fencing_tokens_grow_across_release_and_expiry<B: Backend>() {
         } else {
             LONG
         };
-        let Acquire::Acquired { fence: Some(fence) } = store
-            .acquire(&lock, &owner, ttl, Fencing::On)
-            .await
-            .unwrap()
-        else {
-            panic!("round {round}: the lock should be free");
-        };
+        let fence = fenced(&store, &lock, &owner, ttl).await;
         assert!(
             fence.get() > last,
             "round {round}: {} after {last}",
@@ -267,8 +265,7 @@ pub async fn fencing_tokens_grow_across_release_and_expiry<B: Backend>() {
 
 /// A token is consumed once and expires.
 pub async fn a_token_is_consumed_once_and_expires<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (scope, kept, fleeting) = (key("client"), key("token-kept"), key("token-fleeting"));
     assert!(
         !store.consume_token(&scope, &kept).await.unwrap(),
@@ -291,8 +288,7 @@ pub async fn a_token_is_consumed_once_and_expires<B: Backend>() {
 
 /// A scope keeps its newest tokens and only its own.
 pub async fn a_scope_keeps_its_newest_tokens_and_only_its_own<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (alice, bob) = (key("alice"), key("bob"));
     let token = |i: usize| key(&format!("alice-token-{i}"));
     for i in 0..10 {
@@ -322,18 +318,14 @@ pub async fn a_scope_keeps_its_newest_tokens_and_only_its_own<B: Backend>() {
 
 /// A record replays what was completed.
 pub async fn a_record_replays_what_was_completed<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (record, first, retry) = (key("payment-1"), Owner::random(), Owner::random());
     let fp = Fingerprint::of(["POST", "/payments", r#"{"amount":10}"#]);
     // Not UTF-8, and with a NUL: stored byte for byte.
     let response = Bytes::from_static(b"HTTP/1.1 201\r\n\x00\xff\xfe body");
 
     assert_eq!(
-        store
-            .begin_record(&record, &first, &fp, LONG)
-            .await
-            .unwrap(),
+        begin(&store, &record, &first, &fp, LONG).await,
         Begin::Started
     );
     assert!(matches!(
@@ -347,19 +339,13 @@ pub async fn a_record_replays_what_was_completed<B: Backend>() {
             .unwrap()
     );
     assert_eq!(
-        store
-            .begin_record(&record, &retry, &fp, LONG)
-            .await
-            .unwrap(),
+        begin(&store, &record, &retry, &fp, LONG).await,
         Begin::Completed {
             response: response.clone()
         }
     );
     assert!(
-        !store
-            .complete_record(&record, &first, Bytes::from_static(b"again"), LONG)
-            .await
-            .unwrap(),
+        !complete(&store, &record, &first, b"again").await,
         "a completed record is final"
     );
     assert!(
@@ -367,73 +353,39 @@ pub async fn a_record_replays_what_was_completed<B: Backend>() {
         "and cannot be abandoned"
     );
     assert_eq!(
-        store
-            .begin_record(&record, &retry, &fp, LONG)
-            .await
-            .unwrap(),
+        begin(&store, &record, &retry, &fp, LONG).await,
         Begin::Completed { response }
     );
 }
 
 /// A stale owner cannot complete a newer record.
 pub async fn a_stale_owner_cannot_complete_a_newer_record<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (record, stale, fresh) = (key("stale"), Owner::random(), Owner::random());
     let fp = Fingerprint::of(["same request"]);
     assert_eq!(
-        store
-            .begin_record(&record, &stale, &fp, SHORT)
-            .await
-            .unwrap(),
+        begin(&store, &record, &stale, &fp, SHORT).await,
         Begin::Started
     );
     // The stale worker pauses past its lease; a retry begins the record anew.
     eventually(Duration::from_secs(5), "the lease runs out", || {
         let (store, record, fresh) = (store.clone(), record.clone(), fresh.clone());
-        async move {
-            store
-                .begin_record(&record, &fresh, &fp, LONG)
-                .await
-                .unwrap()
-                == Begin::Started
-        }
+        async move { begin(&store, &record, &fresh, &fp, LONG).await == Begin::Started }
     })
     .await;
 
-    assert!(
-        !store
-            .complete_record(&record, &stale, Bytes::from_static(b"stale"), LONG)
-            .await
-            .unwrap()
-    );
+    assert!(!complete(&store, &record, &stale, b"stale").await);
     assert!(!store.renew_record(&record, &stale, LONG).await.unwrap());
     assert!(!store.abandon_record(&record, &stale).await.unwrap());
     assert!(matches!(
-        store
-            .begin_record(&record, &Owner::random(), &fp, LONG)
-            .await
-            .unwrap(),
+        begin(&store, &record, &Owner::random(), &fp, LONG).await,
         Begin::InProgress { .. }
     ));
 
-    assert!(
-        store
-            .complete_record(&record, &fresh, Bytes::from_static(b"fresh"), LONG)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .complete_record(&record, &stale, Bytes::from_static(b"stale"), LONG)
-            .await
-            .unwrap()
-    );
+    assert!(complete(&store, &record, &fresh, b"fresh").await);
+    assert!(!complete(&store, &record, &stale, b"stale").await);
     assert_eq!(
-        store
-            .begin_record(&record, &Owner::random(), &fp, LONG)
-            .await
-            .unwrap(),
+        begin(&store, &record, &Owner::random(), &fp, LONG).await,
         Begin::Completed {
             response: Bytes::from_static(b"fresh")
         }
@@ -442,34 +394,21 @@ pub async fn a_stale_owner_cannot_complete_a_newer_record<B: Backend>() {
 
 /// A different fingerprint is a mismatch.
 pub async fn a_different_fingerprint_is_a_mismatch<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (record, owner) = (key("reused-key"), Owner::random());
     let (fp, other) = (
         Fingerprint::of(["amount=10"]),
         Fingerprint::of(["amount=11"]),
     );
-    store
-        .begin_record(&record, &owner, &fp, LONG)
-        .await
-        .unwrap();
+    begin(&store, &record, &owner, &fp, LONG).await;
     assert_eq!(
-        store
-            .begin_record(&record, &Owner::random(), &other, LONG)
-            .await
-            .unwrap(),
+        begin(&store, &record, &Owner::random(), &other, LONG).await,
         Begin::Mismatch,
         "while in progress"
     );
-    store
-        .complete_record(&record, &owner, Bytes::from_static(b"ok"), LONG)
-        .await
-        .unwrap();
+    complete(&store, &record, &owner, b"ok").await;
     assert_eq!(
-        store
-            .begin_record(&record, &Owner::random(), &other, LONG)
-            .await
-            .unwrap(),
+        begin(&store, &record, &Owner::random(), &other, LONG).await,
         Begin::Mismatch,
         "after completion"
     );
@@ -477,14 +416,10 @@ pub async fn a_different_fingerprint_is_a_mismatch<B: Backend>() {
 
 /// An abandoned record starts afresh.
 pub async fn an_abandoned_record_starts_afresh<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (record, owner) = (key("failed-attempt"), Owner::random());
     let fp = Fingerprint::of(["x"]);
-    store
-        .begin_record(&record, &owner, &fp, LONG)
-        .await
-        .unwrap();
+    begin(&store, &record, &owner, &fp, LONG).await;
     assert!(
         !store
             .abandon_record(&record, &Owner::random())
@@ -509,21 +444,13 @@ pub async fn an_abandoned_record_starts_afresh<B: Backend>() {
 
 /// A running record is kept alive by renewal.
 pub async fn a_running_record_is_kept_alive_by_renewal<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (record, owner) = (key("long-handler"), Owner::random());
     let fp = Fingerprint::of(["slow"]);
-    store
-        .begin_record(&record, &owner, &fp, SHORT)
-        .await
-        .unwrap();
+    begin(&store, &record, &owner, &fp, SHORT).await;
     assert!(store.renew_record(&record, &owner, LONG).await.unwrap());
     tokio::time::sleep(SHORT * 2).await; // past the first lease: only the renewal keeps it
-    match store
-        .begin_record(&record, &Owner::random(), &fp, LONG)
-        .await
-        .unwrap()
-    {
+    match begin(&store, &record, &Owner::random(), &fp, LONG).await {
         Begin::InProgress { remaining } => {
             assert!(
                 remaining > LONG - Duration::from_secs(5),
@@ -542,23 +469,16 @@ pub async fn a_running_record_is_kept_alive_by_renewal<B: Backend>() {
 
 /// Locks tokens and records do not collide.
 pub async fn locks_tokens_and_records_do_not_collide<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (same, owner) = (key("shared-name"), Owner::random());
-    store
-        .acquire(&same, &owner, LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &same, &owner, LONG).await;
     assert!(
         !store.consume_token(&same, &same).await.unwrap(),
         "a lock is not a token"
     );
     store.put_token(&same, &same, LONG, KEEP).await.unwrap();
     assert_eq!(
-        store
-            .begin_record(&same, &owner, &Fingerprint::of(["r"]), LONG)
-            .await
-            .unwrap(),
+        begin(&store, &same, &owner, &Fingerprint::of(["r"]), LONG).await,
         Begin::Started,
         "a lock is not a record"
     );
@@ -571,8 +491,7 @@ pub async fn locks_tokens_and_records_do_not_collide<B: Backend>() {
 
 /// Huge and zero ttls are kept within bounds.
 pub async fn huge_and_zero_ttls_are_kept_within_bounds<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (huge, zero) = (key("forever"), key("instant"));
     assert!(matches!(
         store
@@ -605,13 +524,9 @@ pub async fn huge_and_zero_ttls_are_kept_within_bounds<B: Backend>() {
 /// waiter that registered, also one that starts waiting only after the release: the
 /// registration, made in the step that found the key held, is what the release answers.
 pub async fn a_release_wakes_a_waiter<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (lock, holder, waiter) = (key("awaited"), Owner::random(), Owner::random());
-    store
-        .acquire(&lock, &holder, LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &lock, &holder, LONG).await;
     let within = Duration::from_millis(50);
     let started = Instant::now();
     assert!(
@@ -646,17 +561,13 @@ pub async fn a_release_wakes_a_waiter<B: Backend>() {
 /// A release that nobody registered for wakes nobody, then or later: it leaves no wake-up
 /// behind for a waiter that comes along once the key is held again.
 pub async fn a_release_nobody_waits_for_leaves_no_wake_up<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (lock, holder) = (key("unawaited"), Owner::random());
     for fencing in [Fencing::Off, Fencing::On] {
         store.acquire(&lock, &holder, LONG, fencing).await.unwrap();
         assert!(store.release_and_signal(&lock, &holder).await.unwrap());
     }
-    store
-        .acquire(&lock, &holder, LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &lock, &holder, LONG).await;
     assert!(
         !store.wait_for_release(&lock, SHORT).await.unwrap(),
         "woken by a release nobody waited for, with the key held"
@@ -666,13 +577,9 @@ pub async fn a_release_nobody_waits_for_leaves_no_wake_up<B: Backend>() {
 /// Two releases in a row, each after a registration, wake both waiters, even when neither
 /// had started waiting before the second release.
 pub async fn two_releases_wake_two_registered_waiters<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let (lock, first, second) = (key("two-waiters"), Owner::random(), Owner::random());
-    store
-        .acquire(&lock, &first, LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &lock, &first, LONG).await;
     for waiter in [Owner::random(), Owner::random()] {
         let answer = store
             .acquire_or_register_waiter(&lock, &waiter, LONG, Fencing::Off, LONG)
@@ -681,10 +588,7 @@ pub async fn two_releases_wake_two_registered_waiters<B: Backend>() {
         assert!(matches!(answer, Acquire::Held { .. }), "{answer:?}");
     }
     assert!(store.release_and_signal(&lock, &first).await.unwrap());
-    store
-        .acquire(&lock, &second, LONG, Fencing::Off)
-        .await
-        .unwrap();
+    acquire(&store, &lock, &second, LONG).await;
     assert!(store.release_and_signal(&lock, &second).await.unwrap());
     let waits = super::all_at_once(2, |_| {
         let (store, lock) = (store.clone(), lock.clone());
@@ -700,8 +604,7 @@ pub async fn two_releases_wake_two_registered_waiters<B: Backend>() {
 /// token only when fencing is asked for), the owner's own key is re-entered with the
 /// token of its hold, and only another owner's key is `Held`.
 pub async fn registering_to_wait_acquires_like_acquire<B: Backend>() {
-    let backend = B::start().await;
-    let store = backend.store();
+    let (_backend, store) = started::<B>().await;
     let owner = Owner::random();
     let (plain, fenced) = (key("plain-registering"), key("fenced-registering"));
     assert_eq!(

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Backend, all_at_once, eventually};
+use super::{Backend, all_at_once, eventually, started};
 use crate::store::{Fencing, Turn};
 use crate::{FairStore, Key, Owner, Store};
 
@@ -25,18 +25,37 @@ async fn queue<S: FairStore>(store: &S, lock: &Key, owner: &Owner) -> Turn {
         .expect("acquire_in_turn")
 }
 
+/// Asserts that `owner`'s turn has come: it takes `lock`.
+async fn assert_takes_turn<S: FairStore>(store: &S, lock: &Key, owner: &Owner) {
+    assert_eq!(
+        queue(store, lock, owner).await,
+        Turn::Acquired { fence: None }
+    );
+}
+
+/// The answer to a waiter whose turn has not come while the lock is free.
+const NOT_YET: Turn = Turn::Queued {
+    next: false,
+    remaining: None,
+};
+
+/// A started backend, to keep until the case ends, its store, and a lock named `name`
+/// that its holder, returned last, has taken.
+async fn held<B: Backend<Store: FairStore>>(name: &str) -> (B, B::Store, Key, Owner) {
+    let (backend, store) = started::<B>().await;
+    let (lock, holder) = (key(name), Owner::random());
+    assert_takes_turn(&store, &lock, &holder).await;
+    (backend, store, lock, holder)
+}
+
 fn queued(turn: &Turn) -> bool {
     matches!(turn, Turn::Queued { .. })
 }
 
 /// A held lock and three owners queued one after the other: each release goes to the
 /// next of them in that order, whoever asks first.
-pub async fn a_fair_lock_is_granted_in_arrival_order<B: Backend>()
-where
-    B::Store: FairStore,
-{
-    let backend = B::start().await;
-    let store = backend.store();
+pub async fn a_fair_lock_is_granted_in_arrival_order<B: Backend<Store: FairStore>>() {
+    let (_backend, store) = started::<B>().await;
     let lock = key("fair-order");
     let (holder, waiters) = (
         Owner::random(),
@@ -63,14 +82,7 @@ where
         // The ones behind ask first, and are refused while the lock is free.
         for later in waiters[i + 1..].iter().rev() {
             let turn = queue(&store, &lock, later).await;
-            assert_eq!(
-                turn,
-                Turn::Queued {
-                    next: false,
-                    remaining: None
-                },
-                "waiter {i}'s turn"
-            );
+            assert_eq!(turn, NOT_YET, "waiter {i}'s turn");
         }
         assert_eq!(
             queue(&store, &lock, waiter).await,
@@ -80,66 +92,32 @@ where
         releasing = waiter.clone();
     }
     assert!(store.release_and_signal(&lock, &releasing).await.unwrap());
-    let newcomer = Owner::random();
-    assert_eq!(
-        queue(&store, &lock, &newcomer).await,
-        Turn::Acquired { fence: None },
-        "the queue is empty again"
-    );
+    // The queue is empty again: a newcomer takes the lock at once.
+    assert_takes_turn(&store, &lock, &Owner::random()).await;
 }
 
 /// A newcomer never takes a free lock past a waiter, queueing or not; it queues behind.
-pub async fn a_newcomer_never_takes_the_lock_past_a_waiter<B: Backend>()
-where
-    B::Store: FairStore,
-{
-    let backend = B::start().await;
-    let store = backend.store();
-    let lock = key("fair-newcomer");
-    let (holder, waiter, newcomer) = (Owner::random(), Owner::random(), Owner::random());
-    queue(&store, &lock, &holder).await;
+pub async fn a_newcomer_never_takes_the_lock_past_a_waiter<B: Backend<Store: FairStore>>() {
+    let (_backend, store, lock, holder) = held::<B>("fair-newcomer").await;
+    let (waiter, newcomer) = (Owner::random(), Owner::random());
     assert!(queued(&queue(&store, &lock, &waiter).await));
     assert!(store.release_and_signal(&lock, &holder).await.unwrap());
     let trying = store
         .acquire_in_turn(&lock, &newcomer, LONG, Fencing::Off, None)
         .await
         .unwrap();
-    assert_eq!(
-        trying,
-        Turn::Queued {
-            next: false,
-            remaining: None
-        }
-    );
-    assert_eq!(
-        queue(&store, &lock, &newcomer).await,
-        Turn::Queued {
-            next: false,
-            remaining: None
-        }
-    );
-    assert_eq!(
-        queue(&store, &lock, &waiter).await,
-        Turn::Acquired { fence: None }
-    );
+    assert_eq!(trying, NOT_YET);
+    assert_eq!(queue(&store, &lock, &newcomer).await, NOT_YET);
+    assert_takes_turn(&store, &lock, &waiter).await;
     assert!(store.release_and_signal(&lock, &waiter).await.unwrap());
-    assert_eq!(
-        queue(&store, &lock, &newcomer).await,
-        Turn::Acquired { fence: None }
-    );
+    assert_takes_turn(&store, &lock, &newcomer).await;
 }
 
 /// A place that is not renewed lapses: a waiter that died stops holding up the one behind
 /// it once its place has lapsed, and not before.
-pub async fn a_lapsed_place_is_skipped<B: Backend>()
-where
-    B::Store: FairStore,
-{
-    let backend = B::start().await;
-    let store = backend.store();
-    let lock = key("fair-lapse");
-    let (holder, dead, alive) = (Owner::random(), Owner::random(), Owner::random());
-    queue(&store, &lock, &holder).await;
+pub async fn a_lapsed_place_is_skipped<B: Backend<Store: FairStore>>() {
+    let (_backend, store, lock, holder) = held::<B>("fair-lapse").await;
+    let (dead, alive) = (Owner::random(), Owner::random());
     let lapse = Duration::from_millis(300);
     // Taken before the call, so the place lapses no earlier than this plus `lapse`, give
     // or take the millisecond a store's clock may cut.
@@ -153,14 +131,7 @@ where
     assert!(store.release_and_signal(&lock, &holder).await.unwrap());
     let turn = queue(&store, &lock, &alive).await;
     if queued_at.elapsed() < lapse - CLOCK_GRAIN {
-        assert_eq!(
-            turn,
-            Turn::Queued {
-                next: false,
-                remaining: None
-            },
-            "the place has not lapsed yet"
-        );
+        assert_eq!(turn, NOT_YET, "the place has not lapsed yet");
     }
     eventually(
         Duration::from_secs(5),
@@ -176,15 +147,9 @@ where
 
 /// A release hands the turn to the head of the queue and wakes it, and it only; a turn
 /// handed before the wait began is not lost.
-pub async fn a_release_wakes_the_head_of_the_queue_only<B: Backend>()
-where
-    B::Store: FairStore,
-{
-    let backend = B::start().await;
-    let store = backend.store();
-    let lock = key("fair-wake");
-    let (holder, first, second) = (Owner::random(), Owner::random(), Owner::random());
-    queue(&store, &lock, &holder).await;
+pub async fn a_release_wakes_the_head_of_the_queue_only<B: Backend<Store: FairStore>>() {
+    let (_backend, store, lock, holder) = held::<B>("fair-wake").await;
+    let (first, second) = (Owner::random(), Owner::random());
     queue(&store, &lock, &first).await;
     queue(&store, &lock, &second).await;
     assert!(
@@ -209,23 +174,14 @@ where
     .expect("the head is woken long before its time runs out");
     assert!(woken.unwrap(), "the head is woken");
     assert!(!second_waits.await.unwrap(), "the waiter behind it is not");
-    assert_eq!(
-        queue(&store, &lock, &first).await,
-        Turn::Acquired { fence: None }
-    );
+    assert_takes_turn(&store, &lock, &first).await;
 }
 
 /// A waiter that gives up leaves the queue, and if it was the head of a free lock's
 /// queue, the turn passes to the one behind it.
-pub async fn leaving_the_queue_passes_the_turn_on<B: Backend>()
-where
-    B::Store: FairStore,
-{
-    let backend = B::start().await;
-    let store = backend.store();
-    let lock = key("fair-leave");
-    let (holder, leaving, next) = (Owner::random(), Owner::random(), Owner::random());
-    queue(&store, &lock, &holder).await;
+pub async fn leaving_the_queue_passes_the_turn_on<B: Backend<Store: FairStore>>() {
+    let (_backend, store, lock, holder) = held::<B>("fair-leave").await;
+    let (leaving, next) = (Owner::random(), Owner::random());
     queue(&store, &lock, &leaving).await;
     queue(&store, &lock, &next).await;
     assert!(store.release_and_signal(&lock, &holder).await.unwrap());
@@ -234,27 +190,17 @@ where
         "not its turn yet"
     );
     store.leave_queue(&lock, &leaving).await.unwrap();
-    assert_eq!(
-        queue(&store, &lock, &next).await,
-        Turn::Acquired { fence: None }
-    );
+    assert_takes_turn(&store, &lock, &next).await;
     // Leaving without a place changes nothing.
     store.leave_queue(&lock, &leaving).await.unwrap();
     assert!(store.release_and_signal(&lock, &next).await.unwrap());
-    assert_eq!(
-        queue(&store, &lock, &leaving).await,
-        Turn::Acquired { fence: None }
-    );
+    assert_takes_turn(&store, &lock, &leaving).await;
 }
 
 /// Taking a turn keeps what a lock is: fencing tokens that grow, re-entry with the hold's
 /// token, release by the owner only.
-pub async fn a_fair_lock_keeps_fencing_reentry_and_ownership<B: Backend>()
-where
-    B::Store: FairStore,
-{
-    let backend = B::start().await;
-    let store = backend.store();
+pub async fn a_fair_lock_keeps_fencing_reentry_and_ownership<B: Backend<Store: FairStore>>() {
+    let (_backend, store) = started::<B>().await;
     let lock = key("fair-fenced");
     let fenced = |owner: Owner| {
         let (store, lock) = (store.clone(), lock.clone());
@@ -286,10 +232,7 @@ where
 }
 
 /// One winner among 200 concurrent first attempts on a free lock; the others are queued.
-pub async fn one_winner_among_200_concurrent_fair_attempts<B: Backend>()
-where
-    B::Store: FairStore,
-{
+pub async fn one_winner_among_200_concurrent_fair_attempts<B: Backend<Store: FairStore>>() {
     let backend = B::start().await;
     let results = all_at_once(200, |_| {
         let store = backend.store();

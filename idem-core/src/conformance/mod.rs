@@ -112,10 +112,14 @@ macro_rules! store_conformance {
         );
     };
     ($backend:ty: $($case:ident),+ $(,)?) => {
+        $crate::store_conformance!(@tests cases, $backend: $($case),+);
+    };
+    // Also the fair suite's: the two differ only in the module their cases are in.
+    (@tests $suite:ident, $backend:ty: $($case:ident),+) => {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
-                $crate::conformance::cases::$case::<$backend>().await;
+                $crate::conformance::$suite::$case::<$backend>().await;
             }
         )+
     };
@@ -144,13 +148,15 @@ macro_rules! fair_store_conformance {
         );
     };
     ($backend:ty: $($case:ident),+ $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                $crate::conformance::fair::$case::<$backend>().await;
-            }
-        )+
+        $crate::store_conformance!(@tests fair, $backend: $($case),+);
     };
+}
+
+/// A started backend, to keep until the case ends, and its store.
+async fn started<B: Backend>() -> (B, B::Store) {
+    let backend = B::start().await;
+    let store = backend.store();
+    (backend, store)
 }
 
 /// Runs `task(i)` for `count` tasks on the runtime's workers, all released at once by a

@@ -7,6 +7,29 @@ use sha2::{Digest, Sha256};
 
 use super::KeyError;
 
+/// `as_str`, `as_bytes` and `Debug` for a name kept as [`Text`].
+macro_rules! text_name {
+    ($name:ident, $as_str:literal) => {
+        impl $name {
+            #[doc = $as_str]
+            pub fn as_str(&self) -> &str {
+                self.0.as_str()
+            }
+
+            /// The bytes, without checking again that they are text.
+            pub(crate) fn as_bytes(&self) -> &[u8] {
+                self.0.as_bytes()
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({})"), self.as_str())
+            }
+        }
+    };
+}
+
 /// The name of one guarded thing in a store: a lock, a token, an idempotency record.
 ///
 /// A key holds only the characters `A-Z a-z 0-9 _ - . : / @ #`, never a brace, so a store
@@ -35,20 +58,10 @@ impl Key {
     /// other than `A-Z a-z 0-9 _ - . : / @`. (`#` is kept for [`Key::hashed`], so a chosen
     /// name can never equal a hashed one.)
     pub fn new(name: impl Into<String>) -> Result<Self, KeyError> {
-        let name = name.into();
-        if name.is_empty() || name.len() > Self::MAX_LEN {
-            return Err(KeyError::Length {
-                len: name.len(),
-                max: Self::MAX_LEN,
-            });
-        }
-        if let Some(bad) = name
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || "_-.:/@".contains(*c)))
-        {
-            return Err(KeyError::Character(bad));
-        }
-        Ok(Self(Text::from(name)))
+        Text::checked(name.into(), Self::MAX_LEN, |c| {
+            c.is_ascii_alphanumeric() || "_-.:/@".contains(c)
+        })
+        .map(Self)
     }
 
     /// A key derived from any bytes: the SHA-256 of the parts, each prefixed with its length
@@ -73,23 +86,9 @@ impl Key {
         write_hex(&mut name[1..], &digest[..16]);
         Self(Text::inline(&name))
     }
-
-    /// The key as the store sees it.
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The key's bytes, without checking again that they are text.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
 }
 
-impl fmt::Debug for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Key({})", self.as_str())
-    }
-}
+text_name!(Key, "The key as the store sees it.");
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -134,35 +133,11 @@ impl Owner {
     /// [`KeyError`] when `value` is empty, longer than [`Owner::MAX_LEN`], or holds a
     /// character that is not printable ASCII.
     pub fn new(value: impl Into<String>) -> Result<Self, KeyError> {
-        let value = value.into();
-        if value.is_empty() || value.len() > Self::MAX_LEN {
-            return Err(KeyError::Length {
-                len: value.len(),
-                max: Self::MAX_LEN,
-            });
-        }
-        if let Some(bad) = value.chars().find(|c| !c.is_ascii_graphic()) {
-            return Err(KeyError::Character(bad));
-        }
-        Ok(Self(Text::from(value)))
-    }
-
-    /// The owner's value.
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The owner's bytes, without checking again that they are text.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        self.0.as_bytes()
+        Text::checked(value.into(), Self::MAX_LEN, |c| c.is_ascii_graphic()).map(Self)
     }
 }
 
-impl fmt::Debug for Owner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Owner({})", self.as_str())
-    }
-}
+text_name!(Owner, "The owner's value.");
 
 /// The SHA-256 of what makes two requests "the same request" for an idempotency record:
 /// method, path, query, body, chosen headers.
@@ -255,6 +230,25 @@ enum Text {
 }
 
 impl Text {
+    /// `value`, when it is not empty, at most `max` bytes long, and every character of it
+    /// `allowed`.
+    fn checked(
+        value: String,
+        max: usize,
+        allowed: impl Fn(char) -> bool,
+    ) -> Result<Self, KeyError> {
+        if value.is_empty() || value.len() > max {
+            return Err(KeyError::Length {
+                len: value.len(),
+                max,
+            });
+        }
+        if let Some(bad) = value.chars().find(|&c| !allowed(c)) {
+            return Err(KeyError::Character(bad));
+        }
+        Ok(Self::from(value))
+    }
+
     /// `text` inline; callers pass ASCII of at most [`INLINE`] bytes.
     fn inline(text: &[u8]) -> Self {
         debug_assert!(text.len() <= INLINE && text.is_ascii());

@@ -48,30 +48,21 @@ impl Parse for Args {
             } else if lookahead.peek(kw::release) {
                 let name = input.parse::<kw::release>()?;
                 let value = value_of(input, "release", "\"expire\"")?;
-                let parsed = match value.value().as_str() {
-                    "expire" => Release::Expire,
-                    "finish" => Release::Finish,
-                    _ => {
-                        return Err(syn::Error::new(
-                            value.span(),
-                            "expected \"expire\" or \"finish\"",
-                        ));
-                    }
-                };
+                let parsed = choice(
+                    &value,
+                    [("expire", Release::Expire), ("finish", Release::Finish)],
+                )?;
                 set_once(&mut release, name.span, "release", parsed)?;
             } else if lookahead.peek(kw::by) {
                 let name = input.parse::<kw::by>()?;
                 let value = value_of(input, "by", "\"client\"")?;
-                let parsed = match value.value().as_str() {
-                    "client" => RepeatBy::Client,
-                    "client+body" => RepeatBy::ClientAndBody,
-                    _ => {
-                        return Err(syn::Error::new(
-                            value.span(),
-                            "expected \"client\" or \"client+body\"",
-                        ));
-                    }
-                };
+                let parsed = choice(
+                    &value,
+                    [
+                        ("client", RepeatBy::Client),
+                        ("client+body", RepeatBy::ClientAndBody),
+                    ],
+                )?;
                 set_once(&mut by, name.span, "by", parsed)?;
             } else if lookahead.peek(Token![crate]) {
                 let name = input.parse::<Token![crate]>()?;
@@ -153,4 +144,19 @@ fn parse_timeout(value: &LitStr) -> syn::Result<u64> {
         Ok(ms) => Ok(ms),
         Err(_) => Err(syn::Error::new(value.span(), "`timeout` is too long")),
     }
+}
+
+/// The one of two choices `value` names; the error, spanned on it, names both.
+fn choice<T: Copy>(value: &LitStr, choices: [(&str, T); 2]) -> syn::Result<T> {
+    let [(first, _), (second, _)] = choices;
+    choices
+        .iter()
+        .find(|(name, _)| value.value() == *name)
+        .map(|&(_, chosen)| chosen)
+        .ok_or_else(|| {
+            syn::Error::new(
+                value.span(),
+                format!("expected \"{first}\" or \"{second}\""),
+            )
+        })
 }

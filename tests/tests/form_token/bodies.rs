@@ -1,10 +1,11 @@
 //! Where the token travels and what reaches the handler: a header, multipart forms, field
 //! and header names configured otherwise.
 
+use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use idem_axum::FormTokenConfig;
-use idem_tests::{Backend, Shop, body_text, send, shop_on};
+use idem_tests::{Shop, body_text, send};
 
 use crate::{
     app, app_with, as_client, issue, issue_in_field, multipart_content_type, multipart_order,
@@ -12,12 +13,12 @@ use crate::{
 };
 
 idem_tests::on_every_store!(
+    shop_on(app):
     a_token_in_the_header_leaves_the_body_to_the_handler,
     multipart_forms_reach_the_handler_whole,
 );
 
-async fn a_token_in_the_header_leaves_the_body_to_the_handler<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn a_token_in_the_header_leaves_the_body_to_the_handler(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
     let with_header = || {
         as_client(Request::post("/api/orders"), "alice")
@@ -52,8 +53,7 @@ async fn a_token_in_the_header_leaves_the_body_to_the_handler<B: Backend>() {
     assert_eq!(shop.runs(), 1);
 }
 
-async fn multipart_forms_reach_the_handler_whole<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn multipart_forms_reach_the_handler_whole(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
     let content_type = multipart_content_type();
     let upload = || {

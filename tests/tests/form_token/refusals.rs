@@ -1,9 +1,10 @@
 //! What is refused, and how: a missing token, bodies that spend none, a missing layer, a
 //! client that cannot be told, a browser that asks for HTML.
 
+use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use idem_tests::{Backend, Shop, body_text, problem_code, send, shop_on};
+use idem_tests::{Shop, body_text, problem_code, send};
 
 use crate::{
     BOUNDARY, accepted, app, as_client, issue, multipart_content_type, multipart_order, order,
@@ -11,13 +12,13 @@ use crate::{
 };
 
 idem_tests::on_every_store!(
+    shop_on(app):
     a_missing_token_is_a_bad_request,
     bad_bodies_spend_no_token,
     an_oversize_body_spends_no_token,
 );
 
-async fn a_missing_token_is_a_bad_request<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn a_missing_token_is_a_bad_request(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
     let no_content_type = send(
         &app,
@@ -56,8 +57,7 @@ async fn a_missing_token_is_a_bad_request<B: Backend>() {
     accepted(&app, "/orders", "alice", &token, "no token was spent").await;
 }
 
-async fn bad_bodies_spend_no_token<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn bad_bodies_spend_no_token(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
 
     let json = post_typed(
@@ -104,8 +104,7 @@ async fn bad_bodies_spend_no_token<B: Backend>() {
     assert_eq!(shop.runs(), 1);
 }
 
-async fn an_oversize_body_spends_no_token<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn an_oversize_body_spends_no_token(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
     // Over the layer's own limit (1 KiB on `/small`), and over the router's default
     // (axum's 2 MB) on `/orders`; the token comes first, the padding after it.

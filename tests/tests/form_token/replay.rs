@@ -1,20 +1,21 @@
 //! With replay, every post of one token lands where the first did; other clients' and
 //! unknown tokens are still refused.
 
+use axum::Router;
 use axum::http::{StatusCode, header};
-use idem_tests::{Backend, all_at_once, shop_on};
+use idem_tests::{Shop, all_at_once};
 
 use crate::{app, issue, order, post_form};
 
 idem_tests::on_every_store!(
+    shop_on(app):
     with_replay_every_post_of_one_token_lands_where_the_first_did,
     with_replay_another_clients_or_an_unknown_token_is_still_refused,
 );
 
 /// A double click — and a hundred — with replay on: the handler runs once, and every post
 /// of the token, concurrent or later, gets the first one's redirect.
-async fn with_replay_every_post_of_one_token_lands_where_the_first_did<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn with_replay_every_post_of_one_token_lands_where_the_first_did(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
     let answers = all_at_once(100, |_| {
         let (app, body) = (app.clone(), order(&token));
@@ -36,8 +37,7 @@ async fn with_replay_every_post_of_one_token_lands_where_the_first_did<B: Backen
 }
 
 /// Replay does not open the door to other clients' tokens or to made-up ones.
-async fn with_replay_another_clients_or_an_unknown_token_is_still_refused<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn with_replay_another_clients_or_an_unknown_token_is_still_refused(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
     let stolen = post_form(&app, "/replayed", "mallory", order(&token)).await;
     assert_eq!(stolen.status(), StatusCode::CONFLICT);

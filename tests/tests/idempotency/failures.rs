@@ -2,18 +2,19 @@
 
 use std::time::Duration;
 
+use axum::Router;
 use axum::http::StatusCode;
-use idem_tests::{Backend, eventually, shop_on};
+use idem_tests::{Shop, eventually};
 
 use crate::{Seen, app, post_key};
 
 idem_tests::on_every_store!(
+    shop_on(app):
     a_server_error_is_not_stored_and_a_retry_runs_again,
     a_panic_removes_the_record,
 );
 
-async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn a_server_error_is_not_stored_and_a_retry_runs_again(shop: Shop, app: Router) {
     for run in 1..=2 {
         let seen = Seen::of(post_key(&app, "/failing", "flaky").await).await;
         assert_eq!(seen.status, StatusCode::INTERNAL_SERVER_ERROR);
@@ -22,8 +23,7 @@ async fn a_server_error_is_not_stored_and_a_retry_runs_again<B: Backend>() {
     }
 }
 
-async fn a_panic_removes_the_record<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn a_panic_removes_the_record(shop: Shop, app: Router) {
     let seen = post_key(&app, "/panicking", "boom").await;
     assert_eq!(
         seen.status(),

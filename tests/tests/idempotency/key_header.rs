@@ -7,18 +7,18 @@ use axum::http::{HeaderName, Method, Request, StatusCode};
 use axum::routing::post;
 use idem_axum::client::ClientHeader;
 use idem_axum::{Idem, IdempotencyLayer};
-use idem_tests::{Backend, Shop, send, shop_on};
+use idem_tests::{Shop, send};
 
 use crate::{CLIENT, KEY, REPLAYED, Seen, app, invalid_keys, pay, post_key, request};
 
 idem_tests::on_every_store!(
+    shop_on(app):
     invalid_keys_are_refused_before_the_handler,
     a_required_key_that_is_missing_is_400_and_an_optional_one_passes,
     unguarded_methods_pass_through_untouched,
 );
 
-async fn invalid_keys_are_refused_before_the_handler<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn invalid_keys_are_refused_before_the_handler(shop: Shop, app: Router) {
     for bad in invalid_keys() {
         let request = Request::post("/pay")
             .header(&CLIENT, "alice")
@@ -45,8 +45,7 @@ async fn invalid_keys_are_refused_before_the_handler<B: Backend>() {
     );
 }
 
-async fn a_required_key_that_is_missing_is_400_and_an_optional_one_passes<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn a_required_key_that_is_missing_is_400_and_an_optional_one_passes(shop: Shop, app: Router) {
     let seen = Seen::of(send(&app, request("/required", "alice", None, "{}")).await).await;
     assert_eq!(seen.status, StatusCode::BAD_REQUEST);
     assert_eq!(seen.problem(), "missing-idempotency-key");
@@ -67,8 +66,7 @@ async fn a_required_key_that_is_missing_is_400_and_an_optional_one_passes<B: Bac
     }
 }
 
-async fn unguarded_methods_pass_through_untouched<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn unguarded_methods_pass_through_untouched(shop: Shop, app: Router) {
     for run in 1..=2 {
         let get = Request::get("/pay")
             .header(&CLIENT, "alice")

@@ -3,19 +3,20 @@
 
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::http::StatusCode;
-use idem_tests::{Backend, all_at_once, eventually, shop_on};
+use idem_tests::{Shop, all_at_once, eventually};
 
 use crate::{SHORT_LEASE, Seen, app, post_key};
 
 idem_tests::on_every_store!(
+    shop_on(app):
     three_hundred_concurrent_requests_run_the_handler_once,
     a_handler_three_times_longer_than_its_lease_runs_once,
     a_client_that_disconnects_mid_handler_still_gets_its_response_stored,
 );
 
-async fn three_hundred_concurrent_requests_run_the_handler_once<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn three_hundred_concurrent_requests_run_the_handler_once(shop: Shop, app: Router) {
     let answers = all_at_once(300, |_| {
         let app = app.clone();
         async move { Seen::of(post_key(&app, "/pay", "\"order-1\"").await).await }
@@ -45,8 +46,7 @@ async fn three_hundred_concurrent_requests_run_the_handler_once<B: Backend>() {
     );
 }
 
-async fn a_handler_three_times_longer_than_its_lease_runs_once<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn a_handler_three_times_longer_than_its_lease_runs_once(shop: Shop, app: Router) {
     let started = Instant::now();
     let first = tokio::spawn({
         let app = app.clone();
@@ -77,8 +77,10 @@ async fn a_handler_three_times_longer_than_its_lease_runs_once<B: Backend>() {
     assert_eq!(shop.runs(), 1);
 }
 
-async fn a_client_that_disconnects_mid_handler_still_gets_its_response_stored<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn a_client_that_disconnects_mid_handler_still_gets_its_response_stored(
+    shop: Shop,
+    app: Router,
+) {
     let abandoned = tokio::spawn({
         let app = app.clone();
         async move { post_key(&app, "/gated", "walk-away").await }

@@ -1,18 +1,19 @@
 //! Sizes: a request body over the limit, a response too large to store, a store with no
 //! room for the record.
 
+use axum::Router;
 use axum::http::StatusCode;
-use idem_tests::{Backend, Shop, send, shop_on};
+use idem_tests::{Shop, send};
 
 use crate::{Seen, app, post_key, request};
 
 idem_tests::on_every_store!(
+    shop_on(app):
     an_oversize_request_body_is_413_and_stores_nothing,
     a_response_too_large_to_store_reaches_its_client_and_never_runs_again,
 );
 
-async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn an_oversize_request_body_is_413_and_stores_nothing(shop: Shop, app: Router) {
     let large = format!(r#"{{"note":"{}"}}"#, "x".repeat(100));
     let seen = send(&app, request("/limited", "alice", Some("k"), &large)).await;
     assert_eq!(seen.status(), StatusCode::PAYLOAD_TOO_LARGE);
@@ -23,8 +24,10 @@ async fn an_oversize_request_body_is_413_and_stores_nothing<B: Backend>() {
     assert_eq!(shop.runs(), 1);
 }
 
-async fn a_response_too_large_to_store_reaches_its_client_and_never_runs_again<B: Backend>() {
-    let (_backend, shop, app) = shop_on::<B>(app).await;
+async fn a_response_too_large_to_store_reaches_its_client_and_never_runs_again(
+    shop: Shop,
+    app: Router,
+) {
     let first = Seen::of(post_key(&app, "/big", "big-1").await).await;
     assert_whole_big_response(&first);
     for _ in 0..2 {

@@ -96,23 +96,7 @@ async fn through_sentinel_the_store_follows_a_failover() {
     }
 
     let took = set.fail_over();
-    let probe = Owner::random();
-    eventually(
-        Duration::from_secs(10),
-        "the store reaches the new master",
-        || {
-            let (store, probe) = (store.clone(), probe.clone());
-            async move {
-                matches!(
-                    store
-                        .acquire(&key("after-failover"), &probe, LONG, Fencing::Off)
-                        .await,
-                    Ok(Acquire::Acquired { .. } | Acquire::Reentered { .. })
-                )
-            }
-        },
-    )
-    .await;
+    reaches_the_new_master(&store, "after-failover").await;
     assert_eq!(set.current_master_port(), Some(set.replica().port()));
     assert!(
         matches!(
@@ -173,21 +157,7 @@ async fn acquisitions_lost_in_a_failover(builder: RedisStoreBuilder) -> (usize, 
         writer.await.unwrap();
     }
     let taken = taken.lock().unwrap().clone();
-    let probe = Owner::random();
-    eventually(
-        Duration::from_secs(10),
-        "the store reaches the new master",
-        || {
-            let (store, probe) = (store.clone(), probe.clone());
-            async move {
-                store
-                    .acquire(&key("probe"), &probe, LONG, Fencing::Off)
-                    .await
-                    .is_ok()
-            }
-        },
-    )
-    .await;
+    reaches_the_new_master(&store, "probe").await;
     let mut lost = 0;
     for name in &taken {
         if store.remaining(name).await.unwrap().is_none() {
@@ -254,4 +224,23 @@ async fn without_its_replica_a_store_that_waits_for_one_refuses_in_time() {
         "reads go on"
     );
     assert!(store.release(&acked, &owner).await.unwrap(), "and releases");
+}
+
+/// Waits until `store` takes the lock `probe` again, on the master a failover promoted.
+async fn reaches_the_new_master(store: &RedisStore, probe: &str) {
+    let owner = Owner::random();
+    eventually(
+        Duration::from_secs(10),
+        "the store reaches the new master",
+        || {
+            let (store, owner) = (store.clone(), owner.clone());
+            async move {
+                matches!(
+                    store.acquire(&key(probe), &owner, LONG, Fencing::Off).await,
+                    Ok(Acquire::Acquired { .. } | Acquire::Reentered { .. })
+                )
+            }
+        },
+    )
+    .await;
 }

@@ -266,8 +266,7 @@ impl FairStore for MemoryStore {
         fencing: Fencing,
         place: Option<Duration>,
     ) -> Result<Turn, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         let (ttl, place) = (kept(ttl), place.map(kept));
         let draw = || (fencing == Fencing::On).then(|| self.shared.draw_fence());
         self.with_room(key, |shard, now, entries| {
@@ -281,8 +280,7 @@ impl FairStore for MemoryStore {
         owner: &Owner,
         within: Duration,
     ) -> Result<bool, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         // No place: it lapsed or was never taken; the caller's next attempt queues again.
         let Some(turn) = self.with_shard(key, |shard, _, _| shard.turn(key, owner)) else {
             return Ok(true);
@@ -293,8 +291,7 @@ impl FairStore for MemoryStore {
     }
 
     async fn leave_queue(&self, key: &Key, owner: &Owner) -> Result<(), StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         self.with_shard(key, |shard, now, _| shard.leave_queue(key, owner, now));
         Ok(())
     }
@@ -318,8 +315,7 @@ impl Store for MemoryStore {
         ttl: Duration,
         fencing: Fencing,
     ) -> Result<Acquire, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         let ttl = kept(ttl);
         let draw = || (fencing == Fencing::On).then(|| self.shared.draw_fence());
         self.with_room(key, |shard, now, entries| {
@@ -328,16 +324,14 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         Ok(self.with_shard(key, |shard, now, entries| {
             shard.release(key, owner, now, entries)
         }))
     }
 
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         Ok(self.with_shard(key, |shard, now, entries| {
             let released = shard.release(key, owner, now, entries);
             if released {
@@ -364,8 +358,7 @@ impl Store for MemoryStore {
     }
 
     async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         let ttl = kept(ttl);
         Ok(self.with_shard(key, |shard, now, _| shard.renew(key, owner, ttl, now)))
     }
@@ -382,8 +375,7 @@ impl Store for MemoryStore {
         ttl: Duration,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let scope = &Packed::from(scope);
-        let token = &Packed::from(token);
+        let (scope, token) = (&Packed::from(scope), &Packed::from(token));
         let (ttl, keep, budget) = (kept(ttl), keep.max(1), self.shared.token_budget);
         self.with_shard(scope, |shard, now, _| {
             shard.put_token(scope, token, ttl, keep, budget, now);
@@ -392,8 +384,7 @@ impl Store for MemoryStore {
     }
 
     async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
-        let scope = &Packed::from(scope);
-        let token = &Packed::from(token);
+        let (scope, token) = (&Packed::from(scope), &Packed::from(token));
         Ok(self.with_shard(scope, |shard, now, _| {
             shard.consume_token(scope, token, now)
         }))
@@ -406,8 +397,7 @@ impl Store for MemoryStore {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         let lease = kept(lease);
         self.with_room(key, |shard, now, entries| {
             shard.begin_record(key, owner, fingerprint, lease, now, entries)
@@ -421,8 +411,7 @@ impl Store for MemoryStore {
         response: Bytes,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         let retention = kept(retention);
         self.with_room(key, |shard, now, entries| {
             shard.complete_record(key, owner, response.clone(), retention, now, entries)
@@ -435,8 +424,7 @@ impl Store for MemoryStore {
         owner: &Owner,
         lease: Duration,
     ) -> Result<bool, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         let lease = kept(lease);
         Ok(self.with_shard(key, |shard, now, _| {
             shard.renew_record(key, owner, lease, now)
@@ -444,8 +432,7 @@ impl Store for MemoryStore {
     }
 
     async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        let key = &Packed::from(key);
-        let owner = &Packed::from(owner);
+        let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         Ok(self.with_shard(key, |shard, now, entries| {
             shard.abandon_record(key, owner, now, entries)
         }))
