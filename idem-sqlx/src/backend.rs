@@ -132,6 +132,7 @@ pub struct Migration {
 
 /// The migrations a dialect ships, from `migrations/<dialect>/`: the same versions and
 /// names on every database, each in the database's own SQL.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 macro_rules! migrations {
     ($dialect:literal) => {
         &[
@@ -152,6 +153,7 @@ macro_rules! migrations {
         ]
     };
 }
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use migrations;
 
 pub(crate) mod sealed {

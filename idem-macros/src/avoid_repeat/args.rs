@@ -67,17 +67,11 @@ impl Parse for Args {
             } else if lookahead.peek(Token![crate]) {
                 let name = input.parse::<Token![crate]>()?;
                 let value = value_of(input, "crate", "\"my_idem\"")?;
-                let path = value.parse::<syn::Path>().map_err(|_| {
-                    syn::Error::new(value.span(), "expected a crate path, e.g. `\"my_idem\"`")
-                })?;
-                set_once(&mut krate, name.span, "crate", path)?;
+                set_once(&mut krate, name.span, "crate", crate_path(&value)?)?;
             } else if lookahead.peek(kw::message) {
                 let name = input.parse::<kw::message>()?;
                 let value = value_of(input, "message", "\"请勿重复提交\"")?;
-                if value.value().trim().is_empty() {
-                    return Err(syn::Error::new(value.span(), "`message` must not be empty"));
-                }
-                set_once(&mut message, name.span, "message", value)?;
+                set_once(&mut message, name.span, "message", message_text(value)?)?;
             } else {
                 return Err(lookahead.error());
             }
@@ -86,18 +80,36 @@ impl Parse for Args {
             }
         }
         Ok(Self {
-            timeout_ms: timeout.ok_or_else(|| {
-                syn::Error::new(
-                    Span::call_site(),
-                    "missing `timeout`, e.g. `#[avoid_repeat(timeout = \"30s\")]`",
-                )
-            })?,
+            timeout_ms: timeout.ok_or_else(missing_timeout)?,
             release: release.unwrap_or(Release::Expire),
             by: by.unwrap_or(RepeatBy::Client),
             message,
             krate: krate.unwrap_or_else(|| syn::parse_quote!(::idem_axum)),
         })
     }
+}
+
+/// The path `crate = "..."` names.
+fn crate_path(value: &LitStr) -> syn::Result<syn::Path> {
+    value
+        .parse::<syn::Path>()
+        .map_err(|_| syn::Error::new(value.span(), "expected a crate path, e.g. `\"my_idem\"`"))
+}
+
+/// The text `message = "..."` gives, which must say something.
+fn message_text(value: LitStr) -> syn::Result<LitStr> {
+    if value.value().trim().is_empty() {
+        return Err(syn::Error::new(value.span(), "`message` must not be empty"));
+    }
+    Ok(value)
+}
+
+/// The error for arguments without `timeout`.
+fn missing_timeout() -> syn::Error {
+    syn::Error::new(
+        Span::call_site(),
+        "missing `timeout`, e.g. `#[avoid_repeat(timeout = \"30s\")]`",
+    )
 }
 
 /// `= "literal"` after an argument's name.
