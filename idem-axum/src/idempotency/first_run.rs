@@ -58,12 +58,27 @@ pub(crate) trait GiveBack: Send + Sync + 'static {
 }
 
 /// An in-progress record this attempt began, and the handle on it the handler gets.
+///
+/// Shared behind one `Arc`: the boxed work holds it twice (renewing its lease, and
+/// abandoning it on a panic), and each copy inline would take that box past glibc's
+/// per-thread cache (BENCHMARKS.md, "The reshape"; `tests::the_boxed_work_stays_small`).
 #[derive(Clone)]
-pub(crate) struct Record {
+pub(crate) struct Record(Arc<RecordState>);
+
+/// What a [`Record`] shares.
+pub(crate) struct RecordState {
     store: AnyStore,
     settings: Arc<Settings>,
     handle: IdempotencyRecord,
     given_back: Option<Arc<dyn GiveBack>>,
+}
+
+impl std::ops::Deref for Record {
+    type Target = RecordState;
+
+    fn deref(&self) -> &RecordState {
+        &self.0
+    }
 }
 
 impl fmt::Debug for Record {
@@ -89,12 +104,12 @@ impl Record {
         let owner = Owner::random();
         let begun = store.begin_record(key, &owner, fingerprint, settings.lease);
         Ok(match begun.await? {
-            Begin::Started => Began::First(Self {
+            Begin::Started => Began::First(Self(Arc::new(RecordState {
                 store: store.clone(),
                 settings: Arc::clone(settings),
                 handle: IdempotencyRecord::new(key.clone(), owner, settings),
                 given_back: None,
-            }),
+            }))),
             Begin::Completed { response } => Began::Completed(response),
             Begin::InProgress { remaining } => Began::InProgress(remaining),
             Begin::Mismatch => Began::Mismatch,
@@ -102,9 +117,14 @@ impl Record {
     }
 
     /// This record, with `spent` given back whenever it is abandoned.
-    pub(crate) fn giving_back(mut self, spent: impl GiveBack) -> Self {
-        self.given_back = Some(Arc::new(spent));
-        self
+    pub(crate) fn giving_back(self, spent: impl GiveBack) -> Self {
+        let given_back = Some(Arc::new(spent) as Arc<dyn GiveBack>);
+        Self(Arc::new(RecordState {
+            store: self.store.clone(),
+            settings: Arc::clone(&self.settings),
+            handle: self.handle.clone(),
+            given_back,
+        }))
     }
 
     fn key(&self) -> &Key {
