@@ -70,7 +70,7 @@ pub(crate) struct RecordState {
     store: AnyStore,
     settings: Arc<Settings>,
     handle: IdempotencyRecord,
-    given_back: Option<Arc<dyn GiveBack>>,
+    given_back: Option<Box<dyn GiveBack>>,
 }
 
 impl std::ops::Deref for Record {
@@ -118,7 +118,7 @@ impl Record {
 
     /// This record, with `spent` given back whenever it is abandoned.
     pub(crate) fn giving_back(self, spent: impl GiveBack) -> Self {
-        let given_back = Some(Arc::new(spent) as Arc<dyn GiveBack>);
+        let given_back = Some(Box::new(spent) as Box<dyn GiveBack>);
         Self(Arc::new(RecordState {
             store: self.store.clone(),
             settings: Arc::clone(&self.settings),
