@@ -19,18 +19,13 @@ use crate::rejection::{Rejection, RejectionKind};
 /// body limit (axum's `DefaultBodyLimit`, 2 MB unless set): over it is 413, a broken body
 /// is 400.
 ///
-/// Gives the request's head at once and its body as a future. A body known to be empty
-/// (`Content-Length: 0`, or none at all) is not wrapped in a limit to be read.
-pub(crate) fn read_whole(
-    request: Request<Body>,
-    limit: Option<usize>,
-) -> (
-    Parts,
-    impl Future<Output = Result<Bytes, Rejection>> + Send + 'static,
-) {
+/// Gives the request's head at once and its body still unread, so that a guard can keep
+/// the two apart until the body is awaited (in its own future's state, the head is then
+/// held once). A body known to be empty (`Content-Length: 0`, or none at all) is not
+/// wrapped in a limit to be read.
+pub(crate) fn read_whole(request: Request<Body>, limit: Option<usize>) -> (Parts, Unread) {
     if request.body().size_hint().exact() == Some(0) {
-        let empty = std::future::ready(Ok(Bytes::new()));
-        return (request.into_parts().0, Either::Left(empty));
+        return (request.into_parts().0, Unread(None));
     }
     let (parts, body, limit) = match limit {
         None => {
@@ -42,7 +37,20 @@ pub(crate) fn read_whole(
             (parts, body, limit)
         }
     };
-    (parts, Either::Right(read_body(body, limit)))
+    (parts, Unread(Some((body, limit))))
+}
+
+/// A request body not read yet, with the limit it is read within.
+pub(crate) struct Unread(Option<(Body, usize)>);
+
+impl Unread {
+    /// The whole body.
+    pub(crate) fn read(self) -> impl Future<Output = Result<Bytes, Rejection>> + Send + 'static {
+        match self.0 {
+            None => Either::Left(std::future::ready(Ok(Bytes::new()))),
+            Some((body, limit)) => Either::Right(read_body(body, limit)),
+        }
+    }
 }
 
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, Rejection> {

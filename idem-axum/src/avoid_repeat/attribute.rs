@@ -80,10 +80,10 @@ impl AvoidRepeatContext {
 
     /// The context of `request`, and the fingerprint of its query and body, which is read
     /// whole and handed back unchanged.
-    async fn with_payload(request: Request) -> Result<(Self, Request, Fingerprint), Response> {
+    async fn with_payload(mut request: Request) -> Result<(Self, Request, Fingerprint), Response> {
         let context = Self::new(ClientRequest::from_request(&request));
-        match fingerprint_payload(request).await {
-            Ok((request, fingerprint)) => Ok((context, request, fingerprint)),
+        match fingerprint_payload(&mut request).await {
+            Ok(fingerprint) => Ok((context, request, fingerprint)),
             Err(rejection) => Err(context.refuse(rejection)),
         }
     }

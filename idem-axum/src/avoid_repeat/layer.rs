@@ -1,12 +1,13 @@
 //! [`AvoidRepeatLayer`]: the anti-repeat window for a route, as a tower layer.
 
 use std::borrow::Cow;
-use std::future::Future;
+use std::future::{Future, ready};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
+use futures_util::future::Either;
 
 use super::window::{fingerprint_payload, in_window, key_for};
 use super::{Release, RepeatBy, Settings};
@@ -105,37 +106,32 @@ impl_guard_service!(AvoidRepeat, avoid_repeat);
 
 /// Answers one request to a guarded route.
 ///
-/// An `async move` block rather than an `async fn`, which would keep its arguments twice
-/// in this future, boxed per request (`tests::the_per_request_future_stays_small`;
-/// BENCHMARKS.md, §3, has the instructions it saves).
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn's future would hold its arguments twice"
-)]
+/// The client is told from the request's head before any future: a request refused there
+/// is answered at once. The guarded request's future, boxed per request, owns the request
+/// and the service once, and hands the request to the service in place
+/// (`tests::the_per_request_future_stays_small`).
 fn avoid_repeat<S: Inner>(
     settings: Arc<Settings>,
     mut inner: S,
-    request: Request,
+    mut request: Request,
 ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
-    async move {
-        let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
-            Ok(opened) => opened,
-            Err(refusal) => return Ok(refusal),
-        };
-        let handler_id = handler_id(&request);
-        let (request, payload) = match settings.by {
-            RepeatBy::Client => (request, None),
-            RepeatBy::ClientAndBody => match fingerprint_payload(request).await {
-                Ok((request, fingerprint)) => (request, Some(fingerprint)),
+    let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
+        Ok(opened) => opened,
+        Err(refusal) => return Either::Left(ready(Ok(refusal))),
+    };
+    let handler_id = handler_id(&request);
+    Either::Right(async move {
+        let payload = match settings.by {
+            RepeatBy::Client => None,
+            RepeatBy::ClientAndBody => match fingerprint_payload(&mut request).await {
+                Ok(fingerprint) => Some(fingerprint),
                 Err(rejection) => return Ok(guard.refuse(rejection)),
             },
         };
         let key = key_for(&guard, &handler_id, &client, payload.as_ref());
-        in_window(&guard, &settings, &handler_id, &client, key, move || {
-            inner.call(request)
-        })
-        .await
-    }
+        let start = || inner.call(std::mem::take(&mut request));
+        in_window(&guard, &settings, &handler_id, &client, key, start).await
+    })
 }
 
 /// The handler identity of a route: its method and matched path (`POST /orders/{id}`),
@@ -155,15 +151,17 @@ mod tests {
     use super::*;
 
     /// The layer's per-request future, boxed for every guarded request, is measured with
-    /// `size_of_val` in a debug build with a `Router` as the inner service: 1,328 bytes as
-    /// written; 1,568 with `avoid_repeat` an `async fn`, 1,664 with `in_window` one, 1,904
-    /// with both.
+    /// `size_of_val` in a debug build with a `Router` as the inner service: 816 bytes as
+    /// written (824 in release, under glibc's 1,032-byte per-thread cache); 1,328 (1,344
+    /// in release) when the block moved the request into the closure it handed on, so
+    /// that it held the request twice, and awaited the fail-open path's handler inline.
+    /// BENCHMARKS.md §7 has the instruction counts.
     #[test]
     fn the_per_request_future_stays_small() {
         let settings = AvoidRepeatLayer::new(Duration::from_secs(1)).settings;
         let request = Request::new(Body::empty());
         let future = avoid_repeat(settings, axum::Router::new(), request);
         let size = std::mem::size_of_val(&future);
-        assert!(size <= 1_400, "the per-request future grew to {size} bytes");
+        assert!(size <= 850, "the per-request future grew to {size} bytes");
     }
 }

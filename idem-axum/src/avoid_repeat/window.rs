@@ -76,7 +76,9 @@ where
             Err(error) => match guard.on_store_error(&error, handler_id) {
                 Err(refusal) => return Ok(refusal),
                 // Failing open: nothing is held, so nothing needs the handler to finish.
-                Ok(()) => return start().await,
+                // Boxed: inline, the handler's future would size every request's future
+                // for this rare way out (`layer::tests::the_per_request_future_stays_small`).
+                Ok(()) => return Box::pin(start()).await,
             },
         };
         let release = settings.release;
@@ -119,15 +121,14 @@ pub(crate) fn key_for(
     ])
 }
 
-/// Reads the body whole and fingerprints it with the query; gives back the request with
-/// the same body.
-pub(crate) async fn fingerprint_payload(
-    request: Request,
-) -> Result<(Request, Fingerprint), Rejection> {
-    let (parts, reading) = read_whole(request, None);
-    let body = reading.await?;
+/// Reads the body whole and fingerprints it with the query; puts the same body back in
+/// `request`.
+pub(crate) async fn fingerprint_payload(request: &mut Request) -> Result<Fingerprint, Rejection> {
+    let (parts, unread) = read_whole(std::mem::take(request), None);
+    let body = unread.read().await?;
     let fingerprint = Fingerprint::of([parts.uri.query().unwrap_or("").as_bytes(), &body]);
-    Ok((Request::from_parts(parts, Body::from(body)), fingerprint))
+    *request = Request::from_parts(parts, Body::from(body));
+    Ok(fingerprint)
 }
 
 /// A held key. Dropped while armed — the handler panicked, or the runtime dropped it while

@@ -348,7 +348,7 @@ async fn find_token(
         return Ok((request, None));
     };
     let (parts, reading) = read_whole(request, settings.body_limit);
-    let body = reading.await?;
+    let body = reading.read().await?;
     let token = form.field(body.clone(), config.field_name()).await?;
     Ok((Request::from_parts(parts, Body::from(body)), token))
 }

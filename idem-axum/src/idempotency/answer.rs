@@ -2,7 +2,7 @@
 //! first attempt of its key.
 
 use std::borrow::Cow;
-use std::future::Future;
+use std::future::{Future, ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::{MatchedPath, OriginalUri, Request};
 use axum::response::Response;
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, StatusCode, Uri};
 use idem_core::{Fingerprint, Key, StoreError};
@@ -24,7 +25,7 @@ use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
-use crate::request_body::read_whole;
+use crate::request_body::{Unread, read_whole};
 
 /// How long a client that met a running attempt is told to wait: the attempt's lease
 /// says only when a *dead* attempt frees the key, not when a live one will finish.
@@ -32,49 +33,26 @@ const RETRY_IN_PROGRESS: Duration = Duration::from_secs(1);
 
 /// Answers one request of a guarded method.
 ///
-/// One `async` block awaits every step, and the steps that need not wait are plain
-/// functions: nested `async fn`s would each keep their arguments twice in this future,
-/// which is boxed per request (`tests::the_per_request_future_stays_small`).
+/// What the request's head decides is decided here, before any future: a request that
+/// needs no guard is handed on, and a refusal is ready at once. Only a guarded request
+/// gets the future of [`Attempt::answer`], which is boxed per request
+/// (`tests::the_per_request_future_stays_small`).
 pub(super) fn answer<S: Inner>(
     settings: Arc<Settings>,
     inner: S,
     request: Request,
 ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
     let span = outcome::span(Guard::Idempotency, route_of(&request), None);
-    async move {
-        let (attempt, in_header) = match Attempt::open(settings, inner, &request) {
-            Opened::Guarded(attempt, in_header) => (attempt, in_header),
-            Opened::Unguarded(inner) => return pass(inner, request).await,
-            Opened::Refused(refusal) => return Ok(refusal),
-        };
-        let (parts, reading) = read_whole(request, None);
-        let body = match reading.await {
-            Ok(body) => body,
-            Err(rejection) => return Ok(attempt.guard.refuse(rejection)),
-        };
-        let Some(key) = attempt.key(in_header, &parts, &body) else {
-            if attempt.settings.requires_key(&parts.method) {
-                return Ok(attempt.guard.refuse(missing_key(&attempt.settings)));
-            }
-            return pass(attempt.inner, rebuild(parts, body)).await;
-        };
-        let (record_key, fingerprint) = match attempt.identity(&parts, &body, &key) {
-            Ok(identity) => identity,
-            Err(refusal) => return Ok(refusal),
-        };
-        let (store, started) = (attempt.guard.store(), Instant::now());
-        let began = Record::begin(store, &record_key, &fingerprint, &attempt.settings).await;
-        outcome::store_latency(Guard::Idempotency, started.elapsed());
-        match attempt.decide(began, &parts.headers) {
-            Decided::Run(record) => match record.run(attempt.inner, rebuild(parts, body)).await {
-                Ok(answered) => answered,
-                Err(rejection) => Ok(attempt.guard.refuse(rejection)),
-            },
-            Decided::Answered(response) => Ok(response),
-            Decided::Pass => pass(attempt.inner, rebuild(parts, body)).await,
+    let opened = span.in_scope(|| Attempt::open(settings, inner, &request));
+    let answering = match opened {
+        Opened::Guarded(attempt, in_header) => {
+            let (parts, unread) = read_whole(request, None);
+            Either::Right(attempt.answer(in_header, parts, unread))
         }
-    }
-    .instrument(span)
+        Opened::Unguarded(inner) => Either::Left(Either::Left(pass(inner, request))),
+        Opened::Refused(refusal) => Either::Left(Either::Right(ready(Ok(refusal)))),
+    };
+    answering.instrument(span)
 }
 
 /// One request the layer guards, as its steps share it.
@@ -126,6 +104,50 @@ impl<S: Inner> Attempt<S> {
             inner,
         };
         Opened::Guarded(attempt, in_header)
+    }
+
+    /// Reads the body, finds the key, begins the record and runs or answers by what it
+    /// found. One `async` block awaits every step, and the steps that need not wait are
+    /// plain functions: nested `async fn`s would each keep their arguments twice in this
+    /// future. The head and the unread body are the block's own, used in place; as an
+    /// `async fn` the future would hold them twice (1,136 bytes, against 856).
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn's future would hold its arguments twice"
+    )]
+    fn answer(
+        self,
+        in_header: KeyInHeader,
+        parts: Parts,
+        unread: Unread,
+    ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+        async move {
+            let body = match unread.read().await {
+                Ok(body) => body,
+                Err(rejection) => return Ok(self.guard.refuse(rejection)),
+            };
+            let Some(key) = self.key(in_header, &parts, &body) else {
+                if self.settings.requires_key(&parts.method) {
+                    return Ok(self.guard.refuse(missing_key(&self.settings)));
+                }
+                return pass(self.inner, rebuild(parts, body)).await;
+            };
+            let (record_key, fingerprint) = match self.identity(&parts, &body, &key) {
+                Ok(identity) => identity,
+                Err(refusal) => return Ok(refusal),
+            };
+            let (store, started) = (self.guard.store(), Instant::now());
+            let began = Record::begin(store, &record_key, &fingerprint, &self.settings).await;
+            outcome::store_latency(Guard::Idempotency, started.elapsed());
+            match self.decide(began, &parts.headers) {
+                Decided::Run(record) => match record.run(self.inner, rebuild(parts, body)).await {
+                    Ok(answered) => answered,
+                    Err(rejection) => Ok(self.guard.refuse(rejection)),
+                },
+                Decided::Answered(response) => Ok(response),
+                Decided::Pass => pass(self.inner, rebuild(parts, body)).await,
+            }
+        }
     }
 
     /// The request's key: the one its header carried, or else the one its body holds.
@@ -423,15 +445,18 @@ mod tests {
     use crate::IdempotencyLayer;
 
     /// The layer's per-request future, boxed for every guarded request, is measured with
-    /// `size_of_val` in a debug build with a `Router` as the inner service: 1,112 bytes as
-    /// written; 1,336 with `pass` not boxed, about 2,000 with the first attempt's work not
-    /// boxed by `run_to_completion`, 2,136 with the steps as nested `async fn`s.
+    /// `size_of_val` in a debug build with a `Router` as the inner service: 856 bytes as
+    /// written (864 in release, under glibc's 1,032-byte per-thread cache); 1,136 with
+    /// `Attempt::answer` an `async fn`; 1,112 (1,096 in release) when one `async` block
+    /// owned the whole request and split it, keeping the request and its head both; about
+    /// 2,000 with the first attempt's work not boxed
+    /// by `run_to_completion`. BENCHMARKS.md §7 has the instruction counts.
     #[test]
     fn the_per_request_future_stays_small() {
         let settings = IdempotencyLayer::new().settings;
         let request = Request::new(Body::empty());
         let future = answer(settings, axum::Router::new(), request);
         let size = std::mem::size_of_val(&future);
-        assert!(size <= 1_150, "the per-request future grew to {size} bytes");
+        assert!(size <= 900, "the per-request future grew to {size} bytes");
     }
 }
