@@ -18,13 +18,20 @@ use std::task::Poll;
 use tokio::runtime::Handle;
 use tracing::Instrument;
 
+use crate::Idem;
 use crate::guard::shutting_down;
+use crate::idem::handlers::Running;
 use crate::rejection::Rejection;
 
 /// Runs `work` to its end — in place if it ends on its first poll, else in a task of its
 /// own — and waits for it. A panic in it resumes here.
 ///
 /// Outside a Tokio runtime nothing can run detached, and `work` runs in place.
+///
+/// `work` counts among `idem`'s running handlers until it ends, and among its detached
+/// ones once its request stops waiting: [`Idem::shutdown`] waits for it, and
+/// [`IdemBuilder::with_detached_limit`](crate::IdemBuilder::with_detached_limit) bounds
+/// how many run detached.
 ///
 /// `work` is boxed here, before the returned future is first polled, so that the future
 /// of the request waiting for it holds a pointer to it rather than the work itself (the
@@ -34,12 +41,14 @@ use crate::rejection::Rejection;
 ///
 /// The refusal for a request whose work the runtime cancelled while shutting down.
 pub(crate) fn run_to_completion<F>(
+    idem: &Idem,
     work: F,
-) -> impl Future<Output = Result<F::Output, Rejection>> + Send + 'static
+) -> impl Future<Output = Result<F::Output, Rejection>> + Send + 'static + use<F>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
+    let mut running = Running::start(idem);
     let mut work = Box::pin(work.in_current_span());
     async move {
         let Ok(runtime) = Handle::try_current() else {
@@ -48,7 +57,13 @@ where
         if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
             return Ok(output);
         }
-        match runtime.spawn(work).await {
+        let _waiting = running.in_task();
+        let task = runtime.spawn(async move {
+            let output = work.await;
+            drop(running);
+            output
+        });
+        match task.await {
             Ok(output) => Ok(output),
             Err(error) => match error.try_into_panic() {
                 Ok(panic) => std::panic::resume_unwind(panic),
@@ -70,12 +85,14 @@ mod tests {
     #[tokio::test]
     async fn work_that_ends_at_once_runs_in_place() {
         let outer = tokio::task::try_id();
-        let ran_in = run_to_completion(async { tokio::task::try_id() }).await;
+        let ran_in =
+            run_to_completion(&Idem::builder().build(), async { tokio::task::try_id() }).await;
         assert_eq!(ran_in.ok(), Some(outer), "no task of its own was needed");
     }
 
     #[tokio::test]
-    async fn work_goes_on_after_its_waiter_is_dropped() {
+    async fn work_goes_on_after_its_waiter_is_dropped_and_counts_as_detached() {
+        let idem = Idem::builder().build();
         let (started_tx, started) = oneshot::channel::<()>();
         let (release, released) = oneshot::channel::<()>();
         let (done_tx, done) = oneshot::channel::<()>();
@@ -87,23 +104,89 @@ mod tests {
             flag.store(true, Ordering::SeqCst);
             let _ = done_tx.send(());
         };
-        let waiter = tokio::spawn(run_to_completion(work));
+        let waiter = tokio::spawn(run_to_completion(&idem, work));
         // Past its first poll the work is pending on `released`, and was handed to a task
         // of its own in that same poll; drop the waiter as a client going away would.
         started.await.expect("the work started");
+        assert_eq!(
+            idem.detached_handlers(),
+            0,
+            "its request still waits for it"
+        );
         waiter.abort();
         assert!(waiter.await.unwrap_err().is_cancelled());
         assert!(!finished.load(Ordering::SeqCst));
+        assert_eq!(idem.detached_handlers(), 1, "it runs on, detached");
         release
             .send(())
             .expect("the work still waits for its release");
         done.await.expect("the work ran to its end");
         assert!(finished.load(Ordering::SeqCst));
+        let drained = idem.shutdown(std::time::Duration::from_secs(5)).await;
+        assert_eq!(idem.detached_handlers(), 0, "it ended");
+        assert_eq!(drained.unfinished, 0);
+    }
+
+    #[tokio::test]
+    async fn work_whose_request_waits_is_not_detached() {
+        let idem = Idem::builder().build();
+        let ran = run_to_completion(&idem, async {
+            tokio::task::yield_now().await;
+            7
+        });
+        assert_eq!(ran.await.ok(), Some(7));
+        assert_eq!(idem.detached_handlers(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_drain_waits_for_detached_work_and_reports_it() {
+        let idem = Idem::builder().build();
+        let (release, released) = oneshot::channel::<()>();
+        let finished = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&finished);
+        let work = async move {
+            released.await.expect("the test releases the work");
+            flag.store(true, Ordering::SeqCst);
+        };
+        let waiter = tokio::spawn(run_to_completion(&idem, work));
+        tokio::task::yield_now().await;
+        waiter.abort();
+        let _ = waiter.await;
+        let draining = tokio::spawn({
+            let idem = idem.clone();
+            async move { idem.shutdown(std::time::Duration::from_secs(30)).await }
+        });
+        // The drain refuses new guarded requests as soon as it starts, and waits.
+        while idem.handlers().admit().is_ok() {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !draining.is_finished(),
+            "the drain waits for the detached work"
+        );
+        release.send(()).expect("the work waits for its release");
+        let drained = draining.await.expect("the drain ends");
+        assert!(finished.load(Ordering::SeqCst), "the work ran to its end");
+        assert_eq!((drained.finished, drained.unfinished), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_drain_whose_grace_runs_out_reports_what_still_runs() {
+        let idem = Idem::builder().build();
+        let waiter = tokio::spawn(run_to_completion(&idem, std::future::pending::<()>()));
+        tokio::task::yield_now().await;
+        waiter.abort();
+        let _ = waiter.await;
+        let drained = idem.shutdown(std::time::Duration::from_millis(50)).await;
+        assert_eq!((drained.finished, drained.unfinished), (0, 1));
     }
 
     #[test]
     fn outside_a_runtime_the_work_runs_in_place() {
-        let ran = futures_util::FutureExt::now_or_never(run_to_completion(async { 7 }));
+        let ran = futures_util::FutureExt::now_or_never(run_to_completion(
+            &Idem::builder().build(),
+            async { 7 },
+        ));
         assert_eq!(ran.map(Result::ok), Some(Some(7)));
     }
 }

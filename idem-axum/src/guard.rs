@@ -80,11 +80,17 @@ impl GuardContext {
     /// # Errors
     ///
     /// Without the runtime, the 500 that names the missing layer, rendered by default
-    /// (there is no responder without a runtime).
+    /// (there is no responder without a runtime). While the runtime drains
+    /// ([`Idem::shutdown`]), or runs more detached handlers than it lets run
+    /// ([`IdemBuilder::with_detached_limit`](crate::IdemBuilder::with_detached_limit)), the
+    /// 503 that says so: a new guarded request is not let in.
     pub fn of(request: &ClientRequest<'_>) -> Result<Self, Response> {
         let html = prefers_html(request.headers());
         match request.extensions().get::<Idem>() {
-            Some(idem) => Ok(Self::new(idem.clone(), html)),
+            Some(idem) => match idem.handlers().admit() {
+                Ok(()) => Ok(Self::new(idem.clone(), html)),
+                Err(refusal) => Err(idem.respond(refusal.with_html(html))),
+            },
             None => {
                 tracing::error!("idem: a guard ran without `Idem::layer()` on the router");
                 let missing = Rejection::new(

@@ -76,7 +76,7 @@ pub use avoid_repeat::settings::{Release, RepeatBy};
 pub use form_token::config::FormTokenConfig;
 pub use form_token::extract::FormToken;
 pub use form_token::layer::VerifyFormTokenLayer;
-pub use idem::{Idem, IdemBuilder, IdemLayer, IdemService};
+pub use idem::{Drained, Idem, IdemBuilder, IdemLayer, IdemService};
 pub use idem_core::MemoryStore;
 #[cfg(feature = "macros")]
 pub use idem_macros::avoid_repeat;

@@ -51,6 +51,7 @@ fn count(runs: &AtomicU64) -> u64 {
 pub struct AvoidRepeatExample {
     ran: Arc<Ran>,
     export_time: Duration,
+    idem: Idem,
 }
 
 impl Default for AvoidRepeatExample {
@@ -65,7 +66,16 @@ impl AvoidRepeatExample {
         Self {
             ran: Arc::default(),
             export_time: EXPORT_TIME,
+            idem: Idem::builder()
+                .with_client_identity(header_else_peer_ip())
+                .build(),
         }
+    }
+
+    /// The idem runtime of its routes, on a `MemoryStore`: what `main` drains when the
+    /// server stops.
+    pub fn idem(&self) -> &Idem {
+        &self.idem
     }
 
     /// How long an export takes.
@@ -74,11 +84,8 @@ impl AvoidRepeatExample {
         self
     }
 
-    /// The routes, behind an idem runtime of their own on a `MemoryStore`.
+    /// The routes, behind [`idem`](Self::idem).
     pub fn router(&self) -> Router {
-        let idem = Idem::builder()
-            .with_client_identity(header_else_peer_ip())
-            .build();
         let subscriptions = AvoidRepeatLayer::new(Duration::from_secs(10))
             .with_message("You have just subscribed; there is no need to do it again.");
         Router::new()
@@ -88,7 +95,7 @@ impl AvoidRepeatExample {
             .route("/comments", post(comment))
             .route("/subscriptions", post(subscribe).route_layer(subscriptions))
             .with_state(self.clone())
-            .layer(idem.layer())
+            .layer(self.idem.layer())
     }
 }
 

@@ -8,6 +8,13 @@ const USAGE: &str = "usage: example-avoid-repeat [--port N]";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let app = AvoidRepeatExample::new().router();
-    serve_with_port_only("avoid-repeat example", USAGE, 3002, app).await
+    let example = AvoidRepeatExample::new();
+    serve_with_port_only(
+        "avoid-repeat example",
+        USAGE,
+        3002,
+        example.router(),
+        example.idem(),
+    )
+    .await
 }

@@ -6,10 +6,11 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use axum::Router;
 use idem_axum::store::AnyStore;
-use idem_axum::{MemoryStore, RedisServer, RedisStore};
+use idem_axum::{Idem, MemoryStore, RedisServer, RedisStore};
 
 /// The environment variables that stand for an option the command line leaves out.
 const FROM_ENV: [(&str, &str); 2] = [("--port", "PORT"), ("--redis", "IDEM_REDIS_URL")];
@@ -119,8 +120,11 @@ impl CommandLine {
     }
 }
 
+/// How long a stopping example waits for the guarded handlers still running.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(30);
+
 /// The whole `main` of an example whose only option is `--port`: serves `router` as
-/// [`serve`] does, on the port the command line gives, or `default_port`.
+/// [`serve_guarded`] does, on the port the command line gives, or `default_port`.
 ///
 /// # Errors
 ///
@@ -130,15 +134,39 @@ pub async fn serve_with_port_only(
     usage: &str,
     default_port: u16,
     router: Router,
+    idem: &Idem,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let command_line = CommandLine::parse(usage, &[])?;
-    serve(what, router, command_line.port(default_port)?).await?;
+    serve_guarded(what, router, &[idem], command_line.port(default_port)?).await?;
+    Ok(())
+}
+
+/// [`serve`], then the drain of `runtimes`, the idem runtimes of `router`'s guards: a
+/// guarded handler whose client went away still runs when the server stops taking
+/// requests, and it is waited for (for up to [`DRAIN_GRACE`]) before the process exits,
+/// so that its record completes and the client's retry is replayed rather than run
+/// again.
+///
+/// # Errors
+///
+/// The port cannot be bound.
+pub async fn serve_guarded(
+    what: &str,
+    router: Router,
+    runtimes: &[&Idem],
+    port: u16,
+) -> io::Result<()> {
+    serve(what, router, port).await?;
+    for idem in runtimes {
+        let drained = idem.shutdown(DRAIN_GRACE).await;
+        println!("{what}: stopped; {drained}");
+    }
     Ok(())
 }
 
 /// Serves `router` on `127.0.0.1:port` with each request's peer address in it (what the
 /// default client identity, `PeerIp`, reads), after printing `what` and the URL; until
-/// Ctrl-C.
+/// Ctrl-C or `SIGTERM`, then until the requests in flight are answered.
 ///
 /// # Errors
 ///
@@ -148,13 +176,33 @@ pub async fn serve(what: &str, router: Router, port: u16) -> io::Result<()> {
     println!("{what}: listening on http://{}/", listener.local_addr()?);
     let app = router.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            // Without a signal handler there is nothing to wait for: serve until killed.
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        })
+        .with_graceful_shutdown(stop_signal())
         .await
+}
+
+/// Ctrl-C, or `SIGTERM` (what a deploy sends); without a handler for either, never.
+async fn stop_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
 }
 
 #[cfg(test)]

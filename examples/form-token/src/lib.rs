@@ -23,20 +23,35 @@ use idem_axum::{FormToken, Idem, VerifyFormTokenLayer};
 use serde::Deserialize;
 
 /// The example: the messages its form has received.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct FormTokenExample {
     messages: Arc<Mutex<Vec<String>>>,
+    idem: Idem,
+}
+
+impl Default for FormTokenExample {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl FormTokenExample {
     /// No message received yet.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            messages: Arc::default(),
+            idem: Idem::builder().build(),
+        }
     }
 
-    /// The routes, behind an idem runtime of their own on a `MemoryStore`.
+    /// The idem runtime of its routes, on a `MemoryStore`: what `main` drains when the
+    /// server stops.
+    pub fn idem(&self) -> &Idem {
+        &self.idem
+    }
+
+    /// The routes, behind [`idem`](Self::idem).
     pub fn router(&self) -> Router {
-        let idem = Idem::builder().build();
         let verify = VerifyFormTokenLayer::new()
             .with_message("This form was already sent. Reload the page to send another message.");
         Router::new()
@@ -44,7 +59,7 @@ impl FormTokenExample {
             // A route layer covers the methods routed before it: the POST, not the GET.
             .route("/messages", post(receive).route_layer(verify).get(messages))
             .with_state(self.clone())
-            .layer(idem.layer())
+            .layer(self.idem.layer())
     }
 
     /// What `f` makes of the messages received.

@@ -8,6 +8,13 @@ const USAGE: &str = "usage: example-form-token [--port N]";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let app = FormTokenExample::new().router();
-    serve_with_port_only("form-token example", USAGE, 3003, app).await
+    let example = FormTokenExample::new();
+    serve_with_port_only(
+        "form-token example",
+        USAGE,
+        3003,
+        example.router(),
+        example.idem(),
+    )
+    .await
 }

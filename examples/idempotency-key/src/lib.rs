@@ -60,6 +60,11 @@ impl IdempotencyKeyExample {
         self
     }
 
+    /// The idem runtime of its routes: what `main` drains when the server stops.
+    pub fn idem(&self) -> &Idem {
+        &self.idem
+    }
+
     /// The routes, behind the idem runtime.
     pub fn router(&self) -> Router {
         let idempotency = IdempotencyLayer::new().with_required(true);

@@ -3,7 +3,7 @@
 //! memory, or in the Redis `--redis` (or `IDEM_REDIS_URL`) names, which several
 //! processes can share.
 
-use example_cli::{CommandLine, serve};
+use example_cli::{CommandLine, serve_guarded};
 use example_idempotency_key::IdempotencyKeyExample;
 
 const USAGE: &str = "usage: example-idempotency-key [--port N] [--redis URL]";
@@ -11,11 +11,12 @@ const USAGE: &str = "usage: example-idempotency-key [--port N] [--redis URL]";
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let command_line = CommandLine::parse(USAGE, &["--redis"])?;
-    let app = IdempotencyKeyExample::new(command_line.store().await?).router();
+    let example = IdempotencyKeyExample::new(command_line.store().await?);
     let what = format!(
         "idempotency-key example, records {}",
         command_line.store_name()
     );
-    serve(&what, app, command_line.port(3004)?).await?;
+    let port = command_line.port(3004)?;
+    serve_guarded(&what, example.router(), &[example.idem()], port).await?;
     Ok(())
 }

@@ -72,6 +72,7 @@ pub struct Payments {
     records_in_database: bool,
     lease: Duration,
     crash_after_commit: bool,
+    provider_time: Duration,
 }
 
 impl Payments {
@@ -106,6 +107,7 @@ impl Payments {
             records_in_database,
             lease: Duration::from_secs(10),
             crash_after_commit: false,
+            provider_time: Duration::ZERO,
         })
     }
 
@@ -116,6 +118,20 @@ impl Payments {
         self
     }
 
+    /// How long the payment provider takes to answer (default: no time at all): each
+    /// payment waits that long before it is written, as it would for a card network.
+    pub fn with_provider_time(mut self, provider_time: Duration) -> Self {
+        self.provider_time = provider_time;
+        self
+    }
+
+    /// The payment provider's call, simulated: it takes [`with_provider_time`](Self::with_provider_time).
+    async fn call_the_provider(&self) {
+        if !self.provider_time.is_zero() {
+            tokio::time::sleep(self.provider_time).await;
+        }
+    }
+
     /// **For tests only**: when `crash` is true the process ends itself with `SIGKILL`
     /// (elsewhere than on Unix, an abort) right after a payment's transaction commits,
     /// before its response is sent, as a crash at the worst moment would. The server
@@ -123,6 +139,11 @@ impl Payments {
     pub fn with_crash_after_commit(mut self, crash: bool) -> Self {
         self.crash_after_commit = crash;
         self
+    }
+
+    /// The idem runtime: what `main` drains when the server stops.
+    pub fn idem(&self) -> &Idem {
+        &self.idem
     }
 
     /// The database.
@@ -137,11 +158,11 @@ impl Payments {
         } else {
             post(pay::pay_then_record)
         };
+        // A refusal is marked not to be kept (`pay::PaymentError`): the corrected request
+        // may use the key.
         let idempotency = IdempotencyLayer::new()
             .with_required(true)
-            .with_lease(self.lease)
-            // A refusal of bad input is not kept: the corrected request may use the key.
-            .with_stored_statuses(|status| status.is_success());
+            .with_lease(self.lease);
         Router::new()
             .route("/payments", create.get(pay::list).route_layer(idempotency))
             .layer(self.idem.layer())

@@ -1,7 +1,7 @@
 //! `example-payments`: runs the payments API.
 //!
 //! ```text
-//! example-payments [--port N] [--db PATH] [--redis URL] [--lease-ms N]
+//! example-payments [--port N] [--db PATH] [--redis URL] [--lease-ms N] [--provider-ms N]
 //! ```
 //!
 //! | option | environment | default |
@@ -10,6 +10,7 @@
 //! | `--db PATH` | `DATABASE_PATH` | `payments.db` in a new temporary directory, removed when the server stops |
 //! | `--redis URL` | `IDEM_REDIS_URL` | none: the records are in the database, committed with the payments |
 //! | `--lease-ms N` | | 10000 |
+//! | `--provider-ms N` | | 0: how long the (simulated) payment provider takes to answer |
 //!
 //! An option wins over its variable. `IDEM_EXAMPLE_CRASH_AFTER_COMMIT=1` is for tests
 //! only: the server kills itself right after the first payment commits.
@@ -17,17 +18,20 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use example_cli::{CommandLine, serve};
+use example_cli::{CommandLine, serve_guarded};
 use example_payments::{CRASH_AFTER_COMMIT, Payments, Records};
 use idem_axum::{RedisServer, RedisStore};
 
-const USAGE: &str = "usage: example-payments [--port N] [--db PATH] [--redis URL] [--lease-ms N]";
+const USAGE: &str =
+    "usage: example-payments [--port N] [--db PATH] [--redis URL] [--lease-ms N] [--provider-ms N]";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let command_line = CommandLine::parse(USAGE, &["--db", "--redis", "--lease-ms"])?;
+    let command_line =
+        CommandLine::parse(USAGE, &["--db", "--redis", "--lease-ms", "--provider-ms"])?;
     let port = command_line.port(3001)?;
     let lease = Duration::from_millis(command_line.number("--lease-ms", 10_000)?.max(1));
+    let provider_time = Duration::from_millis(command_line.number("--provider-ms", 0)?);
     let redis = command_line.value("--redis");
     // Kept until the server stops, which removes it with the default database.
     let temporary = tempfile::tempdir()?;
@@ -47,12 +51,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let payments = Payments::open(&db, records)
         .await?
         .with_lease(lease)
+        .with_provider_time(provider_time)
         .with_crash_after_commit(std::env::var(CRASH_AFTER_COMMIT).is_ok_and(|on| on == "1"));
     let kept = redis.map_or_else(
         || "the database, committed with the payments".to_owned(),
         |url| format!("Redis at {url}, stored after the payments commit"),
     );
     println!("database {}; idempotency records in {kept}", db.display());
-    serve("payments example", payments.router(), port).await?;
+    serve_guarded(
+        "payments example",
+        payments.router(),
+        &[payments.idem()],
+        port,
+    )
+    .await?;
     Ok(())
 }

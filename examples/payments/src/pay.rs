@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use idem_axum::idempotency::IdempotencyRecord;
+use idem_axum::idempotency::{DoNotKeep, IdempotencyRecord};
 use idem_sqlx::sqlx::{self, SqliteConnection};
 use idem_sqlx::{CommitError, SqliteStore};
 use serde::{Deserialize, Serialize};
@@ -60,6 +60,7 @@ pub(crate) async fn pay(
     Json(payment): Json<NewPayment>,
 ) -> Result<Response, PaymentError> {
     payment.check()?;
+    app.call_the_provider().await;
     let mut tx = app.db.begin_with("BEGIN IMMEDIATE").await?;
     let paid = insert(&mut tx, payment).await?;
     let (stored, response) = record
@@ -78,6 +79,7 @@ pub(crate) async fn pay_then_record(
     Json(payment): Json<NewPayment>,
 ) -> Result<(StatusCode, Json<Payment>), PaymentError> {
     payment.check()?;
+    app.call_the_provider().await;
     let mut tx = app.db.begin_with("BEGIN IMMEDIATE").await?;
     let paid = insert(&mut tx, payment).await?;
     tx.commit().await?;
@@ -168,9 +170,11 @@ impl From<CommitError> for PaymentError {
     }
 }
 
+/// Nothing was paid, so nothing is kept for the key ([`DoNotKeep`]): the corrected
+/// request, or a retry after a failure, may use it again.
 impl IntoResponse for PaymentError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.message });
-        (self.status, Json(body)).into_response()
+        (self.status, DoNotKeep, Json(body)).into_response()
     }
 }

@@ -18,21 +18,19 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use example_payments::CRASH_AFTER_COMMIT;
-use idem_sqlx::sqlx::SqlitePool;
-use idem_sqlx::sqlx::sqlite::SqliteConnectOptions;
+use axum::http::StatusCode;
 use idem_tests::{
     Answer, HttpClient, RedisServer, ServerProcess, eventually, http_client, send_over_tcp,
 };
 use serde_json::json;
+
+use common::{Setup, payment, payments_of, start};
 
 /// How long an attempt holds its key: what a retry waits for after a crash, with the
 /// records in Redis.
@@ -106,7 +104,7 @@ async fn crash_and_retry(redis: Option<&RedisServer>) -> Crashes {
         let account = format!("crash-{run}");
         let body = json!({ "account": account, "amount": 100 }).to_string();
 
-        let mut crashing = start(&db, redis, true);
+        let mut crashing = start(&db, setup(redis, true));
         let lost = send_over_tcp(&http, payment(&crashing, &account, &body)).await;
         assert!(lost.is_err(), "the server died before answering: {lost:?}");
         let ended = crashing.ended(Duration::from_secs(10)).await;
@@ -119,7 +117,7 @@ async fn crash_and_retry(redis: Option<&RedisServer>) -> Crashes {
         assert_eq!(paid, 1, "it died after the commit");
         drop(crashing);
 
-        let server = start(&db, redis, false);
+        let server = start(&db, setup(redis, false));
         let answer = retry(&http, &server, &account, &body).await;
         assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
         let (paid, _) = payments_of(&db, &account).await;
@@ -140,31 +138,15 @@ async fn crash_and_retry(redis: Option<&RedisServer>) -> Crashes {
     result
 }
 
-/// Starts the server on `db`, its records in `redis` or in `db`, with the crash switch
-/// on or off.
-fn start(db: &Path, redis: Option<&RedisServer>, crash: bool) -> ServerProcess {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_example-payments"));
-    server
-        .args(["--port", "0", "--lease-ms", LEASE_MS, "--db"])
-        .arg(db)
-        .env_remove("IDEM_REDIS_URL")
-        .env_remove(CRASH_AFTER_COMMIT);
-    if let Some(redis) = redis {
-        server.args(["--redis", &redis.url()]);
+/// The server, its records in `redis` or in the database, with the crash switch on or
+/// off, and a short lease.
+fn setup(redis: Option<&RedisServer>, crash: bool) -> Setup<'_> {
+    Setup {
+        redis,
+        lease_ms: LEASE_MS,
+        provider_ms: "0",
+        crash,
     }
-    if crash {
-        server.env(CRASH_AFTER_COMMIT, "1");
-    }
-    ServerProcess::start(server)
-}
-
-/// `POST /payments` of `body`, its idempotency key the account's name.
-fn payment(server: &ServerProcess, account: &str, body: &str) -> Request<Body> {
-    Request::post(server.url("/payments"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .header("idempotency-key", account)
-        .body(Body::from(body.to_owned()))
-        .expect("a request")
 }
 
 /// Retries the payment until it is answered otherwise than `409` (which says the crashed
@@ -186,19 +168,4 @@ async fn retry(http: &HttpClient, server: &ServerProcess, account: &str, body: &
     .await;
     let answer = last.lock().expect("not poisoned").take();
     answer.expect("an answer")
-}
-
-async fn database(db: &Path) -> SqlitePool {
-    SqlitePool::connect_with(SqliteConnectOptions::new().filename(db))
-        .await
-        .expect("the payments database")
-}
-
-/// How many payments `account` has, and the id of its first.
-async fn payments_of(db: &Path, account: &str) -> (i64, Option<i64>) {
-    idem_sqlx::sqlx::query_as("SELECT COUNT(*), MIN(id) FROM payments WHERE account = ?")
-        .bind(account)
-        .fetch_one(&database(db).await)
-        .await
-        .expect("a count")
 }

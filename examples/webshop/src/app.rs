@@ -47,6 +47,12 @@ impl Shop {
         Self { db, idem, records }
     }
 
+    /// The shop's idem runtimes — its guards', and its records' in the database — which
+    /// `main` drains when the server stops.
+    pub fn runtimes(&self) -> [&Idem; 2] {
+        [&self.idem, &self.records]
+    }
+
     /// The database.
     pub fn db(&self) -> &SqlitePool {
         &self.db

@@ -19,7 +19,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use example_cli::{CommandLine, serve};
+use example_cli::{CommandLine, serve_guarded};
 use example_webshop::Shop;
 
 /// How often expired browser sessions are deleted from the database.
@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         "database {db} (with the records of API orders and payments), guards {}",
         command_line.store_name()
     );
-    serve("idem example shop", shop.router(), port).await?;
+    serve_guarded("idem example shop", shop.router(), &shop.runtimes(), port).await?;
     Ok(())
 }
 

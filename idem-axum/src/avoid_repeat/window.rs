@@ -89,7 +89,7 @@ where
             permit.settle(keep).await;
             result
         };
-        run_to_completion(work)
+        run_to_completion(guard.idem(), work)
             .await
             .unwrap_or_else(|rejection| Ok(guard.refuse(rejection)))
     }

@@ -215,7 +215,7 @@ pub(super) async fn run_to_end<S: Inner>(
     mut inner: S,
     request: Request,
 ) -> Result<Response, S::Error> {
-    match run_to_completion(inner.call(request)).await {
+    match run_to_completion(guard.idem(), inner.call(request)).await {
         Ok(answered) => answered,
         Err(rejection) => Ok(guard.refuse(rejection)),
     }

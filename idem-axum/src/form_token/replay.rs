@@ -140,10 +140,10 @@ async fn begin_or_wait(
     // the same submission, posted again.
     let fingerprint = Fingerprint::of([b"form submission".as_slice()]);
     let deadline = Instant::now() + WAIT_FOR_FIRST;
-    let mut began = Record::begin(guard.store(), key, &fingerprint, kept).await;
+    let mut began = Record::begin(guard, key, &fingerprint, kept).await;
     while matches!(began, Ok(Began::InProgress(_))) && Instant::now() < deadline {
         tokio::time::sleep(LOOK_AGAIN).await;
-        began = Record::begin(guard.store(), key, &fingerprint, kept).await;
+        began = Record::begin(guard, key, &fingerprint, kept).await;
     }
     began
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::response::Response;
 use idem_core::{AnyStore, MemoryStore, Store};
 
+use super::handlers::{DEFAULT_DETACHED_LIMIT, Handlers};
 use super::{Idem, Inner, Responder};
 use crate::StoreFailure;
 use crate::client::{IdentifyClient, PeerIp};
@@ -18,6 +19,7 @@ pub struct IdemBuilder {
     namespace: String,
     store_failure: StoreFailure,
     responder: Option<Box<Responder>>,
+    detached_limit: usize,
 }
 
 impl Default for IdemBuilder {
@@ -28,6 +30,7 @@ impl Default for IdemBuilder {
             namespace: "default".to_owned(),
             store_failure: StoreFailure::default(),
             responder: None,
+            detached_limit: DEFAULT_DETACHED_LIMIT,
         }
     }
 }
@@ -39,6 +42,7 @@ impl fmt::Debug for IdemBuilder {
             .field("client_identity", &self.client_identity)
             .field("namespace", &self.namespace)
             .field("store_failure", &self.store_failure)
+            .field("detached_limit", &self.detached_limit)
             .finish_non_exhaustive()
     }
 }
@@ -108,6 +112,27 @@ impl IdemBuilder {
         self
     }
 
+    /// How many guarded handlers may run on after their client went away (default
+    /// 1,024): while more do, new guarded requests are refused with 503
+    /// [`Busy`](crate::RejectionKind::Busy) and `Retry-After`.
+    ///
+    /// A guard that has taken its key runs the handler to its end even when the client
+    /// disconnects, since the handler may already have committed. Nothing around the
+    /// router counts such a handler: a concurrency limit (tower's `ConcurrencyLimitLayer`)
+    /// frees its slot as soon as the request is dropped. This bound is what keeps a flood
+    /// of abandoned requests from running an unbounded number of handlers at once; with a
+    /// concurrency limit of `n` around the router and a limit of 0 (no guarded request
+    /// let in while a detached handler runs), at most `n` guarded handlers run at once. [`Idem::detached_handlers`] (and, with the `metrics`
+    /// feature, the gauge `idem_detached_handlers`) says how many run now.
+    ///
+    /// ```
+    /// let idem = idem_axum::Idem::builder().with_detached_limit(64).build();
+    /// ```
+    pub fn with_detached_limit(mut self, limit: usize) -> Self {
+        self.detached_limit = limit;
+        self
+    }
+
     /// The runtime.
     ///
     /// ```
@@ -123,6 +148,7 @@ impl IdemBuilder {
                 namespace: self.namespace,
                 store_failure: self.store_failure,
                 responder: self.responder,
+                handlers: Handlers::new(self.detached_limit),
             }),
         }
     }

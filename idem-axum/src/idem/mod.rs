@@ -3,6 +3,7 @@
 //! which makes it available to the guards of a router.
 
 mod builder;
+pub(crate) mod handlers;
 mod layer;
 
 use std::fmt;
@@ -12,6 +13,8 @@ use axum::response::{IntoResponse, Response};
 use idem_core::{AnyStore, Key, Store, StoreError};
 
 pub use self::builder::IdemBuilder;
+pub use self::handlers::Drained;
+use self::handlers::Handlers;
 pub use self::layer::{IdemLayer, IdemService};
 use crate::StoreFailure;
 use crate::client::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
@@ -49,6 +52,7 @@ struct Inner {
     namespace: String,
     store_failure: StoreFailure,
     responder: Option<Box<Responder>>,
+    handlers: Handlers,
 }
 
 impl fmt::Debug for Idem {
@@ -101,6 +105,46 @@ impl Idem {
     /// What guards do when the store fails.
     pub fn store_failure(&self) -> StoreFailure {
         self.inner.store_failure
+    }
+
+    /// Lets the guarded handlers that run end, for at most `grace`, and refuses every new
+    /// guarded request meanwhile and after (503
+    /// [`ShuttingDown`](crate::RejectionKind::ShuttingDown), `Retry-After: 1`).
+    ///
+    /// Await it once `axum::serve(..).with_graceful_shutdown(..)` has returned, before the
+    /// process exits. axum's graceful shutdown waits for the requests whose clients are
+    /// still connected, but not for a guarded handler whose client went away: the guard
+    /// let it run on because it may already have committed. Cut off by the process's exit,
+    /// its record would be left in progress, and the client's retry would run it again
+    /// once the record's lease ran out. The drain also waits for a response still being
+    /// stored after a store outage.
+    ///
+    /// ```no_run
+    /// # async fn run() -> std::io::Result<()> {
+    /// use std::time::Duration;
+    /// let idem = idem_axum::Idem::builder().build();
+    /// let app = axum::Router::new().layer(idem.layer());
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    /// axum::serve(listener, app)
+    ///     .with_graceful_shutdown(async { tokio::signal::ctrl_c().await.ok(); })
+    ///     .await?;
+    /// let drained = idem.shutdown(Duration::from_secs(20)).await;
+    /// assert_eq!(drained.unfinished, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self, grace: std::time::Duration) -> Drained {
+        self.inner.handlers.drain(grace).await
+    }
+
+    /// How many guarded handlers run now whose client went away: the figure
+    /// [`IdemBuilder::with_detached_limit`] bounds.
+    pub fn detached_handlers(&self) -> usize {
+        self.inner.handlers.detached()
+    }
+
+    pub(crate) fn handlers(&self) -> &Handlers {
+        &self.inner.handlers
     }
 
     /// Turns a rejection into the response the client gets: the custom responder's, or

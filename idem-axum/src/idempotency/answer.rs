@@ -136,8 +136,8 @@ impl<S: Inner> Attempt<S> {
                 Ok(identity) => identity,
                 Err(refusal) => return Ok(refusal),
             };
-            let (store, started) = (self.guard.store(), Instant::now());
-            let began = Record::begin(store, &record_key, &fingerprint, &self.settings).await;
+            let started = Instant::now();
+            let began = Record::begin(&self.guard, &record_key, &fingerprint, &self.settings).await;
             outcome::store_latency(Guard::Idempotency, started.elapsed());
             match self.decide(began, &parts.headers) {
                 Decided::Run(record) => match record.run(self.inner, rebuild(parts, body)).await {
@@ -324,15 +324,11 @@ pub(crate) fn replay(
         }
         Ok(Replay::TooLarge { status }) => {
             outcome::report(settings.guard, Outcome::Replayed);
-            Rejection::new(
-                RejectionKind::ResponseNotReplayable,
-                format!(
-                    "the request with this idempotency key was already processed (status \
-                     {}), but its response was too large to keep and cannot be replayed; \
-                     look up its result instead of retrying",
-                    status.as_u16()
-                ),
-            )
+            not_replayable(status, "was too large to keep")
+        }
+        Ok(Replay::Failed { status }) => {
+            outcome::report(settings.guard, Outcome::Replayed);
+            not_replayable(status, "failed while it was sent")
         }
         Err(unreadable) => {
             tracing::error!(%unreadable, "idem: a stored response cannot be replayed");
@@ -344,6 +340,20 @@ pub(crate) fn replay(
         }
     };
     guard.refuse(rejection)
+}
+
+/// The answer to a retry of a request that ran (with `status`) but whose response `why`
+/// and cannot be replayed.
+fn not_replayable(status: StatusCode, why: &str) -> Rejection {
+    Rejection::new(
+        RejectionKind::ResponseNotReplayable,
+        format!(
+            "the request with this idempotency key was already processed (status {}), but \
+             its response {why} and cannot be replayed; look up its result instead of \
+             retrying",
+            status.as_u16()
+        ),
+    )
 }
 
 /// The answer to a retry while the first request with its key still runs.

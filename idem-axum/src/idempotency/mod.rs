@@ -9,7 +9,7 @@
 //! |---|---|
 //! | first with this key | the handler runs; its response is stored for 24 h and sent |
 //! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true`; the handler does not run |
-//! | retry after it completed, its response not replayable to it (too large to keep, or [encoded](#content-encoding) in a way it does not accept) | `409 Conflict`, no `Retry-After`; the handler does not run |
+//! | retry after it completed, its response not replayable to it (too large to keep, its body failed half-way, or [encoded](#content-encoding) in a way it does not accept) | `409 Conflict`, no `Retry-After`; the handler does not run |
 //! | retry while the first still runs | `409 Conflict` + `Retry-After` |
 //! | same key, same route, another request (path, query, body differ) | `422 Unprocessable Content` |
 //! | same key, another route or method | a request of its own: the handler runs |
@@ -90,8 +90,17 @@
 //!   not stored removes the record, so a retry runs the handler again: a server error may
 //!   well be transient. Storing a 4xx is Stripe's behaviour: the request was handled, and
 //!   retrying it unchanged would fail the same way.
+//! - **Not kept, by the handler's choice**: a response marked with [`DoNotKeep`] (a
+//!   request refused by validation before anything was done) is not stored, and its key
+//!   is freed: a corrected retry with the same key runs. `Cache-Control: no-store` does
+//!   not count: it speaks to HTTP caches, and a payment's answer must be kept whatever
+//!   it says to them.
 //! - **Request bodies** are read whole before anything is stored, within the router's
-//!   `DefaultBodyLimit`: a larger one is a 413 and leaves no record.
+//!   `DefaultBodyLimit`: a larger one is a 413 and leaves no record. Put
+//!   `DefaultBodyLimit` *outside* this layer (on the router, as axum's docs do), so that
+//!   the layer reads within it and refuses an oversize body before it begins a record.
+//!   Inside, it is the handler's extractor that refuses: the layer never keeps a 413,
+//!   wherever it comes from, so the key is freed either way.
 //! - **Responses over the storage limit**
 //!   ([`with_max_stored_response`](crate::IdempotencyLayer::with_max_stored_response), 1 MiB by
 //!   default) reach the first client whole, streamed as the handler produces them; the
@@ -99,6 +108,10 @@
 //!   gets `409 Conflict` *without* `Retry-After`, saying so. The handler never runs twice
 //!   for one key: the side effect happened, and the client should look up its result
 //!   rather than repeat it.
+//! - **A response body that fails half-way** (a stream the handler returned breaks): the
+//!   handler has run, so the record keeps "processed, with status N, not replayable", and a
+//!   retry gets `409 Conflict` saying so rather than running the handler again. The first
+//!   client gets the body as far as it went, then the error, which ends its connection.
 //! - The record lives for the [retention](crate::IdempotencyLayer::with_retention) (24 h). In
 //!   Redis it survives a restart of the application, and every instance replays it.
 //!
@@ -134,15 +147,25 @@
 //!   store operation ([`Store::begin_record`](crate::store::Store::begin_record)); of any number
 //!   of concurrent requests with one key exactly one runs the handler.
 //! - **Disconnects**: the handler runs in a task of its own. A client that goes away does
-//!   not cancel it: it finishes, and its response is stored for the retry.
+//!   not cancel it: it finishes, and its response is stored for the retry. Such a
+//!   *detached* handler is counted by the runtime, not by anything around the router: at
+//!   shutdown [`Idem::shutdown`](crate::Idem::shutdown) waits for it (and refuses new
+//!   guarded requests with 503 meanwhile), and
+//!   [`with_detached_limit`](crate::IdemBuilder::with_detached_limit) bounds how many run
+//!   at once.
 //! - **Long handlers**: the record is in progress for a [lease](crate::IdempotencyLayer::with_lease)
 //!   (10 s), renewed every third of it while the handler runs; the lease only matters when
 //!   the instance dies mid-request, and then frees the key one lease later. A handler
 //!   without a client is not bounded by anything but itself: put a timeout inside this
 //!   layer if it can hang.
-//! - **Fenced completion**: only the attempt that began a record can complete it. One that
-//!   lost its record (its lease ran out during a long stall and another attempt began
-//!   anew) stores nothing.
+//! - **Fenced completion, one answer per key**: only the attempt that began a record can
+//!   complete it. An attempt whose record ended with its lease (the store unreachable for
+//!   longer than the lease) claims the key again when it completes: if the key is free, it
+//!   stores its response there, and a retry replays it rather than running the handler
+//!   again. If another attempt took the key meanwhile, the key is that attempt's: this
+//!   attempt stores nothing, and its client gets the other attempt's stored response, or,
+//!   while that one still runs, `409 Conflict` + `Retry-After` saying so — never an
+//!   answer of its own that the key would not replay.
 //! - **Panics and errors**: a handler that panics, or a service that returns an error,
 //!   removes the record, so a retry runs afresh; the panic then continues to the caller
 //!   (to `CatchPanicLayer`, say) as it would without this layer.
@@ -152,9 +175,12 @@
 //!   fault), the client still gets it within the store's timeout, and the response is
 //!   stored again in the background, every 50 ms to 1 s, until the store answers (for at
 //!   most the retention): a retry meanwhile gets 409, and once the store is back, the
-//!   replay — the handler does not run twice. Only a store that loses the record (Redis
-//!   without persistence, or down for longer than the lease) or a process that dies before
-//!   the response is stored lets a retry run the handler again; a record completed in the
+//!   replay — the handler does not run twice. What remains: a store that loses the
+//!   record (Redis without persistence), a process that dies before the response is
+//!   stored, and a store down for longer than the lease while a retry, reaching it first,
+//!   takes the key and runs the handler again (the completion retried in the background
+//!   then finds the key taken, after the first client already got its own response) let
+//!   a retry run the handler again; a record completed in the
 //!   handler's own transaction ([`IdempotencyRecord`]) closes that too. A `MemoryStore`
 //!   with no room left for the response keeps the "too large to replay" note instead, so a
 //!   retry gets 409 and the handler does not run twice. No request waits longer than the
@@ -193,6 +219,7 @@
 mod answer;
 mod capture;
 mod content_coding;
+mod do_not_keep;
 mod first_run;
 mod key_header;
 pub(crate) mod layer;
@@ -211,6 +238,7 @@ use http::{HeaderName, Method, StatusCode};
 use crate::outcome::Guard;
 
 pub(crate) use self::answer::{record_key, replay};
+pub use self::do_not_keep::DoNotKeep;
 pub(crate) use self::first_run::{Began, GiveBack, Record};
 pub use self::layer::Idempotency;
 pub(crate) use self::layer::IdempotencyLayer;

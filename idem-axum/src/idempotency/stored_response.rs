@@ -45,6 +45,8 @@ enum Record<'a> {
     },
     /// The handler answered with `status`, but the body was over the storage limit.
     TooLarge { status: u16 },
+    /// The handler answered with `status`, but the body failed while it was read.
+    Failed { status: u16 },
 }
 
 /// Bytes written as one length-prefixed run rather than as a sequence of numbers.
@@ -70,6 +72,8 @@ pub(crate) enum Replay {
     Response(Response),
     /// The first response was not stored because it was too large; it had `status`.
     TooLarge { status: StatusCode },
+    /// The first response was not stored because its body failed; it had `status`.
+    Failed { status: StatusCode },
 }
 
 /// A record that cannot be read back.
@@ -124,6 +128,16 @@ pub(crate) fn encode_too_large(status: StatusCode) -> Bytes {
     )
 }
 
+/// The record of a response whose body failed half-way.
+pub(crate) fn encode_failed(status: StatusCode) -> Bytes {
+    encode(
+        &Record::Failed {
+            status: status.as_u16(),
+        },
+        8,
+    )
+}
+
 fn encode(record: &Record<'_>, size: usize) -> Bytes {
     // Serialising into a growing Vec fails only if memory does, which aborts anyway.
     postcard::to_extend(&(FORMAT, record), Vec::with_capacity(size))
@@ -149,6 +163,9 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
     };
     match record {
         Record::TooLarge { status: code } => Ok(Replay::TooLarge {
+            status: status(code)?,
+        }),
+        Record::Failed { status: code } => Ok(Replay::Failed {
             status: status(code)?,
         }),
         Record::Response {

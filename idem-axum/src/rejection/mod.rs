@@ -15,7 +15,8 @@
 //! | [`InvalidBody`](RejectionKind::InvalidBody) | 400 | a body that must be read whole could not be read |
 //! | [`MissingLayer`](RejectionKind::MissingLayer) | 500 | a guard runs without [`Idem::layer`](crate::Idem::layer) on the router |
 //! | [`RuntimeUnavailable`](RejectionKind::RuntimeUnavailable) | 500 | [`IdempotencyLayer`] runs outside a Tokio runtime, which it needs to renew a running request's record |
-//! | [`ShuttingDown`](RejectionKind::ShuttingDown) | 503 + `Retry-After` | the runtime cancelled an accepted request's handler while shutting down |
+//! | [`ShuttingDown`](RejectionKind::ShuttingDown) | 503 + `Retry-After` | the server is draining ([`Idem::shutdown`](crate::Idem::shutdown)), or the runtime cancelled an accepted request's handler while shutting down |
+//! | [`Busy`](RejectionKind::Busy) | 503 + `Retry-After` | more handlers run for clients that went away than [`IdemBuilder::with_detached_limit`](crate::IdemBuilder::with_detached_limit) lets run |
 //! | [`MissingFormToken`](RejectionKind::MissingFormToken) | 400 | a guarded form is posted without its one-time token |
 //! | [`InvalidFormToken`](RejectionKind::InvalidFormToken) | 409 | a form token that is unknown, expired, already spent or another client's (one answer for all) |
 //! | [`UnsupportedMediaType`](RejectionKind::UnsupportedMediaType) | 415 | a body a guard must read is of a type it cannot (a form token in a JSON body) |
@@ -24,7 +25,7 @@
 //! | [`InvalidIdempotencyKey`](RejectionKind::InvalidIdempotencyKey) | 400 | an `Idempotency-Key` header that is not 1–255 printable ASCII, quoted or bare |
 //! | [`IdempotentRequestInProgress`](RejectionKind::IdempotentRequestInProgress) | 409 + `Retry-After` | a retry while the first request with its key is still running |
 //! | [`IdempotencyKeyReused`](RejectionKind::IdempotencyKeyReused) | 422 | an idempotency key sent again with a different request |
-//! | [`ResponseNotReplayable`](RejectionKind::ResponseNotReplayable) | 409 | a retry of a request whose response was too large to store, or is stored in a content coding the retry does not accept (it ran; it is not run again) |
+//! | [`ResponseNotReplayable`](RejectionKind::ResponseNotReplayable) | 409 | a retry of a request whose response was too large to store, whose body failed while it was sent, or is stored in a content coding the retry does not accept (it ran; it is not run again) |
 //! | [`UnreadableIdempotencyRecord`](RejectionKind::UnreadableIdempotencyRecord) | 500 | a stored response this server cannot read (another release's format) |
 
 mod render;
@@ -58,8 +59,12 @@ pub enum RejectionKind {
     MissingLayer,
     /// A guard that needs a Tokio runtime runs outside one: 500.
     RuntimeUnavailable,
-    /// The runtime cancelled an accepted request's handler while shutting down: 503.
+    /// The server is draining ([`Idem::shutdown`](crate::Idem::shutdown)), or the runtime
+    /// cancelled an accepted request's handler while shutting down: 503.
     ShuttingDown,
+    /// More handlers run for clients that went away than the runtime lets run
+    /// ([`IdemBuilder::with_detached_limit`](crate::IdemBuilder::with_detached_limit)): 503.
+    Busy,
     /// A guarded form is posted without its one-time token: 400.
     MissingFormToken,
     /// A form token that is unknown, expired, already spent or issued to another client:
@@ -95,7 +100,7 @@ impl RejectionKind {
             Self::ClientIdentityUnavailable | Self::MissingLayer | Self::RuntimeUnavailable => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
-            Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ShuttingDown | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::MissingFormToken => StatusCode::BAD_REQUEST,
             Self::InvalidFormToken => StatusCode::CONFLICT,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -119,6 +124,7 @@ impl RejectionKind {
             Self::MissingLayer => "idem layer missing",
             Self::RuntimeUnavailable => "Async runtime unavailable",
             Self::ShuttingDown => "Server shutting down",
+            Self::Busy => "Server busy finishing earlier requests",
             Self::MissingFormToken => "Form token missing",
             Self::InvalidFormToken => "Form already submitted or expired",
             Self::UnsupportedMediaType => "Unsupported media type",
@@ -144,6 +150,7 @@ impl RejectionKind {
             Self::MissingLayer => "missing-layer",
             Self::RuntimeUnavailable => "runtime-unavailable",
             Self::ShuttingDown => "shutting-down",
+            Self::Busy => "busy",
             Self::MissingFormToken => "missing-form-token",
             Self::InvalidFormToken => "invalid-form-token",
             Self::UnsupportedMediaType => "unsupported-media-type",

@@ -8,6 +8,7 @@ mod compression;
 mod failures;
 mod key_header;
 mod key_scope;
+mod outliving;
 mod replay;
 mod runs_once;
 mod sizes;
@@ -22,7 +23,7 @@ use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
-use idem_axum::idempotency::{IdempotencyRecord, RecordScope};
+use idem_axum::idempotency::{DoNotKeep, IdempotencyRecord, RecordScope};
 use idem_axum::store::Store;
 use idem_axum::{Idem, IdempotencyLayer, StoreFailure};
 use idem_tests::{Shop, send};
@@ -64,6 +65,33 @@ async fn failing(State(shop): State<Shop>) -> StatusCode {
 async fn panicking(State(shop): State<Shop>) -> StatusCode {
     shop.ran();
     panic!("a bug in the handler");
+}
+
+/// Answers 201, then its body breaks after a first chunk.
+async fn broken_body(State(shop): State<Shop>) -> (StatusCode, Body) {
+    shop.ran();
+    let chunks = [
+        Ok(Bytes::from_static(b"order ")),
+        Err(std::io::Error::other("the stream broke")),
+    ];
+    (
+        StatusCode::CREATED,
+        Body::from_stream(futures_util::stream::iter(chunks)),
+    )
+}
+
+/// Refuses a body without an amount, marking the refusal not to be kept.
+async fn validated(State(shop): State<Shop>, body: String) -> Response {
+    if !body.contains("amount") {
+        let refusal = (StatusCode::UNPROCESSABLE_ENTITY, "an amount is required");
+        return (DoNotKeep, refusal).into_response();
+    }
+    (StatusCode::CREATED, format!("order {}", shop.ran())).into_response()
+}
+
+/// Takes the body, as a handler whose extractor enforces a body limit does.
+async fn noted(State(shop): State<Shop>, _body: String) -> (StatusCode, String) {
+    (StatusCode::CREATED, format!("order {}", shop.ran()))
 }
 
 async fn big(State(shop): State<Shop>) -> Vec<u8> {
@@ -181,6 +209,14 @@ fn routes(shop: &Shop) -> Router {
             post(big).route_layer(guarded().with_max_stored_response(1024)),
         )
         .route("/big/storable", post(big).route_layer(guarded()))
+        .route("/broken-body", post(broken_body).route_layer(guarded()))
+        .route("/validated", post(validated).route_layer(guarded()))
+        .route(
+            "/limited-inside",
+            post(noted)
+                .layer(DefaultBodyLimit::max(64))
+                .route_layer(guarded()),
+        )
         .route(
             "/callback",
             post(callback).route_layer(

@@ -1,0 +1,305 @@
+//! Handlers that outlive their request, and the answers around them: one answer per key
+//! when an attempt lost its lease, the key claimed again after a long outage, a body that
+//! fails after the handler ran, the handler's own opt-out, a 413 from inside the layer,
+//! the bound on detached handlers and the drain.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use idem_axum::client::ClientHeader;
+use idem_axum::{Idem, IdempotencyLayer, RedisStore};
+use idem_tests::{Forwarder, RedisServer, Shop, eventually};
+use tower::limit::ConcurrencyLimitLayer;
+
+use crate::{CLIENT, SHORT_LEASE, Seen, app, gated, post_key};
+
+idem_tests::on_every_store!(
+    shop_on(app):
+    a_response_body_that_fails_after_the_handler_ran_is_not_run_again,
+    a_response_the_handler_marks_do_not_keep_frees_its_key,
+    a_413_from_a_body_limit_inside_the_layer_frees_its_key,
+);
+
+async fn a_response_body_that_fails_after_the_handler_ran_is_not_run_again(
+    shop: Shop,
+    app: Router,
+) {
+    let first = post_key(&app, "/broken-body", "broken-1").await;
+    assert_eq!(first.status(), StatusCode::CREATED, "the handler answered");
+    let read = axum::body::to_bytes(first.into_body(), usize::MAX).await;
+    assert!(read.is_err(), "the first client sees its body fail");
+    let retry = Seen::of(post_key(&app, "/broken-body", "broken-1").await).await;
+    assert_eq!(retry.status, StatusCode::CONFLICT, "{retry:?}");
+    assert_eq!(retry.problem(), "response-not-replayable");
+    assert!(retry.header("retry-after").is_none(), "it will not change");
+    assert_eq!(shop.runs(), 1, "the handler ran once");
+}
+
+async fn a_response_the_handler_marks_do_not_keep_frees_its_key(shop: Shop, app: Router) {
+    let invalid = crate::request("/validated", "alice", Some("v-1"), "{}");
+    let refused = Seen::of(idem_tests::send(&app, invalid).await).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // The corrected request, with the same key, runs: nothing was kept for the key.
+    let corrected = crate::request("/validated", "alice", Some("v-1"), r#"{"amount":100}"#);
+    let created = Seen::of(idem_tests::send(&app, corrected).await).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{created:?}");
+    assert!(!created.replayed());
+    let again = Seen::of(post_key(&app, "/validated", "v-1").await).await;
+    assert!(again.replayed(), "the kept answer is the one not marked");
+    assert_eq!(again.unmarked(), created);
+    assert_eq!(shop.runs(), 1, "only the corrected request ran to its end");
+}
+
+async fn a_413_from_a_body_limit_inside_the_layer_frees_its_key(shop: Shop, app: Router) {
+    let oversize = format!(r#"{{"note":"{}"}}"#, "x".repeat(100));
+    let request = crate::request("/limited-inside", "alice", Some("big-1"), &oversize);
+    let refused = Seen::of(idem_tests::send(&app, request).await).await;
+    assert_eq!(refused.status, StatusCode::PAYLOAD_TOO_LARGE);
+    // A smaller body under the same key is the client's corrected request, not a reuse
+    // of the key for another one: nothing was kept for the refused one.
+    let smaller = Seen::of(post_key(&app, "/limited-inside", "big-1").await).await;
+    assert_eq!(smaller.status, StatusCode::CREATED, "{smaller:?}");
+    assert_eq!(shop.runs(), 1, "only the smaller one ran the handler");
+}
+
+/// Two instances on one Redis: the first reaches it through a link the test stalls, the
+/// second directly. Both serve `/gated` under one lease; the first's handler waits at
+/// the shop's gate, the second's answers at once.
+struct TwoInstances {
+    redis: RedisServer,
+    link: Forwarder,
+    shop: Shop,
+    stalled_one: Router,
+    other_one: Router,
+}
+
+impl TwoInstances {
+    async fn start() -> Self {
+        let redis = RedisServer::start();
+        let link = Forwarder::start(redis.port()).await;
+        let through_link = RedisStore::builder()
+            .with_timeout(Duration::from_millis(100))
+            .connect(idem_axum::RedisServer::url(link.url()))
+            .await
+            .expect("Redis through the link");
+        let shop = Shop::new();
+        let stalled_one = instance(through_link, &shop, post(gated));
+        let other_one = instance(redis.store(), &shop, post(at_once));
+        Self {
+            redis,
+            link,
+            shop,
+            stalled_one,
+            other_one,
+        }
+    }
+
+    /// Stalls the first instance's link until the record its attempt began has ended
+    /// with its lease in Redis.
+    async fn stall_past_the_lease(&self) {
+        self.link.stall();
+        let redis = &self.redis;
+        eventually(
+            Duration::from_secs(5),
+            "the record's lease runs out",
+            || {
+                let keys = redis.keys();
+                async move { keys.is_empty() }
+            },
+        )
+        .await;
+    }
+}
+
+fn instance(store: RedisStore, shop: &Shop, handler: axum::routing::MethodRouter<Shop>) -> Router {
+    let idem = Idem::builder()
+        .with_store(store)
+        .with_client_identity(ClientHeader::new(CLIENT))
+        .build();
+    let guarded = IdempotencyLayer::new().with_lease(SHORT_LEASE);
+    Router::new()
+        .route("/gated", handler.route_layer(guarded))
+        .with_state(shop.clone())
+        .layer(idem.layer())
+}
+
+async fn at_once(State(shop): State<Shop>) -> (StatusCode, String) {
+    (StatusCode::CREATED, format!("order {}", shop.ran()))
+}
+
+/// The first attempt loses its lease while its store is out of reach, and a retry on
+/// another instance takes the key and completes it. The first attempt's client gets the
+/// retry's answer, the one the key replays, not the answer of its own handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_an_attempt_that_lost_its_key_answers_with_the_winners_response() {
+    let two = TwoInstances::start().await;
+    let first = tokio::spawn({
+        let app = two.stalled_one.clone();
+        async move { Seen::of(post_key(&app, "/gated", "lost-1").await).await }
+    });
+    two.shop.until_runs(1).await;
+    two.stall_past_the_lease().await;
+    let winner = Seen::of(post_key(&two.other_one, "/gated", "lost-1").await).await;
+    assert_eq!(winner.status, StatusCode::CREATED);
+    assert_eq!(
+        winner.body, "order 2",
+        "the retry took the free key and ran"
+    );
+    two.link.resume();
+    two.shop.open_gate();
+    let first = first.await.expect("the first attempt answers");
+    assert_eq!(
+        first.unmarked(),
+        winner,
+        "one key, one answer: the first client gets the winner's"
+    );
+    let replay = Seen::of(post_key(&two.stalled_one, "/gated", "lost-1").await).await;
+    assert_eq!(replay.unmarked(), winner);
+    assert_eq!(two.shop.runs(), 2);
+}
+
+/// The first attempt's store is out of reach for longer than the lease, and nobody
+/// takes the key meanwhile. At completion the key is free: the attempt claims it again
+/// and stores its response, so a retry replays it rather than running the handler a
+/// second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_after_an_outage_longer_than_the_lease_the_key_is_claimed_again() {
+    let two = TwoInstances::start().await;
+    let first = tokio::spawn({
+        let app = two.stalled_one.clone();
+        async move { Seen::of(post_key(&app, "/gated", "outage-1").await).await }
+    });
+    two.shop.until_runs(1).await;
+    two.stall_past_the_lease().await;
+    two.link.resume();
+    two.shop.open_gate();
+    let first = first.await.expect("the first attempt answers");
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.body, "order 1");
+    for app in [&two.stalled_one, &two.other_one] {
+        let retry = Seen::of(post_key(app, "/gated", "outage-1").await).await;
+        assert!(retry.replayed(), "{retry:?}");
+        assert_eq!(retry.unmarked(), first);
+    }
+    assert_eq!(two.shop.runs(), 1, "the handler ran once");
+}
+
+/// A handler that runs for `run_for`, counting how many run at once.
+#[derive(Clone, Default)]
+struct Running {
+    now: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    gate: Shop,
+}
+
+async fn counted(State(running): State<Running>) -> StatusCode {
+    let now = running.now.fetch_add(1, Ordering::SeqCst) + 1;
+    running.most.fetch_max(now, Ordering::SeqCst);
+    running.gate.ran();
+    running.gate.pass_gate().await;
+    running.now.fetch_sub(1, Ordering::SeqCst);
+    StatusCode::CREATED
+}
+
+async fn immediate() -> StatusCode {
+    StatusCode::CREATED
+}
+
+fn limited(idem: &Idem, running: &Running) -> Router {
+    Router::new()
+        .route("/gated", post(counted).route_layer(IdempotencyLayer::new()))
+        .route("/now", post(immediate).route_layer(IdempotencyLayer::new()))
+        .with_state(running.clone())
+        .layer(ConcurrencyLimitLayer::new(1))
+        .layer(idem.layer())
+}
+
+/// A concurrency limit of one around the router frees its slot when a client goes
+/// away, while the guard lets that client's handler run on. With a bound of no detached
+/// handler, the next guarded request is refused with 503 until it ends: one handler at a
+/// time, as the limit meant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn detached_handlers_count_against_a_bound_of_the_runtimes_own() {
+    let idem = Idem::builder()
+        .with_client_identity(ClientHeader::new(CLIENT))
+        .with_detached_limit(0)
+        .build();
+    let running = Running::default();
+    let app = limited(&idem, &running);
+    let abandoned = tokio::spawn({
+        let app = app.clone();
+        async move { post_key(&app, "/gated", "first").await }
+    });
+    running.gate.until_runs(1).await;
+    abandoned.abort();
+    assert!(abandoned.await.unwrap_err().is_cancelled());
+    assert_eq!(idem.detached_handlers(), 1, "it runs on, detached");
+    let refused = Seen::of(post_key(&app, "/gated", "second").await).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{refused:?}"
+    );
+    assert_eq!(refused.problem(), "busy");
+    assert_eq!(refused.header("retry-after"), Some(b"1".as_slice()));
+    running.gate.open_gate();
+    eventually(Duration::from_secs(5), "the detached handler ends", || {
+        let idem = idem.clone();
+        async move { idem.detached_handlers() == 0 }
+    })
+    .await;
+    running.gate.open_gate();
+    let admitted = Seen::of(post_key(&app, "/gated", "second").await).await;
+    assert_eq!(admitted.status, StatusCode::CREATED);
+    assert_eq!(
+        running.most.load(Ordering::SeqCst),
+        1,
+        "one handler at a time"
+    );
+}
+
+/// While the runtime drains, a new guarded request is refused with 503 and
+/// `Retry-After`; the drain ends once the detached handler has, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_drain_refuses_new_guarded_requests_and_waits_for_detached_handlers() {
+    let idem = Idem::builder()
+        .with_client_identity(ClientHeader::new(CLIENT))
+        .build();
+    let running = Running::default();
+    let app = limited(&idem, &running);
+    let abandoned = tokio::spawn({
+        let app = app.clone();
+        async move { post_key(&app, "/gated", "first").await }
+    });
+    running.gate.until_runs(1).await;
+    abandoned.abort();
+    let _ = abandoned.await;
+    let draining = tokio::spawn({
+        let idem = idem.clone();
+        async move { idem.shutdown(Duration::from_secs(30)).await }
+    });
+    let key = AtomicUsize::new(0);
+    eventually(Duration::from_secs(5), "new requests are refused", || {
+        let app = app.clone();
+        let key = format!("during-{}", key.fetch_add(1, Ordering::SeqCst));
+        async move {
+            let seen = Seen::of(post_key(&app, "/now", &key).await).await;
+            seen.status == StatusCode::SERVICE_UNAVAILABLE && seen.problem() == "shutting-down"
+        }
+    })
+    .await;
+    let refused = Seen::of(post_key(&app, "/gated", "during").await).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.header("retry-after"), Some(b"1".as_slice()));
+    assert!(!draining.is_finished(), "the drain waits for the handler");
+    running.gate.open_gate();
+    let drained = draining.await.expect("the drain ends");
+    assert_eq!(drained.unfinished, 0);
+    assert!(drained.finished >= 1, "{drained}");
+    assert_eq!(running.gate.runs(), 1, "no request ran during the drain");
+}
