@@ -3,6 +3,7 @@
 //! fails after the handler ran, the handler's own opt-out, a 413 from inside the layer,
 //! the bound on detached handlers and the drain.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -65,6 +66,15 @@ async fn a_413_from_a_body_limit_inside_the_layer_frees_its_key(shop: Shop, app:
     let smaller = Seen::of(post_key(&app, "/limited-inside", "big-1").await).await;
     assert_eq!(smaller.status, StatusCode::CREATED, "{smaller:?}");
     assert_eq!(shop.runs(), 1, "only the smaller one ran the handler");
+}
+
+/// The answer to `request`, which must come within 5 s: a request that instead runs the
+/// handler again would wait at the shop's shut gate.
+async fn answered(request: impl Future<Output = axum::response::Response>) -> Seen {
+    match tokio::time::timeout(Duration::from_secs(5), request).await {
+        Ok(response) => Seen::of(response).await,
+        Err(_) => panic!("no answer within 5 s: the handler ran again, and waits at its gate"),
+    }
 }
 
 /// Two instances on one Redis: the first reaches it through a link the test stalls, the
@@ -158,7 +168,7 @@ async fn redis_an_attempt_that_lost_its_key_answers_with_the_winners_response() 
         winner,
         "one key, one answer: the first client gets the winner's"
     );
-    let replay = Seen::of(post_key(&two.stalled_one, "/gated", "lost-1").await).await;
+    let replay = answered(post_key(&two.stalled_one, "/gated", "lost-1")).await;
     assert_eq!(replay.unmarked(), winner);
     assert_eq!(two.shop.runs(), 2);
 }
@@ -182,7 +192,7 @@ async fn redis_after_an_outage_longer_than_the_lease_the_key_is_claimed_again() 
     assert_eq!(first.status, StatusCode::CREATED);
     assert_eq!(first.body, "order 1");
     for app in [&two.stalled_one, &two.other_one] {
-        let retry = Seen::of(post_key(app, "/gated", "outage-1").await).await;
+        let retry = answered(post_key(app, "/gated", "outage-1")).await;
         assert!(retry.replayed(), "{retry:?}");
         assert_eq!(retry.unmarked(), first);
     }
@@ -293,7 +303,7 @@ async fn the_drain_refuses_new_guarded_requests_and_waits_for_detached_handlers(
         }
     })
     .await;
-    let refused = Seen::of(post_key(&app, "/gated", "during").await).await;
+    let refused = answered(post_key(&app, "/gated", "during")).await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(refused.header("retry-after"), Some(b"1".as_slice()));
     assert!(!draining.is_finished(), "the drain waits for the handler");
