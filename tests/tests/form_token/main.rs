@@ -25,7 +25,7 @@ use idem_axum::store::Store;
 use idem_axum::{
     AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer, avoid_repeat,
 };
-use idem_tests::{Shop, body_text, send};
+use idem_tests::{Shop, body_text, count, send};
 
 #[derive(serde::Deserialize)]
 struct Order {
@@ -240,8 +240,4 @@ async fn accepted(app: &Router, path: &str, client: &str, token: &str, why: &str
     let response = post_form(app, path, client, order(token)).await;
     assert_eq!(response.status(), StatusCode::CREATED, "{path}: {why}");
     response
-}
-
-fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
-    statuses.iter().filter(|s| **s == status).count()
 }

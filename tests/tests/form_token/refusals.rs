@@ -4,7 +4,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use idem_tests::{Shop, body_text, problem_code, send};
+use idem_tests::{Shop, assert_refused_page, body_text, problem_code, send};
 
 use crate::{
     BOUNDARY, accepted, app, as_client, issue, multipart_content_type, multipart_order, order,
@@ -172,11 +172,6 @@ async fn a_browser_gets_html_with_the_configured_message() {
         StatusCode::CREATED
     );
     let again = send(&app, browser(&token)).await;
-    assert_eq!(again.status(), StatusCode::CONFLICT);
-    assert_eq!(
-        again.headers()[header::CONTENT_TYPE],
-        "text/html; charset=utf-8"
-    );
-    assert!(body_text(again).await.contains("<p>请勿重复提交</p>"));
+    assert_refused_page(again, "请勿重复提交").await;
     assert_eq!(shop.runs(), 1);
 }
