@@ -161,6 +161,15 @@ fn as_client(request: axum::http::request::Builder, client: &str) -> axum::http:
     request.header(header::COOKIE, format!("theme=dark; session={client}"))
 }
 
+/// `request`, without a body, sent as `client`.
+async fn send_empty_as(
+    app: &Router,
+    request: axum::http::request::Builder,
+    client: &str,
+) -> Response {
+    send(app, as_client(request, client).body(Body::empty()).unwrap()).await
+}
+
 /// The value of the hidden input named `field` in a page.
 fn token_in(page: &str, field: &str) -> String {
     let value = page
@@ -176,13 +185,7 @@ async fn issue(app: &Router, client: &str) -> String {
 }
 
 async fn issue_in_field(app: &Router, client: &str, field: &str) -> String {
-    let response = send(
-        app,
-        as_client(Request::get("/form"), client)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let response = send_empty_as(app, Request::get("/form"), client).await;
     assert_eq!(response.status(), StatusCode::OK);
     token_in(&body_text(response).await, field)
 }

@@ -8,7 +8,7 @@ use idem_tests::{Shop, assert_refused_page, body_text, problem_code, send};
 
 use crate::{
     BOUNDARY, accepted, app, as_client, issue, multipart_content_type, multipart_order, order,
-    post_form, post_typed, routes,
+    post_form, post_typed, routes, send_empty_as,
 };
 
 idem_tests::on_every_store!(
@@ -20,13 +20,7 @@ idem_tests::on_every_store!(
 
 async fn a_missing_token_is_a_bad_request(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
-    let no_content_type = send(
-        &app,
-        as_client(Request::post("/orders"), "alice")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let no_content_type = send_empty_as(&app, Request::post("/orders"), "alice").await;
     let multipart_without = format!(
         "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"item\"\r\n\r\ntea\r\n--{BOUNDARY}--\r\n"
     );
