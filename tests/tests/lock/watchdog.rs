@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use idem_core::Lock;
 use idem_core::lock::{Fenced, Lease, LockError, Unfenced};
-use idem_tests::{Counting, eventually};
+use idem_tests::{Backend, Counting, eventually};
 
 use crate::{LONG, LockBackend, Mode, command_calls, is_free, key};
 
@@ -17,11 +17,11 @@ lock_suite!(
 /// The lease of the watched locks: short, so that a case sees several renewals.
 const LEASE: Duration = Duration::from_millis(300);
 
+/// The backend's store, counting renewals.
+type Counted<B> = Counting<<B as Backend>::Store>;
+
 /// A lock on `name` with a watchdog lease of [`LEASE`], on a store that counts renewals.
-fn watched<B: LockBackend, F: Mode>(
-    backend: &B,
-    name: &str,
-) -> (Counting<B::Store>, Lock<Counting<B::Store>, F>) {
+fn watched<B: LockBackend, F: Mode>(backend: &B, name: &str) -> (Counted<B>, Lock<Counted<B>, F>) {
     let store = Counting::new(backend.store());
     let lock = F::make(Lock::new(store.clone(), key(name), Lease::Watchdog(LEASE)));
     (store, lock)
