@@ -35,42 +35,11 @@ cargo build --release --quiet -p idem-bench
 mkdir -p "$results"
 
 # --- processes -------------------------------------------------------------------------
-pids=()
-stop_all() {
-    local pid
-    for pid in "${pids[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${pids[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-}
 trap stop_all EXIT
-
-free_port() {
-    local port
-    while :; do
-        port=$(shuf -i 20000-60999 -n 1)
-        if [[ -z $(ss -Htln "sport = :$port") ]]; then
-            echo "$port"
-            return
-        fi
-    done
-}
-
-redis_port=$(free_port)
-"${on_load_core[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' \
-    --appendonly no --logfile "$results/redis-server.raw" &
-redis_pid=$!
-pids+=("$redis_pid")
-redis() { redis-cli -h 127.0.0.1 -p "$redis_port" "$@"; }
 # The bench server connects to Redis as it starts, so Redis answers first.
-for _ in $(seq 100); do
-    if redis ping >/dev/null 2>&1; then break; fi
-    sleep 0.1
-done
-server_port=$(free_port)
-while [[ $server_port == "$redis_port" ]]; do server_port=$(free_port); done
+start_redis "$results/redis-server.raw"
+free_port
+server_port=$port
 "${on_server_core[@]}" "$root/target/release/idem-bench" --port "$server_port" \
     --redis "redis://127.0.0.1:$redis_port" --workers 1 >"$results/server.raw" 2>&1 &
 server_pid=$!
@@ -82,12 +51,6 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 curl -sf "$base/flood" >/dev/null || { echo "the bench server did not start" >&2; exit 1; }
-# Another process may have taken the port between the check and the bind: measure only
-# against the redis-server started here.
-if [[ $(redis info server | tr -d '\r' | awk -F: '$1 == "process_id" {print $2}') != "$redis_pid" ]]; then
-    echo "redis-server did not start on port $redis_port (see $results/redis-server.raw)" >&2
-    exit 1
-fi
 
 # --- measurements ----------------------------------------------------------------------
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$server_pid/status"; }

@@ -42,48 +42,11 @@ rm -rf "$raw"
 mkdir -p "$raw"
 
 # --- processes -------------------------------------------------------------------------
-pids=()
 scratch=$(mktemp -d)
-stop_all() {
-    local pid
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$scratch"
-}
-trap stop_all EXIT
+trap 'stop_all; rm -rf "$scratch"' EXIT
 
-# Sets `port` to a port nothing listens on and that no earlier call gave out.
-used_ports=" "
-free_port() {
-    for _ in $(seq 1000); do
-        port=$(shuf -i 20000-60999 -n 1)
-        if [[ -z $(ss -Htln "sport = :$port") && $used_ports != *" $port "* ]]; then
-            used_ports+="$port "
-            return
-        fi
-    done
-    echo "no free port" >&2
-    exit 1
-}
-
-free_port
-redis_port=$port
+start_redis "$raw/redis-server.log" --dir "$scratch"
 redis_url=redis://127.0.0.1:$redis_port
-"${on_load_core[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$scratch" \
-    --save '' --appendonly no --logfile "$raw/redis-server.log" &
-redis_pid=$!
-pids+=("$redis_pid")
-redis() { redis-cli -h 127.0.0.1 -p "$redis_port" "$@"; }
-for _ in $(seq 100); do
-    if redis ping >/dev/null 2>&1; then break; fi
-    sleep 0.1
-done
-# Another process may have taken the port between the check and the bind: measure only
-# against the redis-server started here.
-if [[ $(redis info server | tr -d '\r' | awk -F: '$1 == "process_id" {print $2}') != "$redis_pid" ]]; then
-    echo "redis-server did not start on port $redis_port (see $raw/redis-server.log)" >&2
-    exit 1
-fi
 
 kinds=(bare idem-memory idempotent-memory axum-idempotent idem-redis idem-redis-uncached idempotent-redis)
 declare -A port_of

@@ -18,3 +18,50 @@ split_cores() {
         core_split="not pinned ($(nproc) CPU)"
     fi
 }
+
+# The processes a script starts (`pids+=("$!")`), stopped by their pids: `trap stop_all EXIT`.
+pids=()
+stop_all() {
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+
+# free_port: sets `port` to a port nothing listens on and that no earlier call gave out.
+used_ports=" "
+free_port() {
+    for _ in $(seq 1000); do
+        port=$(shuf -i 20000-60999 -n 1)
+        if [[ -z $(ss -Htln "sport = :$port") && $used_ports != *" $port "* ]]; then
+            used_ports+="$port "
+            return
+        fi
+    done
+    echo "no free port" >&2
+    exit 1
+}
+
+# start_redis LOG [OPTION...]: a redis-server on a free port of 127.0.0.1, on the load core
+# (split_cores), without persistence, logging to LOG; its port in redis_port, its pid in
+# redis_pid (and pids). Returns once it answers, and `redis` is then redis-cli for it.
+start_redis() {
+    local log=$1
+    shift
+    free_port
+    redis_port=$port
+    "${on_load_core[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' \
+        --appendonly no --logfile "$log" "$@" &
+    redis_pid=$!
+    pids+=("$redis_pid")
+    for _ in $(seq 100); do
+        if redis ping >/dev/null 2>&1; then break; fi
+        sleep 0.1
+    done
+    # Another process may have taken the port between the check and the bind: measure only
+    # against the redis-server started here.
+    if [[ $(redis info server | tr -d '\r' | awk -F: '$1 == "process_id" {print $2}') != "$redis_pid" ]]; then
+        echo "redis-server did not start on port $redis_port (see $log)" >&2
+        exit 1
+    fi
+}
+redis() { redis-cli -h 127.0.0.1 -p "$redis_port" "$@"; }

@@ -3,7 +3,7 @@
 
 use idem_core::conformance::Backend;
 use idem_core::{AnyStore, MemoryStore};
-use idem_redis::{RedisStore, RedisStoreBuilder};
+use idem_redis::RedisStore;
 use idem_sqlx::{PostgresStore, SqliteStore};
 
 use crate::postgres_server::PostgresServer;
@@ -43,90 +43,71 @@ impl Backend for AnyMemoryBackend {
     }
 }
 
-/// [`RedisStore`] on a standalone server of its own.
-#[derive(Debug)]
-pub struct RedisBackend {
-    /// The server; dropped after the store.
-    pub server: RedisServer,
-    store: RedisStore,
+/// A [`Backend`] of [`RedisStore`] on a Redis deployment of its own, kept in the public
+/// field named, whose stores (the backend's, and another instance's) are made with the
+/// builder given: `redis_backend!(Name { field: Deployment }, builder)`.
+macro_rules! redis_backend {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $(#[$field_doc:meta])* $field:ident: $deployment:ident },
+        $builder:expr
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name {
+            $(#[$field_doc])*
+            pub $field: $deployment,
+            store: RedisStore,
+        }
+
+        impl Backend for $name {
+            type Store = RedisStore;
+
+            async fn start() -> Self {
+                let $field = $deployment::start();
+                let store = $field.store_with($builder);
+                Self { $field, store }
+            }
+
+            fn store(&self) -> RedisStore {
+                self.store.clone()
+            }
+
+            fn store_of_another_instance(&self) -> RedisStore {
+                self.$field.store_with($builder)
+            }
+        }
+    };
 }
 
-impl Backend for RedisBackend {
-    type Store = RedisStore;
+redis_backend!(
+    /// [`RedisStore`] on a standalone server of its own.
+    RedisBackend {
+        /// The server; dropped after the store.
+        server: RedisServer
+    },
+    RedisStore::builder()
+);
 
-    async fn start() -> Self {
-        let server = RedisServer::start();
-        let store = server.store();
-        Self { server, store }
-    }
+redis_backend!(
+    /// [`RedisStore`] on a standalone server of its own, acquiring with the script meant
+    /// for servers before Redis 7.0 (which refuse `SET … NX … GET`), forced on this newer
+    /// one.
+    RedisScriptAcquireBackend {
+        /// The server; dropped after the store.
+        server: RedisServer
+    },
+    RedisStore::builder().with_script_acquire(true)
+);
 
-    fn store(&self) -> RedisStore {
-        self.store.clone()
-    }
-
-    fn store_of_another_instance(&self) -> RedisStore {
-        self.server.store()
-    }
-}
-
-/// [`RedisStore`] on a standalone server of its own, acquiring with the script meant for
-/// servers before Redis 7.0 (which refuse `SET … NX … GET`), forced on this newer one.
-#[derive(Debug)]
-pub struct RedisScriptAcquireBackend {
-    /// The server; dropped after the store.
-    pub server: RedisServer,
-    store: RedisStore,
-}
-
-impl RedisScriptAcquireBackend {
-    fn builder() -> RedisStoreBuilder {
-        RedisStore::builder().with_script_acquire(true)
-    }
-}
-
-impl Backend for RedisScriptAcquireBackend {
-    type Store = RedisStore;
-
-    async fn start() -> Self {
-        let server = RedisServer::start();
-        let store = server.store_with(Self::builder());
-        Self { server, store }
-    }
-
-    fn store(&self) -> RedisStore {
-        self.store.clone()
-    }
-
-    fn store_of_another_instance(&self) -> RedisStore {
-        self.server.store_with(Self::builder())
-    }
-}
-
-/// [`RedisStore`] on a three-master Redis Cluster of its own.
-#[derive(Debug)]
-pub struct ClusterBackend {
-    /// The cluster.
-    pub cluster: RedisCluster,
-    store: RedisStore,
-}
-
-impl Backend for ClusterBackend {
-    type Store = RedisStore;
-
-    async fn start() -> Self {
-        let cluster = RedisCluster::start();
-        let store = cluster.store();
-        Self { cluster, store }
-    }
-
-    fn store(&self) -> RedisStore {
-        self.store.clone()
-    }
-
-    fn store_of_another_instance(&self) -> RedisStore {
-        self.cluster.store()
-    }
-}
+redis_backend!(
+    /// [`RedisStore`] on a three-master Redis Cluster of its own.
+    ClusterBackend {
+        /// The cluster.
+        cluster: RedisCluster
+    },
+    RedisStore::builder()
+);
 
 /// [`PostgresStore`] on a PostgreSQL server of its own, with idem's tables created.
 #[derive(Debug)]
@@ -208,29 +189,12 @@ impl Backend for SqliteBackend {
     }
 }
 
-/// [`RedisStore`] through Redis Sentinel, on the master of a set of its own (a master, a
-/// replica, three Sentinels).
-#[derive(Debug)]
-pub struct SentinelBackend {
-    /// The master, the replica and the Sentinels.
-    pub sentinels: RedisSentinels,
-    store: RedisStore,
-}
-
-impl Backend for SentinelBackend {
-    type Store = RedisStore;
-
-    async fn start() -> Self {
-        let sentinels = RedisSentinels::start();
-        let store = sentinels.store();
-        Self { sentinels, store }
-    }
-
-    fn store(&self) -> RedisStore {
-        self.store.clone()
-    }
-
-    fn store_of_another_instance(&self) -> RedisStore {
-        self.sentinels.store()
-    }
-}
+redis_backend!(
+    /// [`RedisStore`] through Redis Sentinel, on the master of a set of its own (a master, a
+    /// replica, three Sentinels).
+    SentinelBackend {
+        /// The master, the replica and the Sentinels.
+        sentinels: RedisSentinels
+    },
+    RedisStore::builder()
+);

@@ -232,16 +232,17 @@ mod tests {
         }
     }
 
+    /// Asserts that a byte sent on `stream` comes back within 5 s.
+    async fn assert_echoed(stream: &mut TcpStream) {
+        let echoed = round_trip(stream, Duration::from_secs(5)).await;
+        assert_eq!(echoed.unwrap(), b'x');
+    }
+
     #[tokio::test]
     async fn a_stall_holds_the_bytes_until_it_resumes() {
         let forwarder = Forwarder::start(echo().await).await;
         let mut stream = through(&forwarder).await;
-        assert_eq!(
-            round_trip(&mut stream, Duration::from_secs(5))
-                .await
-                .unwrap(),
-            b'x'
-        );
+        assert_echoed(&mut stream).await;
 
         forwarder.stall();
         let held = round_trip(&mut stream, Duration::from_millis(200)).await;
@@ -268,12 +269,7 @@ mod tests {
             .expect("the connection ends at once");
         assert_eq!(cut.unwrap_err().kind(), ErrorKind::ConnectionReset);
         let mut fresh = through(&forwarder).await;
-        assert_eq!(
-            round_trip(&mut fresh, Duration::from_secs(5))
-                .await
-                .unwrap(),
-            b'x'
-        );
+        assert_echoed(&mut fresh).await;
     }
 
     #[tokio::test]
@@ -282,12 +278,7 @@ mod tests {
         forwarder.delay(Duration::from_millis(100));
         let mut stream = through(&forwarder).await;
         let sent = Instant::now();
-        assert_eq!(
-            round_trip(&mut stream, Duration::from_secs(5))
-                .await
-                .unwrap(),
-            b'x'
-        );
+        assert_echoed(&mut stream).await;
         assert!(
             sent.elapsed() >= Duration::from_millis(200),
             "{:?}",

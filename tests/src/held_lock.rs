@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use idem_core::store::Fencing;
-use idem_core::{Key, Owner, Store};
+use idem_core::{Acquire, Key, Owner, Store};
 
 /// Takes the lock `name` on `store` for a fresh owner, fenced, for a minute: a holder whose
 /// lock a case then waits on, releases, renews or tampers with. Answers the lock's key and
@@ -11,12 +11,17 @@ use idem_core::{Key, Owner, Store};
 ///
 /// # Panics
 ///
-/// When `name` is not a valid key, or the store refuses or fails.
+/// When `name` is not a valid key, or the store fails or does not answer that the lock was
+/// acquired, with a fencing token.
 pub async fn hold_fenced<S: Store>(store: &S, name: &str) -> (Key, Owner) {
     let (lock, owner) = (Key::new(name).expect("a valid key"), Owner::random());
-    store
+    let acquired = store
         .acquire(&lock, &owner, Duration::from_secs(60), Fencing::On)
         .await
         .unwrap();
+    assert!(
+        matches!(acquired, Acquire::Acquired { fence: Some(_) }),
+        "{acquired:?}"
+    );
     (lock, owner)
 }

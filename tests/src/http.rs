@@ -153,6 +153,40 @@ pub async fn body_text(response: Response) -> String {
     String::from_utf8(bytes.to_vec()).expect("a UTF-8 body")
 }
 
+/// How many of `statuses` are `status`.
+pub fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
+    statuses.iter().filter(|s| **s == status).count()
+}
+
+/// Asserts that of `statuses`, the answers to one submission sent many times at once, one
+/// was accepted (201) and every other refused as a repeat (409), and that `shop`'s handler
+/// ran once.
+///
+/// # Panics
+///
+/// When it is not so.
+pub fn assert_ran_once(shop: &Shop, statuses: &[StatusCode]) {
+    assert_eq!(shop.runs(), 1);
+    assert_eq!(count(statuses, StatusCode::CREATED), 1);
+    assert_eq!(count(statuses, StatusCode::CONFLICT), statuses.len() - 1);
+}
+
+/// Asserts that `response` is the page a browser gets for a refused duplicate: a 409 in
+/// HTML that shows `message`.
+///
+/// # Panics
+///
+/// When it is not.
+pub async fn assert_refused_page(response: Response, message: &str) {
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        response.headers()[http::header::CONTENT_TYPE],
+        "text/html; charset=utf-8"
+    );
+    let page = body_text(response).await;
+    assert!(page.contains(&format!("<p>{message}</p>")), "{page}");
+}
+
 /// The end of a rejection's problem `type`: `duplicate-request` for
 /// `urn:idem:problem:duplicate-request`.
 ///
@@ -243,6 +277,20 @@ impl Shop {
         .await;
     }
 
+    /// Waits until exactly `runs` runs have started; `moment` says what that means, for the
+    /// panic.
+    ///
+    /// # Panics
+    ///
+    /// When they have not within 5 s.
+    pub async fn until_exactly(&self, runs: usize, moment: &str) {
+        eventually(Duration::from_secs(5), moment, || {
+            let shop = self.clone();
+            async move { shop.runs() == runs }
+        })
+        .await;
+    }
+
     /// A handler body that commits, then waits for the gate before it answers 201, as
     /// one that wrote its order and still renders a page.
     pub async fn commit_then_wait(&self) -> StatusCode {
@@ -260,4 +308,18 @@ pub async fn shop_on<B: Backend>(app: fn(B::Store, &Shop) -> Router) -> (B, Shop
     let shop = Shop::new();
     let app = app(backend.store(), &shop);
     (backend, shop, app)
+}
+
+/// As [`shop_on`], with two routers for the one shop: each with store connections of its
+/// own on the backend's data, as two processes behind a load balancer would have.
+pub async fn shop_on_two_instances<B: Backend>(
+    app: fn(B::Store, &Shop) -> Router,
+) -> (B, Shop, [Router; 2]) {
+    let backend = B::start().await;
+    let shop = Shop::new();
+    let instances = [
+        app(backend.store(), &shop),
+        app(backend.store_of_another_instance(), &shop),
+    ];
+    (backend, shop, instances)
 }

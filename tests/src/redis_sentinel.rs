@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use idem_redis::{RedisStore, RedisStoreBuilder};
 
-use crate::redis_server::{RedisServer, lazy_store, redis_server_binary, unused_port};
+use crate::redis_server::{
+    RedisServer, lazy_store, redis_server_binary, unused_port, wait_until_ready,
+};
 
 /// The name the Sentinels know the master by.
 pub const MASTER_NAME: &str = "idem-master";
@@ -251,29 +253,11 @@ impl Sentinel {
                 port,
                 _dir: dir,
             };
-            if sentinel.wait_until_ready() {
+            if wait_until_ready(&mut sentinel.child, sentinel.port, "a Sentinel") {
                 return sentinel;
             }
         }
         panic!("a Sentinel did not start on any of 10 ports");
-    }
-
-    /// Waits for `PING` to answer; `false` if the process exited first (port taken).
-    fn wait_until_ready(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return false;
-            }
-            if self.query::<String>(&["PING"]).is_ok() {
-                return true;
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
-        panic!(
-            "a Sentinel on port {} did not answer within 10 s",
-            self.port
-        );
     }
 
     fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {

@@ -110,7 +110,7 @@ impl RedisServer {
                 extra: extra.iter().map(|arg| (*arg).to_owned()).collect(),
                 dir,
             };
-            if server.wait_until_ready() {
+            if wait_until_ready(&mut server.child, server.port, "redis-server") {
                 return server;
             }
         }
@@ -158,26 +158,8 @@ impl RedisServer {
         extra.extend_from_slice(more);
         self.child = launch(self.port, self.dir.path(), &extra);
         assert!(
-            self.wait_until_ready(),
+            wait_until_ready(&mut self.child, self.port, "redis-server"),
             "redis-server did not start again on port {}",
-            self.port
-        );
-    }
-
-    /// Waits for `PING` to answer; `false` if the process exited first (port taken).
-    fn wait_until_ready(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return false;
-            }
-            if self.try_query::<String>(&["PING"]).is_ok() {
-                return true;
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
-        panic!(
-            "redis-server on port {} did not answer PING within 10 s",
             self.port
         );
     }
@@ -217,22 +199,8 @@ impl RedisServer {
     ///
     /// When the command fails or its answer is not a `T`.
     pub fn query<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        self.try_query(args)
+        query(self.port, args)
             .unwrap_or_else(|error| panic!("redis command {args:?} failed: {error}"))
-    }
-
-    fn try_query<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
-        // Without the client's `CLIENT SETINFO` on connecting, which servers from 7.2 on
-        // (and Valkey) count in `INFO commandstats` next to the commands being counted.
-        let info = redis::IntoConnectionInfo::into_connection_info(self.url())?;
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let client = redis::Client::open(info.set_redis_settings(settings))?;
-        let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
-        let mut cmd = redis::Cmd::new();
-        for arg in args {
-            cmd.arg(*arg);
-        }
-        cmd.query(&mut conn)
     }
 
     /// How many times each command ran since the server started, from
@@ -296,6 +264,46 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
             .and_then(|rest| rest.strip_prefix(':'))
             .map(str::trim)
     })
+}
+
+/// Waits for the server `child` runs on `port` to answer `PING`; `false` if it exited first
+/// (its port was taken).
+///
+/// # Panics
+///
+/// When it does not answer within 10 s; `what` names it in the message.
+pub(crate) fn wait_until_ready(child: &mut Child, port: u16, what: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return false;
+        }
+        if answers_ping(port) {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    panic!("{what} on port {port} did not answer PING within 10 s");
+}
+
+fn answers_ping(port: u16) -> bool {
+    query(port, &["PING"]).is_ok_and(|pong: String| pong == "PONG")
+}
+
+/// `args` sent to the server on `port`, without the client's `CLIENT SETINFO` on
+/// connecting, which servers from 7.2 on (and Valkey) count in `INFO commandstats` next to
+/// the commands being counted.
+fn query<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> redis::RedisResult<T> {
+    let info =
+        redis::IntoConnectionInfo::into_connection_info(format!("redis://127.0.0.1:{port}/"))?;
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let client = redis::Client::open(info.set_redis_settings(settings))?;
+    let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
+    let mut cmd = redis::Cmd::new();
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd.query(&mut conn)
 }
 
 fn launch(port: u16, dir: &Path, extra: &[&str]) -> Child {
@@ -390,10 +398,9 @@ impl RedisCluster {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let healthy = self.nodes.iter().all(|node| {
-                node.try_query::<String>(&["CLUSTER", "INFO"])
-                    .is_ok_and(|info| {
-                        info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
-                    })
+                query::<String>(node.port, &["CLUSTER", "INFO"]).is_ok_and(|info| {
+                    info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+                })
             });
             if healthy {
                 return;

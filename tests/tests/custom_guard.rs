@@ -17,7 +17,7 @@ use idem_axum::client::{ClientHeader, ClientRequest};
 use idem_axum::guard::GuardContext;
 use idem_axum::store::{Acquire, Fencing, Owner, Store};
 use idem_axum::{Idem, Rejection, RejectionKind, StoreFailure};
-use idem_tests::{Backend, Shop, all_at_once, body_text, send, unreachable_redis_store};
+use idem_tests::{Backend, Shop, all_at_once, body_text, send, shop_on, unreachable_redis_store};
 use tokio::task::JoinHandle;
 
 idem_tests::on_every_store!(
@@ -80,6 +80,11 @@ fn app(idem: &Idem, exports: &Shop) -> Router {
 }
 
 /// A runtime whose responder marks every refusal it renders.
+/// The app on `store`, its runtime failing closed: how most cases run it.
+fn failing_closed<S: Store>(store: S, exports: &Shop) -> Router {
+    app(&idem_on(store, StoreFailure::FailClosed), exports)
+}
+
 fn idem_on<S: Store>(store: S, store_failure: StoreFailure) -> Idem {
     Idem::builder()
         .with_store(store)
@@ -126,12 +131,7 @@ async fn export_running(
 }
 
 async fn two_hundred_concurrent_exports_of_one_client_run_once<B: Backend>() {
-    let backend = B::start().await;
-    let exports = Shop::new();
-    let app = app(
-        &idem_on(backend.store(), StoreFailure::FailClosed),
-        &exports,
-    );
+    let (_backend, exports, app) = shop_on::<B>(failing_closed).await;
     let first = export_running(&app, &exports, "alice", 1).await;
 
     let answers = all_at_once(200, |_| {
@@ -157,12 +157,7 @@ async fn two_hundred_concurrent_exports_of_one_client_run_once<B: Backend>() {
 }
 
 async fn a_finished_export_frees_the_client<B: Backend>() {
-    let backend = B::start().await;
-    let exports = Shop::new();
-    let app = app(
-        &idem_on(backend.store(), StoreFailure::FailClosed),
-        &exports,
-    );
+    let (_backend, exports, app) = shop_on::<B>(failing_closed).await;
     exports.open_gate_for(3);
     for round in 1..=3 {
         let answer = send(&app, export_by(Some("alice"))).await;
@@ -174,10 +169,7 @@ async fn a_finished_export_frees_the_client<B: Backend>() {
 #[tokio::test]
 async fn a_client_it_cannot_tell_is_refused_by_the_runtime() {
     let exports = Shop::new();
-    let app = app(
-        &idem_on(idem_axum::MemoryStore::new(), StoreFailure::FailClosed),
-        &exports,
-    );
+    let app = failing_closed(idem_axum::MemoryStore::new(), &exports);
     let answer = send(&app, export_by(None)).await;
     assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
     assert_eq!(answer.headers()[RENDERED_BY_APP], "yes");
@@ -198,29 +190,26 @@ async fn without_the_runtime_it_names_the_missing_layer() {
     assert_eq!(exports.runs(), 0);
 }
 
+/// The app on a Redis store with nothing at its address (each operation fails within
+/// 100 ms), its runtime failing as `policy` says.
+fn app_on_unreachable_store(policy: StoreFailure, exports: &Shop) -> Router {
+    app(
+        &idem_on(unreachable_redis_store(Duration::from_millis(100)), policy),
+        exports,
+    )
+}
+
 #[tokio::test]
 async fn a_store_outage_follows_the_runtimes_policy() {
     let exports = Shop::new();
     exports.open_gate_for(1);
-    let closed = app(
-        &idem_on(
-            unreachable_redis_store(Duration::from_millis(100)),
-            StoreFailure::FailClosed,
-        ),
-        &exports,
-    );
+    let closed = app_on_unreachable_store(StoreFailure::FailClosed, &exports);
     let answer = send(&closed, export_by(Some("alice"))).await;
     assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(answer.headers()[RENDERED_BY_APP], "yes");
     assert_eq!(exports.runs(), 0, "failing closed, nothing runs");
 
-    let open = app(
-        &idem_on(
-            unreachable_redis_store(Duration::from_millis(100)),
-            StoreFailure::FailOpen,
-        ),
-        &exports,
-    );
+    let open = app_on_unreachable_store(StoreFailure::FailOpen, &exports);
     let answer = send(&open, export_by(Some("alice"))).await;
     assert_eq!(answer.status(), StatusCode::OK);
     assert_eq!(exports.runs(), 1, "failing open, the export runs unguarded");

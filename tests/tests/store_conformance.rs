@@ -9,37 +9,23 @@
 //! which names the head's wake-up list inside its script, stays in the lock's slot; the
 //! SQL stores, which poll for a turn, pass the same cases as the stores that signal.
 
-mod memory {
-    idem_core::store_conformance!(idem_tests::MemoryBackend);
-    idem_core::fair_store_conformance!(idem_tests::MemoryBackend);
+/// A module per store, named first, running each suite listed on the store's backend.
+macro_rules! suites {
+    ($($module:ident: $backend:ident => $($suite:ident),+;)*) => {
+        $(mod $module {
+            $(idem_core::$suite!(idem_tests::$backend);)+
+        })*
+    };
 }
 
-mod any_store {
-    idem_core::store_conformance!(idem_tests::AnyMemoryBackend);
-}
-
-mod redis {
-    idem_core::store_conformance!(idem_tests::RedisBackend);
-    idem_core::fair_store_conformance!(idem_tests::RedisBackend);
-}
-
-mod redis_sentinel {
-    idem_core::store_conformance!(idem_tests::SentinelBackend);
-}
-
-mod redis_cluster {
-    idem_core::store_conformance!(idem_tests::ClusterBackend);
-    idem_core::fair_store_conformance!(idem_tests::ClusterBackend);
-}
-
-mod postgres {
-    idem_core::store_conformance!(idem_tests::PostgresBackend);
-    idem_core::fair_store_conformance!(idem_tests::PostgresBackend);
-}
-
-mod sqlite {
-    idem_core::store_conformance!(idem_tests::SqliteBackend);
-    idem_core::fair_store_conformance!(idem_tests::SqliteBackend);
+suites! {
+    memory: MemoryBackend => store_conformance, fair_store_conformance;
+    any_store: AnyMemoryBackend => store_conformance;
+    redis: RedisBackend => store_conformance, fair_store_conformance;
+    redis_sentinel: SentinelBackend => store_conformance;
+    redis_cluster: ClusterBackend => store_conformance, fair_store_conformance;
+    postgres: PostgresBackend => store_conformance, fair_store_conformance;
+    sqlite: SqliteBackend => store_conformance, fair_store_conformance;
 }
 
 mod redis_script_acquire {

@@ -47,248 +47,53 @@ impl fmt::Debug for AnyStore {
     }
 }
 
-/// [`Store`] with boxed futures, so it can be a trait object.
-trait ErasedStore: Send + Sync + 'static {
-    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
-    fn acquire<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        ttl: Duration,
-        fencing: Fencing,
-    ) -> BoxFuture<'a, Acquire>;
-    fn release<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool>;
-    fn acquire_or_register_waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        ttl: Duration,
-        fencing: Fencing,
-        wait: Duration,
-    ) -> BoxFuture<'a, Acquire>;
-    fn release_and_signal<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool>;
-    fn wait_for_release<'a>(&'a self, key: &'a Key, within: Duration) -> BoxFuture<'a, bool>;
-    fn renew<'a>(&'a self, key: &'a Key, owner: &'a Owner, ttl: Duration) -> BoxFuture<'a, bool>;
-    fn remaining<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Option<Duration>>;
-    fn put_token<'a>(
-        &'a self,
-        scope: &'a Key,
-        token: &'a Key,
-        ttl: Duration,
-        keep: usize,
-    ) -> BoxFuture<'a, ()>;
-    fn consume_token<'a>(&'a self, scope: &'a Key, token: &'a Key) -> BoxFuture<'a, bool>;
-    fn begin_record<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        fingerprint: &'a Fingerprint,
-        lease: Duration,
-    ) -> BoxFuture<'a, Begin>;
-    fn complete_record<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        response: Bytes,
-        retention: Duration,
-    ) -> BoxFuture<'a, bool>;
-    fn renew_record<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        lease: Duration,
-    ) -> BoxFuture<'a, bool>;
-    fn abandon_record<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool>;
+/// Declares [`ErasedStore`] — [`Store`] with boxed futures, so it can be a trait object —
+/// implements it for every [`Store`], and [`Store`] for [`AnyStore`] by forwarding, from
+/// one list of the operations: `name(borrowed: &Type, …; owned: Type, …) -> Output;`. The
+/// borrowed arguments live as long as the boxed future.
+macro_rules! erased_store {
+    ($($op:ident($($r:ident: &$rt:ty),*; $($v:ident: $vt:ty),*) -> $out:ty;)*) => {
+        trait ErasedStore: Send + Sync + 'static {
+            fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+            $(fn $op<'a>(&'a self, $($r: &'a $rt,)* $($v: $vt,)*) -> BoxFuture<'a, $out>;)*
+        }
+
+        impl<S: Store> ErasedStore for S {
+            fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(self, f)
+            }
+
+            $(fn $op<'a>(&'a self, $($r: &'a $rt,)* $($v: $vt,)*) -> BoxFuture<'a, $out> {
+                Box::pin(Store::$op(self, $($r,)* $($v,)*))
+            })*
+        }
+
+        impl Store for AnyStore {
+            $(async fn $op(&self, $($r: &$rt,)* $($v: $vt,)*) -> Result<$out, StoreError> {
+                self.0.$op($($r,)* $($v,)*).await
+            })*
+        }
+    };
 }
 
-impl<S: Store> ErasedStore for S {
-    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        ttl: Duration,
-        fencing: Fencing,
-    ) -> BoxFuture<'a, Acquire> {
-        Box::pin(Store::acquire(self, key, owner, ttl, fencing))
-    }
-
-    fn release<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool> {
-        Box::pin(Store::release(self, key, owner))
-    }
-
-    fn acquire_or_register_waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        ttl: Duration,
-        fencing: Fencing,
-        wait: Duration,
-    ) -> BoxFuture<'a, Acquire> {
-        Box::pin(Store::acquire_or_register_waiter(
-            self, key, owner, ttl, fencing, wait,
-        ))
-    }
-
-    fn release_and_signal<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool> {
-        Box::pin(Store::release_and_signal(self, key, owner))
-    }
-
-    fn wait_for_release<'a>(&'a self, key: &'a Key, within: Duration) -> BoxFuture<'a, bool> {
-        Box::pin(Store::wait_for_release(self, key, within))
-    }
-
-    fn renew<'a>(&'a self, key: &'a Key, owner: &'a Owner, ttl: Duration) -> BoxFuture<'a, bool> {
-        Box::pin(Store::renew(self, key, owner, ttl))
-    }
-
-    fn remaining<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Option<Duration>> {
-        Box::pin(Store::remaining(self, key))
-    }
-
-    fn put_token<'a>(
-        &'a self,
-        scope: &'a Key,
-        token: &'a Key,
-        ttl: Duration,
-        keep: usize,
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(Store::put_token(self, scope, token, ttl, keep))
-    }
-
-    fn consume_token<'a>(&'a self, scope: &'a Key, token: &'a Key) -> BoxFuture<'a, bool> {
-        Box::pin(Store::consume_token(self, scope, token))
-    }
-
-    fn begin_record<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        fingerprint: &'a Fingerprint,
-        lease: Duration,
-    ) -> BoxFuture<'a, Begin> {
-        Box::pin(Store::begin_record(self, key, owner, fingerprint, lease))
-    }
-
-    fn complete_record<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        response: Bytes,
-        retention: Duration,
-    ) -> BoxFuture<'a, bool> {
-        Box::pin(Store::complete_record(
-            self, key, owner, response, retention,
-        ))
-    }
-
-    fn renew_record<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        lease: Duration,
-    ) -> BoxFuture<'a, bool> {
-        Box::pin(Store::renew_record(self, key, owner, lease))
-    }
-
-    fn abandon_record<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> BoxFuture<'a, bool> {
-        Box::pin(Store::abandon_record(self, key, owner))
-    }
-}
-
-impl Store for AnyStore {
-    async fn acquire(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        ttl: Duration,
-        fencing: Fencing,
-    ) -> Result<Acquire, StoreError> {
-        self.0.acquire(key, owner, ttl, fencing).await
-    }
-
-    async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        self.0.release(key, owner).await
-    }
-
-    async fn acquire_or_register_waiter(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        ttl: Duration,
-        fencing: Fencing,
-        wait: Duration,
-    ) -> Result<Acquire, StoreError> {
-        self.0
-            .acquire_or_register_waiter(key, owner, ttl, fencing, wait)
-            .await
-    }
-
-    async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        self.0.release_and_signal(key, owner).await
-    }
-
-    async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
-        self.0.wait_for_release(key, within).await
-    }
-
-    async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
-        self.0.renew(key, owner, ttl).await
-    }
-
-    async fn remaining(&self, key: &Key) -> Result<Option<Duration>, StoreError> {
-        self.0.remaining(key).await
-    }
-
-    async fn put_token(
-        &self,
-        scope: &Key,
-        token: &Key,
-        ttl: Duration,
-        keep: usize,
-    ) -> Result<(), StoreError> {
-        self.0.put_token(scope, token, ttl, keep).await
-    }
-
-    async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
-        self.0.consume_token(scope, token).await
-    }
-
-    async fn begin_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        fingerprint: &Fingerprint,
-        lease: Duration,
-    ) -> Result<Begin, StoreError> {
-        self.0.begin_record(key, owner, fingerprint, lease).await
-    }
-
-    async fn complete_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        response: Bytes,
-        retention: Duration,
-    ) -> Result<bool, StoreError> {
-        self.0
-            .complete_record(key, owner, response, retention)
-            .await
-    }
-
-    async fn renew_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        self.0.renew_record(key, owner, lease).await
-    }
-
-    async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        self.0.abandon_record(key, owner).await
-    }
+erased_store! {
+    acquire(key: &Key, owner: &Owner; ttl: Duration, fencing: Fencing) -> Acquire;
+    release(key: &Key, owner: &Owner;) -> bool;
+    acquire_or_register_waiter(
+        key: &Key, owner: &Owner; ttl: Duration, fencing: Fencing, wait: Duration
+    ) -> Acquire;
+    release_and_signal(key: &Key, owner: &Owner;) -> bool;
+    wait_for_release(key: &Key; within: Duration) -> bool;
+    renew(key: &Key, owner: &Owner; ttl: Duration) -> bool;
+    remaining(key: &Key;) -> Option<Duration>;
+    put_token(scope: &Key, token: &Key; ttl: Duration, keep: usize) -> ();
+    consume_token(scope: &Key, token: &Key;) -> bool;
+    begin_record(
+        key: &Key, owner: &Owner, fingerprint: &Fingerprint; lease: Duration
+    ) -> Begin;
+    complete_record(
+        key: &Key, owner: &Owner; response: Bytes, retention: Duration
+    ) -> bool;
+    renew_record(key: &Key, owner: &Owner; lease: Duration) -> bool;
+    abandon_record(key: &Key, owner: &Owner;) -> bool;
 }

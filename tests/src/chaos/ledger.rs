@@ -3,7 +3,6 @@
 //! deduplicated, so the run counts executions, not rows; a line written is in the
 //! kernel's page cache, so it survives the process' `SIGKILL`.
 
-use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
@@ -38,6 +37,14 @@ pub enum Event {
 }
 
 impl Event {
+    const ALL: [Self; 5] = [
+        Self::Run,
+        Self::Commit,
+        Self::Free,
+        Self::LostLock,
+        Self::Answer,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             Self::Run => "run",
@@ -49,28 +56,7 @@ impl Event {
     }
 }
 
-impl FromStr for Event {
-    type Err = ();
-
-    fn from_str(name: &str) -> Result<Self, ()> {
-        [
-            Self::Run,
-            Self::Commit,
-            Self::Free,
-            Self::LostLock,
-            Self::Answer,
-        ]
-        .into_iter()
-        .find(|event| event.name() == name)
-        .ok_or(())
-    }
-}
-
-impl fmt::Display for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+by_name!(Event: "event");
 
 /// One server process' ledger file, `<instance>-<pid>.log`, for appending.
 #[derive(Debug)]
@@ -131,8 +117,8 @@ impl FromStr for Entry {
         let mut fields = line.split(' ');
         let entry = Self {
             at: fields.next().ok_or(())?.parse().map_err(drop)?,
-            event: fields.next().ok_or(())?.parse()?,
-            route: fields.next().ok_or(())?.parse()?,
+            event: fields.next().ok_or(())?.parse().map_err(drop)?,
+            route: fields.next().ok_or(())?.parse().map_err(drop)?,
             key: fields.next().ok_or(())?.to_owned(),
         };
         match fields.next() {

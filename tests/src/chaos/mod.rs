@@ -21,6 +21,29 @@
 //! Every process is started by the run and stopped by its pid when the run ends (when
 //! it panics too); all traffic stays on 127.0.0.1.
 
+/// `Display` for each enum listed, as its `name()`, and `FromStr` back from that name among
+/// its `ALL` variants; for a name none has, an error that says so (`kind` names the enum).
+macro_rules! by_name {
+    ($($enum:ty: $kind:literal),+ $(,)?) => {$(
+        impl std::str::FromStr for $enum {
+            type Err = String;
+
+            fn from_str(name: &str) -> Result<Self, String> {
+                Self::ALL
+                    .into_iter()
+                    .find(|variant| variant.name() == name)
+                    .ok_or_else(|| format!("no {} named {name:?}", $kind))
+            }
+        }
+
+        impl std::fmt::Display for $enum {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    )+};
+}
+
 mod deployment;
 mod ledger;
 mod report;
@@ -28,7 +51,6 @@ mod workload;
 
 use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -94,22 +116,7 @@ impl Route {
     }
 }
 
-impl FromStr for Route {
-    type Err = ();
-
-    fn from_str(name: &str) -> Result<Self, ()> {
-        Self::ALL
-            .into_iter()
-            .find(|route| route.name() == name)
-            .ok_or(())
-    }
-}
-
-impl fmt::Display for Route {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+by_name!(Route: "route", Fault: "fault");
 
 /// Which Redis the instances share, and how they reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +190,16 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// Every fault.
+    pub const ALL: [Self; 6] = [
+        Self::RedisRestart,
+        Self::InstanceKill,
+        Self::ClientPause,
+        Self::LinkStall,
+        Self::LinkReset,
+        Self::Failover,
+    ];
+
     /// Its name in reports and on the command line.
     pub fn name(self) -> &'static str {
         match self {
@@ -202,30 +219,6 @@ impl Fault {
             Self::Failover => matches!(setup, StoreSetup::Sentinel { .. }),
             _ => !matches!(setup, StoreSetup::Sentinel { .. }),
         }
-    }
-}
-
-impl FromStr for Fault {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<Self, String> {
-        [
-            Self::RedisRestart,
-            Self::InstanceKill,
-            Self::ClientPause,
-            Self::LinkStall,
-            Self::LinkReset,
-            Self::Failover,
-        ]
-        .into_iter()
-        .find(|fault| fault.name() == name)
-        .ok_or_else(|| format!("no fault named {name:?}"))
-    }
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

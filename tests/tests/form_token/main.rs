@@ -25,7 +25,7 @@ use idem_axum::store::Store;
 use idem_axum::{
     AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer, avoid_repeat,
 };
-use idem_tests::{Shop, body_text, send};
+use idem_tests::{Shop, body_text, count, send};
 
 #[derive(serde::Deserialize)]
 struct Order {
@@ -161,6 +161,15 @@ fn as_client(request: axum::http::request::Builder, client: &str) -> axum::http:
     request.header(header::COOKIE, format!("theme=dark; session={client}"))
 }
 
+/// `request`, without a body, sent as `client`.
+async fn send_empty_as(
+    app: &Router,
+    request: axum::http::request::Builder,
+    client: &str,
+) -> Response {
+    send(app, as_client(request, client).body(Body::empty()).unwrap()).await
+}
+
 /// The value of the hidden input named `field` in a page.
 fn token_in(page: &str, field: &str) -> String {
     let value = page
@@ -176,13 +185,7 @@ async fn issue(app: &Router, client: &str) -> String {
 }
 
 async fn issue_in_field(app: &Router, client: &str, field: &str) -> String {
-    let response = send(
-        app,
-        as_client(Request::get("/form"), client)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let response = send_empty_as(app, Request::get("/form"), client).await;
     assert_eq!(response.status(), StatusCode::OK);
     token_in(&body_text(response).await, field)
 }
@@ -240,8 +243,4 @@ async fn accepted(app: &Router, path: &str, client: &str, token: &str, why: &str
     let response = post_form(app, path, client, order(token)).await;
     assert_eq!(response.status(), StatusCode::CREATED, "{path}: {why}");
     response
-}
-
-fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
-    statuses.iter().filter(|s| **s == status).count()
 }

@@ -3,13 +3,12 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use idem_axum::Idem;
 use idem_axum::client::ClientCookie;
-use idem_tests::{Backend, Shop, send, shop_on};
+use idem_tests::{Backend, Shop, shop_on};
 
-use crate::{accepted, app, as_client, issue, order, post_form, routes, token_in};
+use crate::{accepted, app, issue, order, post_form, routes, send_empty_as, token_in};
 
 idem_tests::on_every_store!(over_tcp_a_get_issues_and_one_post_spends);
 
@@ -149,13 +148,7 @@ async fn a_store_outage_follows_the_policy_without_hanging() {
     let shop = Shop::default();
     let closed = app(down(), &shop);
     let started = std::time::Instant::now();
-    let page = send(
-        &closed,
-        as_client(Request::get("/form"), "alice")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let page = send_empty_as(&closed, Request::get("/form"), "alice").await;
     assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(page.headers()[header::RETRY_AFTER], "1");
     let post = post_form(&closed, "/orders", "alice", order("AAAAAAAAAAAAAAAAAAAAAA")).await;

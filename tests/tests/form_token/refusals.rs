@@ -4,11 +4,11 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use idem_tests::{Shop, body_text, problem_code, send};
+use idem_tests::{Shop, assert_refused_page, body_text, problem_code, send};
 
 use crate::{
     BOUNDARY, accepted, app, as_client, issue, multipart_content_type, multipart_order, order,
-    post_form, post_typed, routes,
+    post_form, post_typed, routes, send_empty_as,
 };
 
 idem_tests::on_every_store!(
@@ -20,13 +20,7 @@ idem_tests::on_every_store!(
 
 async fn a_missing_token_is_a_bad_request(shop: Shop, app: Router) {
     let token = issue(&app, "alice").await;
-    let no_content_type = send(
-        &app,
-        as_client(Request::post("/orders"), "alice")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let no_content_type = send_empty_as(&app, Request::post("/orders"), "alice").await;
     let multipart_without = format!(
         "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"item\"\r\n\r\ntea\r\n--{BOUNDARY}--\r\n"
     );
@@ -172,11 +166,6 @@ async fn a_browser_gets_html_with_the_configured_message() {
         StatusCode::CREATED
     );
     let again = send(&app, browser(&token)).await;
-    assert_eq!(again.status(), StatusCode::CONFLICT);
-    assert_eq!(
-        again.headers()[header::CONTENT_TYPE],
-        "text/html; charset=utf-8"
-    );
-    assert!(body_text(again).await.contains("<p>请勿重复提交</p>"));
+    assert_refused_page(again, "请勿重复提交").await;
     assert_eq!(shop.runs(), 1);
 }

@@ -8,7 +8,10 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use idem_axum::{FormTokenConfig, VerifyFormTokenLayer};
-use idem_tests::{Backend, Shop, all_at_once, body_text, eventually, problem_code, shop_on};
+use idem_tests::{
+    Backend, Shop, all_at_once, assert_ran_once, body_text, problem_code, shop_on,
+    shop_on_two_instances,
+};
 
 use crate::{
     Order, accepted, app, app_with, count, idem, issue, multipart_content_type, multipart_order,
@@ -48,12 +51,7 @@ async fn two_hundred_posts_with_one_token_run_the_handler_once<B: Backend>() {
 }
 
 async fn two_instances_on_one_store_accept_a_token_once<B: Backend>() {
-    let backend = B::start().await;
-    let shop = Shop::default();
-    let instances = [
-        app(backend.store(), &shop),
-        app(backend.store_of_another_instance(), &shop),
-    ];
+    let (_backend, shop, instances) = shop_on_two_instances::<B>(app).await;
     // Issued by one instance, posted to both.
     let token = issue(&instances[0], "alice").await;
     let statuses = all_at_once(200, |i| {
@@ -65,9 +63,8 @@ async fn two_instances_on_one_store_accept_a_token_once<B: Backend>() {
         }
     })
     .await;
-    assert_eq!(shop.runs(), 1);
-    assert_eq!(count(&statuses, StatusCode::CREATED), 1);
-    assert_eq!(count(&statuses, StatusCode::CONFLICT), 199);
+    assert_eq!(statuses.len(), 200);
+    assert_ran_once(&shop, &statuses);
 }
 
 async fn a_token_is_refused_from_another_client_and_stays_usable<B: Backend>() {
@@ -169,13 +166,6 @@ async fn an_abandoned_post_still_makes_its_submission() {
     assert!(abandoned.is_err(), "the first POST is dropped mid-handler");
     let second = post_form(&app, "/slow", "alice", order(&token)).await;
     assert_eq!(second.status(), StatusCode::CONFLICT, "the token is spent");
-    eventually(
-        Duration::from_secs(5),
-        "the abandoned submission completes",
-        || {
-            let shop = shop.clone();
-            async move { shop.runs() == 1 }
-        },
-    )
-    .await;
+    shop.until_exactly(1, "the abandoned submission completes")
+        .await;
 }

@@ -9,25 +9,25 @@ use idem_tests::a_hundred_contenders_never_overlap;
 use crate::{LONG, LockBackend, key};
 
 lock_suite!(
-    async: [
-        a_hundred_waiting_tasks_never_overlap,
-        a_hundred_waiting_tasks_never_overlap_on_a_plain_lock,
-    ],
-    sync: [],
+    a_hundred_waiting_tasks_never_overlap,
+    a_hundred_waiting_tasks_never_overlap_on_a_plain_lock,
 );
+
+/// The lock the tasks contend for, on `name`, kept by a watchdog.
+fn contended<B: LockBackend>(backend: &B, name: &str) -> Lock<B::Store> {
+    Lock::new(
+        backend.store(),
+        key(name),
+        Lease::Watchdog(Duration::from_secs(5)),
+    )
+}
 
 /// 100 tasks, each its own owner, wait for one fenced lock: no entry finds another task
 /// inside, fencing tokens grow from one holder to the next, and every task gets its turn.
-async fn a_hundred_waiting_tasks_never_overlap<B: LockBackend>() {
-    let backend = B::start().await;
+async fn a_hundred_waiting_tasks_never_overlap<B: LockBackend>(backend: B) {
     a_hundred_contenders_never_overlap(
         || {
-            let lock = Lock::new(
-                backend.store(),
-                key("contended"),
-                Lease::Watchdog(Duration::from_secs(5)),
-            )
-            .fenced();
+            let lock = contended(&backend, "contended").fenced();
             async move { lock.acquire_within(LONG).await }
         },
         |guard| Some(guard.fencing_token().get()),
@@ -37,15 +37,10 @@ async fn a_hundred_waiting_tasks_never_overlap<B: LockBackend>() {
 
 /// The same with plain locks: 100 tasks, each its own owner, wait for one lock; no entry
 /// may find another task inside, and every task gets its turn.
-async fn a_hundred_waiting_tasks_never_overlap_on_a_plain_lock<B: LockBackend>() {
-    let backend = B::start().await;
+async fn a_hundred_waiting_tasks_never_overlap_on_a_plain_lock<B: LockBackend>(backend: B) {
     a_hundred_contenders_never_overlap(
         || {
-            let lock = Lock::new(
-                backend.store(),
-                key("contended-plain"),
-                Lease::Watchdog(Duration::from_secs(5)),
-            );
+            let lock = contended(&backend, "contended-plain");
             async move { lock.acquire_within(LONG).await }
         },
         |_| None,

@@ -11,15 +11,9 @@ use idem_tests::{Backend, RedisBackend, eventually, spawn_piped};
 
 use crate::{LONG, LockBackend, is_free, key};
 
-lock_suite!(
-    async: [
-        fencing_tokens_strictly_increase_over_1000_acquisitions,
-    ],
-    sync: [],
-);
+lock_suite!(fencing_tokens_strictly_increase_over_1000_acquisitions);
 
-async fn fencing_tokens_strictly_increase_over_1000_acquisitions<B: LockBackend>() {
-    let backend = B::start().await;
+async fn fencing_tokens_strictly_increase_over_1000_acquisitions<B: LockBackend>(backend: B) {
     let lock = key("fenced");
     let mut last = None;
     for round in 0..1000 {

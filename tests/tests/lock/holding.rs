@@ -10,17 +10,13 @@ use idem_core::{Lock, Store};
 use crate::{LONG, LockBackend, Mode, delete_behind_its_back, key};
 
 lock_suite!(
-    async: [
-        try_acquire_refuses_while_held_and_a_wait_times_out,
-        a_stalled_holder_cannot_release_the_next_holders_lock,
-        a_lock_deleted_behind_its_holder_is_signalled,
-        a_fixed_lease_reports_its_end,
-    ],
-    sync: [],
+    try_acquire_refuses_while_held_and_a_wait_times_out,
+    a_stalled_holder_cannot_release_the_next_holders_lock,
+    a_lock_deleted_behind_its_holder_is_signalled,
+    a_fixed_lease_reports_its_end,
 );
 
-async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {
-    let backend = B::start().await;
+async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>(backend: B) {
     let lease = Lease::Fixed(LONG);
     let mine = Lock::new(backend.store(), key("busy"), lease);
     let theirs = Lock::new(backend.store(), key("busy"), lease);
@@ -48,8 +44,8 @@ async fn try_acquire_refuses_while_held_and_a_wait_times_out<B: LockBackend>() {
 
 /// A mis-release: holder 1 stalls past its lease, holder 2 acquires, and
 /// holder 1's release must neither free holder 2's lock nor pretend it still owned it.
-async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>() {
-    in_both_modes!(stalled_holder, "stall")
+async fn a_stalled_holder_cannot_release_the_next_holders_lock<B: LockBackend>(backend: B) {
+    in_both_modes!(stalled_holder, backend, "stall")
 }
 
 async fn stalled_holder<B: LockBackend, F: Mode>(backend: &B, name: &str) {
@@ -87,8 +83,8 @@ async fn stalled_holder<B: LockBackend, F: Mode>(backend: &B, name: &str) {
 }
 
 /// Renewal failure is signalled to the holder, not just logged.
-async fn a_lock_deleted_behind_its_holder_is_signalled<B: LockBackend>() {
-    in_both_modes!(deleted_behind_its_holder, "deleted")
+async fn a_lock_deleted_behind_its_holder_is_signalled<B: LockBackend>(backend: B) {
+    in_both_modes!(deleted_behind_its_holder, backend, "deleted")
 }
 
 async fn deleted_behind_its_holder<B: LockBackend, F: Mode>(backend: &B, name: &str) {
@@ -107,8 +103,7 @@ async fn deleted_behind_its_holder<B: LockBackend, F: Mode>(backend: &B, name: &
     assert!(!guard.release().await.unwrap());
 }
 
-async fn a_fixed_lease_reports_its_end<B: LockBackend>() {
-    let backend = B::start().await;
+async fn a_fixed_lease_reports_its_end<B: LockBackend>(backend: B) {
     let lock = Lock::new(
         backend.store(),
         key("short"),

@@ -15,11 +15,18 @@ use idem_tests::{AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, Redis
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// Each case, generated once per backend in a module named after it: `async` cases as
-/// `#[tokio::test]` on a multi-threaded runtime, `sync` cases as plain tests that build
-/// the runtime they need.
+/// Each case, generated once per backend in a module named after it:
+/// `lock_suite!(case, …)` lists `async` cases, each given the backend started for it and
+/// run as `#[tokio::test]` on a multi-threaded runtime; `lock_suite!(sync: [case, …])`
+/// cases that build the runtime (and start the backend) they need, run as plain tests.
 macro_rules! lock_suite {
-    (async: [$($case:ident),* $(,)?], sync: [$($sync_case:ident),* $(,)?] $(,)?) => {
+    (sync: [$($sync_case:ident),* $(,)?]) => {
+        lock_suite!(@backends [], [$($sync_case),*]);
+    };
+    ($($case:ident),* $(,)?) => {
+        lock_suite!(@backends [$($case),*], []);
+    };
+    (@backends [$($case:ident),*], [$($sync_case:ident),*]) => {
         lock_suite!(@backend memory, MemoryBackend, [$($case),*], [$($sync_case),*]);
         lock_suite!(@backend any_store, AnyMemoryBackend, [$($case),*], [$($sync_case),*]);
         lock_suite!(@backend redis, RedisBackend, [$($case),*], [$($sync_case),*]);
@@ -30,7 +37,7 @@ macro_rules! lock_suite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    super::$case::<crate::$backend>().await;
+                    super::$case(<crate::$backend as idem_tests::Backend>::start().await).await;
                 }
             )*
             $(
@@ -43,13 +50,12 @@ macro_rules! lock_suite {
     };
 }
 
-/// The body of a case that holds in both modes: `$check` on one backend with a plain lock,
+/// The body of a case that holds in both modes: `$check` on `$backend` with a plain lock,
 /// then with a fenced one, each on a lock name of its own (`$name-plain`, `$name-fenced`).
 macro_rules! in_both_modes {
-    ($check:ident, $name:literal) => {{
-        let backend = B::start().await;
-        $check::<B, Unfenced>(&backend, concat!($name, "-plain")).await;
-        $check::<B, Fenced>(&backend, concat!($name, "-fenced")).await;
+    ($check:ident, $backend:ident, $name:literal) => {{
+        $check::<B, Unfenced>(&$backend, concat!($name, "-plain")).await;
+        $check::<B, Fenced>(&$backend, concat!($name, "-fenced")).await;
     }};
 }
 

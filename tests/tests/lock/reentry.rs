@@ -8,16 +8,13 @@ use idem_core::{Lock, Owner};
 use crate::{LONG, LockBackend, Mode, is_free, key};
 
 lock_suite!(
-    async: [
-        the_same_owner_reenters_and_shares_one_hold,
-        a_fenced_reentry_shares_the_token,
-    ],
-    sync: [],
+    the_same_owner_reenters_and_shares_one_hold,
+    a_fenced_reentry_shares_the_token,
 );
 
 /// Reentry is not counted: both guards share one hold, and the first release ends it.
-async fn the_same_owner_reenters_and_shares_one_hold<B: LockBackend>() {
-    in_both_modes!(reentry, "reentry")
+async fn the_same_owner_reenters_and_shares_one_hold<B: LockBackend>(backend: B) {
+    in_both_modes!(reentry, backend, "reentry")
 }
 
 async fn reentry<B: LockBackend, F: Mode>(backend: &B, name: &str) {
@@ -52,8 +49,7 @@ async fn reentry<B: LockBackend, F: Mode>(backend: &B, name: &str) {
 }
 
 /// A fenced lock's guards of one hold share its token, and the next hold's is greater.
-async fn a_fenced_reentry_shares_the_token<B: LockBackend>() {
-    let backend = B::start().await;
+async fn a_fenced_reentry_shares_the_token<B: LockBackend>(backend: B) {
     let owner = Owner::random();
     let lock = Lock::new(backend.store(), key("fenced-reentry"), Lease::Fixed(LONG))
         .fenced()

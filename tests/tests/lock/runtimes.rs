@@ -12,13 +12,10 @@ use idem_tests::{Counting, eventually};
 
 use crate::{LONG, LockBackend, is_free, key};
 
-lock_suite!(
-    async: [],
-    sync: [
-        dropping_a_guard_on_a_current_thread_runtime_releases_it,
-        a_guard_dropped_outside_a_runtime_is_left_to_its_lease,
-    ],
-);
+lock_suite!(sync: [
+    dropping_a_guard_on_a_current_thread_runtime_releases_it,
+    a_guard_dropped_outside_a_runtime_is_left_to_its_lease,
+]);
 
 fn current_thread_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

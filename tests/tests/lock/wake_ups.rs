@@ -15,19 +15,15 @@ use idem_tests::{Counting, eventually, hold_fenced, percentile};
 use crate::{LONG, LockBackend, blocked_clients, command_calls, key, redis_connection};
 
 lock_suite!(
-    async: [
-        waiters_wake_on_release,
-        one_release_wakes_one_waiter,
-        a_release_just_before_the_wait_is_not_missed,
-        an_uncontended_release_sends_no_signal,
-    ],
-    sync: [],
+    waiters_wake_on_release,
+    one_release_wakes_one_waiter,
+    a_release_just_before_the_wait_is_not_missed,
+    an_uncontended_release_sends_no_signal,
 );
 
 /// A waiter blocked in the store wakes when the holder releases: one attempt that found
 /// the lock held, one wait that ended woken (not timed out), one attempt that acquired.
-async fn waiters_wake_on_release<B: LockBackend>() {
-    let backend = B::start().await;
+async fn waiters_wake_on_release<B: LockBackend>(backend: B) {
     let mut hand_offs = Vec::new();
     for round in 0..20 {
         let lock = key(&format!("hand-off-{round}"));
@@ -68,8 +64,7 @@ async fn waiters_wake_on_release<B: LockBackend>() {
 }
 
 /// A release wakes one waiter, not all of them (no herd), at the store level.
-async fn one_release_wakes_one_waiter<B: LockBackend>() {
-    let backend = B::start().await;
+async fn one_release_wakes_one_waiter<B: LockBackend>(backend: B) {
     let store = backend.store();
     let (lock, holder) = hold_fenced(&store, "herd").await;
     let (registered, mut registrations) = tokio::sync::mpsc::unbounded_channel();
@@ -122,8 +117,7 @@ async fn one_release_wakes_one_waiter<B: LockBackend>() {
 /// A waiter that saw the lock held (and registered in that step) but reaches the store
 /// only after the release is woken all the same, and a wait with no release returns
 /// `false` when its time is up.
-async fn a_release_just_before_the_wait_is_not_missed<B: LockBackend>() {
-    let backend = B::start().await;
+async fn a_release_just_before_the_wait_is_not_missed<B: LockBackend>(backend: B) {
     let store = backend.store();
     let (lock, holder) = hold_fenced(&store, "early").await;
     assert_no_wake_up(&store, &lock, "nothing released").await;
@@ -143,8 +137,7 @@ async fn a_release_just_before_the_wait_is_not_missed<B: LockBackend>() {
 /// `acquire_within`, plain and fenced, leave no wake-up: a waiter that comes along once
 /// the lock is held again is not woken. On Redis, the releases ran no `RPUSH` and left no
 /// waiter count or signal list behind.
-async fn an_uncontended_release_sends_no_signal<B: LockBackend>() {
-    let backend = B::start().await;
+async fn an_uncontended_release_sends_no_signal<B: LockBackend>(backend: B) {
     let store = backend.store();
     let lock = key("uncontended");
     let before = command_calls(&backend);

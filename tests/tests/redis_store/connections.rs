@@ -99,19 +99,21 @@ async fn the_store_answers_while_the_application_blocks<C>(
     }
 }
 
+/// A store on `server` (a pool the application shares) that has connected already, so
+/// that a socket it took from the pool would be there for the application's next checkout.
+async fn connected_first(server: Server) -> RedisStore {
+    let store = lazy_store(RedisStore::builder().with_timeout(TIMEOUT), server);
+    acquire_anew(&store, "first").await.unwrap();
+    store
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_application_blpop_on_the_same_pool_does_not_stall_the_store() {
     let server = RedisServer::start();
     let pool = deadpool_redis::Config::from_url(server.url())
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
-    let store = lazy_store(
-        RedisStore::builder().with_timeout(TIMEOUT),
-        Server::pool(pool.clone()),
-    );
-    // The store connects first, so that a socket it took from the pool would be there for
-    // the application's next checkout.
-    acquire_anew(&store, "first").await.unwrap();
+    let store = connected_first(Server::pool(pool.clone())).await;
 
     let mut checked_out = Vec::new();
     for _ in 0..4 {
@@ -138,11 +140,7 @@ async fn an_application_blpop_on_the_same_cluster_pool_does_not_stall_the_store(
     let pool = deadpool_redis::cluster::Config::from_urls(cluster.urls())
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .unwrap();
-    let store = lazy_store(
-        RedisStore::builder().with_timeout(TIMEOUT),
-        Server::cluster(pool.clone()),
-    );
-    acquire_anew(&store, "first").await.unwrap();
+    let store = connected_first(Server::cluster(pool.clone())).await;
 
     // One queue on each node, so that each blocker blocks its socket to every node.
     let nodes = cluster.nodes();

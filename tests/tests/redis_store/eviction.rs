@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_core::{Acquire, Store, StoreError};
+use idem_core::{Acquire, Key, Store, StoreError};
 use idem_redis::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
 use idem_tests::{RedisCluster, RedisServer, eventually, lazy_store};
 
@@ -126,22 +126,40 @@ async fn a_cluster_with_one_evicting_primary_is_refused_when_set_to() {
     );
 }
 
+/// Puts a token for each of `clients` throwaway clients (`{prefix}-{i}`) at once; not one
+/// put may fail for lack of room.
+async fn flood(store: &RedisStore, prefix: &str, clients: usize) {
+    let puts = idem_tests::all_at_once(clients, |i| {
+        let (store, client) = (store.clone(), key(&format!("{prefix}-{i}")));
+        async move { store.put_token(&client, &client, LONG, 16).await }
+    });
+    for put in puts.await {
+        put.expect("a put never fails for lack of room");
+    }
+}
+
+/// Puts a token for the client `name`, in a scope of its own; the client's key.
+async fn put_own_token(store: &RedisStore, name: &str) -> Key {
+    let client = key(name);
+    store.put_token(&client, &client, LONG, 16).await.unwrap();
+    client
+}
+
+/// Asserts that a client coming after a flood can put a token and spend it.
+async fn assert_a_late_token_is_spent(store: &RedisStore) {
+    let late = put_own_token(store, "late-client").await;
+    assert!(store.consume_token(&late, &late).await.unwrap());
+}
+
 /// A flood of tokens from throwaway clients stays within the token capacity: the oldest
 /// are evicted, every put succeeds, and a token issued after the flood is spent as usual.
 #[tokio::test]
 async fn a_token_flood_stays_within_the_token_capacity() {
     let server = RedisServer::start();
     let store = server.store_with(RedisStore::builder().with_token_capacity(640));
-    let first = key("first-client");
-    store.put_token(&first, &first, LONG, 16).await.unwrap();
+    let first = put_own_token(&store, "first-client").await;
     for batch in 0..20 {
-        let puts = idem_tests::all_at_once(500, |i| {
-            let (store, client) = (store.clone(), key(&format!("throwaway-{batch}-{i}")));
-            async move { store.put_token(&client, &client, LONG, 16).await }
-        });
-        for put in puts.await {
-            put.expect("a put never fails for lack of room");
-        }
+        flood(&store, &format!("throwaway-{batch}"), 500).await;
     }
     let held: usize = server
         .keys()
@@ -161,9 +179,7 @@ async fn a_token_flood_stays_within_the_token_capacity() {
         !store.consume_token(&first, &first).await.unwrap(),
         "the oldest token was evicted"
     );
-    let late = key("late-client");
-    store.put_token(&late, &late, LONG, 16).await.unwrap();
-    assert!(store.consume_token(&late, &late).await.unwrap());
+    assert_a_late_token_is_spent(&store).await;
 }
 
 /// In a cluster too: evicting a token reaches into the set of the scope it belonged to,
@@ -172,15 +188,8 @@ async fn a_token_flood_stays_within_the_token_capacity() {
 async fn in_a_cluster_a_token_flood_evicts_within_each_bucket() {
     let cluster = RedisCluster::start();
     let store = cluster.store_with(RedisStore::builder().with_token_capacity(128));
-    let first = key("first-client");
-    store.put_token(&first, &first, LONG, 16).await.unwrap();
-    let puts = idem_tests::all_at_once(2_000, |i| {
-        let (store, client) = (store.clone(), key(&format!("throwaway-{i}")));
-        async move { store.put_token(&client, &client, LONG, 16).await }
-    });
-    for put in puts.await {
-        put.expect("a put never fails for lack of room");
-    }
+    let first = put_own_token(&store, "first-client").await;
+    flood(&store, "throwaway", 2_000).await;
     let scopes = cluster
         .keys_by_node()
         .iter()
@@ -191,7 +200,5 @@ async fn in_a_cluster_a_token_flood_evicts_within_each_bucket() {
         !store.consume_token(&first, &first).await.unwrap(),
         "evicted"
     );
-    let late = key("late-client");
-    store.put_token(&late, &late, LONG, 16).await.unwrap();
-    assert!(store.consume_token(&late, &late).await.unwrap());
+    assert_a_late_token_is_spent(&store).await;
 }

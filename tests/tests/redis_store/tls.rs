@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
+use idem_core::Store;
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Owner, Store};
 use idem_redis::RedisStore;
-use idem_tests::{RedisServer, unused_port};
+use idem_tests::{RedisServer, hold_fenced, unused_port};
 use redis::RedisError;
 
-use crate::{LONG, Server, key};
+use crate::{LONG, Server};
 
 /// A certificate authority made for one test, and a certificate it signed for 127.0.0.1,
 /// written as PEM files into `dir`: (CA certificate PEM, certificate path, key path).
@@ -59,14 +59,9 @@ async fn over_tls_a_store_that_trusts_the_ca_works_and_one_that_does_not_is_refu
         .connect(Server::url_with_ca(&url, ca))
         .await
         .expect("a TLS store");
-    let owner = Owner::random();
-    assert!(matches!(
-        store
-            .acquire(&key("over-tls"), &owner, LONG, Fencing::On)
-            .await,
-        Ok(Acquire::Acquired { fence: Some(_) })
-    ));
-    assert!(store.release(&key("over-tls"), &owner).await.unwrap());
+    // A fenced lock is taken and released over TLS.
+    let (lock, owner) = hold_fenced(&store, "over-tls").await;
+    assert!(store.release(&lock, &owner).await.unwrap());
 
     let untrusting = RedisStore::builder()
         .with_timeout(Duration::from_secs(2))
@@ -74,9 +69,7 @@ async fn over_tls_a_store_that_trusts_the_ca_works_and_one_that_does_not_is_refu
         .connect(Server::url(&url))
         .await
         .expect("a valid URL");
-    let refused = untrusting
-        .acquire(&key("over-tls"), &owner, LONG, Fencing::Off)
-        .await;
+    let refused = untrusting.acquire(&lock, &owner, LONG, Fencing::Off).await;
     assert!(
         refused
             .as_ref()
