@@ -106,9 +106,10 @@ fn lock(stores: &Stores, key: Key, fair: bool, pause: Duration) -> Sample<'_> {
 
 /// Waits for the record `key`, which `begin_record` found in progress, to end.
 async fn record_ends(store: &PostgresStore, key: &Key, within: Duration) {
-    // Before `wait_for_record`: look again every 10 ms, as a poll does.
-    let _ = (store, key);
-    tokio::time::sleep(idem_core::store::RELEASE_POLL_INTERVAL.min(within)).await;
+    store
+        .wait_for_record(key, within)
+        .await
+        .expect("wait_for_record");
 }
 
 /// One hand-off of an idempotency record on `key`: the waiter has its response.
