@@ -120,8 +120,7 @@ fn record(stores: &Stores, key: Key, pause: Duration) -> Sample<'_> {
         let begun = stores.holder.begin_record(&key, &owner, &fingerprint, LONG);
         assert_eq!(begun.await.expect("begin_record"), Begin::Started);
         let waiting = tokio::spawn({
-            let (store, key, fingerprint) =
-                (stores.waiter.clone(), key.clone(), fingerprint.clone());
+            let (store, key, fingerprint) = (stores.waiter.clone(), key.clone(), fingerprint);
             async move {
                 let deadline = Instant::now() + WAIT;
                 loop {

@@ -255,6 +255,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     ///     store.wait_for_record(&key, remaining).await?;
     ///     begun = store.begin_record(&key, &Owner::random(), &fingerprint, lease).await?;
     /// }
+    /// # let _ = begun;
     /// # Ok(()) }
     /// ```
     ///

@@ -931,9 +931,9 @@ mod notify {
                 queued.await
             };
             match self {
-                Self::Lock => drop(hold(&on.holder, name, holder).await),
+                Self::Lock => hold(&on.holder, name, holder).await,
                 Self::FairTurn => {
-                    drop(hold(&on.holder, name, holder).await);
+                    hold(&on.holder, name, holder).await;
                     assert!(matches!(
                         queue(waiter.clone()).await,
                         Ok(Turn::Queued { next: true, .. })
@@ -942,7 +942,7 @@ mod notify {
                 Self::FairPlaceGivenUp => {
                     // The lock is free, and `holder`'s place is ahead of the waiter's.
                     let other = Owner::random();
-                    drop(hold(&on.holder, name, &other).await);
+                    hold(&on.holder, name, &other).await;
                     assert!(matches!(
                         queue(holder.clone()).await,
                         Ok(Turn::Queued { next: true, .. })
@@ -1001,13 +1001,10 @@ mod notify {
             .flatten()
     }
 
-    async fn hold(store: &PostgresStore, name: &Key, owner: &Owner) -> Acquire {
-        let acquired = store
-            .acquire(name, owner, LONG, Fencing::Off)
-            .await
-            .unwrap();
-        assert_eq!(acquired, Acquire::Acquired { fence: None });
-        acquired
+    /// Takes the free lock `name` for `owner`.
+    async fn hold(store: &PostgresStore, name: &Key, owner: &Owner) {
+        let acquired = store.acquire(name, owner, LONG, Fencing::Off).await;
+        assert_eq!(acquired.unwrap(), Acquire::Acquired { fence: None });
     }
 
     /// Makes the waiter wait on `case`, lets it go once it asked (since `since`), and
