@@ -3,12 +3,15 @@
 //!
 //! The control flow of every operation (claim, then report; loops; timeouts; the purge;
 //! the migration runner) is written once, over [`SqlBackend`]; each database says only
-//! what differs: its SQL, its timeout error codes, how `put_token` runs, and how a fair
-//! attempt keeps other attempts on its lock out of its transaction.
+//! what differs: its SQL, its timeout error codes, how a fair attempt keeps other attempts
+//! on its lock out of its transaction, and whether it notifies waiters of changes.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use self::sealed::{Dialect, Queries};
+use crate::task::Background;
+use crate::wake::Waiters;
 
 /// A database a [`SqlStore`](crate::SqlStore) runs on: `sqlx::Postgres` (feature
 /// `postgres`) and `sqlx::Sqlite` (feature `sqlite`).
@@ -46,6 +49,29 @@ pub enum InTurn {
     Queued(bool, Option<i64>),
 }
 
+/// Where a statement runs.
+pub enum On<'a, DB: sqlx::Database> {
+    /// On a connection of the store's pool.
+    Pool(&'a sqlx::Pool<DB>),
+    /// On a connection (in a transaction) of the caller's.
+    Connection(&'a mut DB::Connection),
+}
+
+impl<DB: sqlx::Database> std::fmt::Debug for On<'_, DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Pool(_) => "On::Pool",
+            Self::Connection(_) => "On::Connection",
+        })
+    }
+}
+
+impl<'a, DB: sqlx::Database> From<&'a sqlx::Pool<DB>> for On<'a, DB> {
+    fn from(pool: &'a sqlx::Pool<DB>) -> Self {
+        Self::Pool(pool)
+    }
+}
+
 /// A value bound to a statement's parameter (`$1`, `$2`, … in both dialects).
 #[derive(Debug, Clone, Copy)]
 pub enum Arg<'a> {
@@ -70,10 +96,17 @@ pub struct Statements {
     pub read_lock: &'static str,
     /// `$1 key, $2 owner` → whether the deleted row was live.
     pub release: &'static str,
+    /// `$1 key, $2 owner` → [`release`](Self::release)'s row, and (PostgreSQL) a
+    /// notification `l:<key>` to the key's waiters when a row was deleted.
+    pub release_and_signal: &'static str,
     /// `$1 key, $2 owner, $3 ttl ms` → a row when renewed.
     pub renew: &'static str,
     /// `$1 key` → milliseconds left of the live row.
     pub remaining: &'static str,
+    /// `$1 scope, $2 token, $3 ttl ms, $4 keep`: puts the token and lets the scope's
+    /// tokens past the newest `keep` lapse; one statement, or several run in order in one
+    /// write transaction.
+    pub put_token: &'static [&'static str],
     /// `$1 scope, $2 token` → whether the deleted token was live.
     pub consume_token: &'static str,
     /// `$1 key, $2 fingerprint, $3 owner, $4 lease ms` → a [`RecordRow`]: started, or
@@ -81,12 +114,16 @@ pub struct Statements {
     pub begin_record: &'static str,
     /// `$1 key, $2 fingerprint` → the live [`RecordRow`], unstarted.
     pub read_record: &'static str,
-    /// `$1 key, $2 owner, $3 response, $4 retention ms` → a row when completed.
+    /// `$1 key, $2 owner, $3 response, $4 retention ms` → a row when completed; and
+    /// (PostgreSQL) a notification `r:<key>` to the record's waiters, at the commit.
     pub complete_record: &'static str,
     /// `$1 key, $2 owner, $3 lease ms` → a row when renewed.
     pub renew_record: &'static str,
-    /// `$1 key, $2 owner` → whether the deleted record was live and in progress.
+    /// `$1 key, $2 owner` → whether the deleted record was live and in progress; and
+    /// (PostgreSQL) a notification `r:<key>` when a record was deleted.
     pub abandon_record: &'static str,
+    /// `$1 key` → whether a live record in progress has the key.
+    pub record_in_progress: &'static str,
     /// `$1 batch`: deletes at most `batch` expired windows and locks.
     pub purge_locks: &'static str,
     /// `$1 batch`: deletes at most `batch` expired tokens.
@@ -104,8 +141,12 @@ pub struct Statements {
     /// `$1 key, $2 owner, $3 lapse ms`: queues the owner at the back, or keeps its place,
     /// and sets the place to lapse that long from now.
     pub queue_place: &'static str,
-    /// `$1 key, $2 owner`: deletes the owner's place, if it has one.
+    /// `$1 key, $2 owner`: deletes the owner's place, if it has one (inside a fair
+    /// attempt that took the lock).
     pub leave_queue: &'static str,
+    /// `$1 key, $2 owner`: [`leave_queue`](Self::leave_queue) for a waiter that gives up,
+    /// and (PostgreSQL) a notification `l:<key>` when a place was deleted.
+    pub give_up_place: &'static str,
     /// `$1 key, $2 owner` → whether the owner may try now: it has no place, or the lock
     /// is free and no live place ranks before the owner's. A read only.
     pub is_turn: &'static str,
@@ -159,7 +200,8 @@ pub(crate) use migrations;
 pub(crate) mod sealed {
     use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-    use super::{Arg, InTurn, LockRow, Migration, RecordRow, Statements, TurnRow};
+    use super::{Arc, Arg, Background, InTurn, LockRow, Migration, On, RecordRow, Statements};
+    use super::{TurnRow, Waiters};
 
     /// A future the store can hold across an `.await` in its `Send` futures.
     pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -184,15 +226,13 @@ pub(crate) mod sealed {
         /// timeout), reported as [`idem_core::StoreError::Timeout`].
         const TIMEOUT_CODES: &'static [&'static str];
 
-        /// Puts a token in its scope and lets the scope's tokens past the newest `keep`
-        /// lapse, atomically.
-        fn put_token<'a>(
-            pool: &'a Pool<Self>,
-            scope: &'a str,
-            token: &'a str,
-            ttl_ms: i64,
-            keep: i64,
-        ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
+        /// Starts the task that wakes `waiters` on the database's notifications of
+        /// changes (see [`Waiters`]); `None` where the database sends none, and waiters
+        /// poll (SQLite), or outside a Tokio runtime.
+        fn listen(pool: &Pool<Self>, waiters: &Arc<Waiters>) -> Option<Background> {
+            let _ = (pool, waiters);
+            None
+        }
     }
 
     /// Reads an `R` from a row of the database: for every row type the statements answer.
@@ -223,16 +263,7 @@ pub(crate) mod sealed {
     {
         /// Runs a statement that answers at most one row, read as an `R`.
         fn fetch<'a, R: Send + 'a>(
-            pool: &'a Pool<Self>,
-            sql: &'a str,
-            args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
-        where
-            Self: Reads<R>;
-
-        /// [`fetch`](Queries::fetch) on a connection (in a transaction) of the caller's.
-        fn fetch_on<'a, R: Send + 'a>(
-            conn: &'a mut Self::Connection,
+            on: impl Into<On<'a, Self>>,
             sql: &'a str,
             args: &'a [Arg<'a>],
         ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
@@ -245,6 +276,12 @@ pub(crate) mod sealed {
             sql: &'a str,
             args: &'a [Arg<'a>],
         ) -> BoxFuture<'a, Result<u64, sqlx::Error>>;
+
+        /// Runs the [`put_token`](Statements::put_token) statements with `args`.
+        fn put_token<'a>(
+            pool: &'a Pool<Self>,
+            args: &'a [Arg<'a>],
+        ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
 
         /// Applies the migrations not applied yet, in one transaction.
         fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), sqlx::Error>>;
@@ -299,25 +336,17 @@ pub(crate) mod sealed {
         for<'r> (i64,): FromRow<'r, DB::Row>,
     {
         fn fetch<'a, R: Send + 'a>(
-            pool: &'a Pool<Self>,
+            on: impl Into<On<'a, Self>>,
             sql: &'a str,
             args: &'a [Arg<'a>],
         ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
         where
             Self: Reads<R>,
         {
-            fetch(pool, sql, args)
-        }
-
-        fn fetch_on<'a, R: Send + 'a>(
-            conn: &'a mut Self::Connection,
-            sql: &'a str,
-            args: &'a [Arg<'a>],
-        ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
-        where
-            Self: Reads<R>,
-        {
-            fetch(conn, sql, args)
+            match on.into() {
+                On::Pool(pool) => fetch(pool, sql, args),
+                On::Connection(conn) => fetch(conn, sql, args),
+            }
         }
 
         fn execute<'a>(
@@ -327,6 +356,22 @@ pub(crate) mod sealed {
         ) -> BoxFuture<'a, Result<u64, sqlx::Error>> {
             let done = run(pool, sql, args);
             Box::pin(async move { Ok(done.await?.rows_affected()) })
+        }
+
+        fn put_token<'a>(
+            pool: &'a Pool<Self>,
+            args: &'a [Arg<'a>],
+        ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+            Box::pin(async move {
+                let [statement] = DB::STATEMENTS.put_token else {
+                    let mut tx = pool.begin_with(DB::BEGIN_WRITE).await?;
+                    for statement in DB::STATEMENTS.put_token {
+                        run(&mut *tx, statement, args).await?;
+                    }
+                    return tx.commit().await;
+                };
+                run(pool, statement, args).await.map(drop)
+            })
         }
 
         fn migrate(pool: &Pool<Self>) -> BoxFuture<'_, Result<(), sqlx::Error>> {

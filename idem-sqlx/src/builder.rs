@@ -16,10 +16,19 @@ pub(crate) struct Settings {
     pub(crate) purge_interval: Option<Duration>,
     pub(crate) purge_batch: i64,
     pub(crate) token_capacity: i64,
+    /// How often a waiter that listens for notifications (PostgreSQL) asks again without
+    /// one.
+    pub(crate) fallback_poll: Duration,
 }
 
 /// Settings for a [`SqlStore`]; made by [`SqlStore::builder`]
 /// (`PostgresStore::builder()`, `SqliteStore::builder()`).
+///
+/// Waiters (for a lock, a fair lock's turn, a record in progress) are woken by
+/// PostgreSQL's `NOTIFY`, and ask again at least every
+/// [fallback poll](SqlStoreBuilder::with_fallback_poll) (PostgreSQL only); on SQLite,
+/// which has no notifications, they poll every 10 ms
+/// ([`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)).
 pub struct SqlStoreBuilder<DB> {
     pub(crate) settings: Settings,
     database: PhantomData<fn() -> DB>,
@@ -33,6 +42,7 @@ impl<DB> Default for SqlStoreBuilder<DB> {
                 purge_interval: Some(Duration::from_secs(1)),
                 purge_batch: 1_000,
                 token_capacity: 250_000,
+                fallback_poll: Duration::from_millis(500),
             },
             database: PhantomData,
         }

@@ -116,14 +116,22 @@
 //!   writes its log; `BENCHMARKS.md` in the repository has the figures, next to a bare
 //!   `INSERT` on the same database. Use it where a record must commit with the data, or
 //!   where the database is the only shared thing the instances have.
-//! - **Waiting for a lock polls.** [`wait_for_release`](idem_core::Store::wait_for_release)
-//!   is the trait's default: it asks for the key's remaining time every 10 ms
-//!   ([`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)), and every waiter
-//!   sees a release at once. Fine for a few waiters per lock; with many, each one costs a
-//!   `SELECT` every 10 ms (PostgreSQL's `LISTEN`/`NOTIFY` would need a connection per
-//!   store kept listening, and is not used). A [`FairLock`](idem_core::FairLock)'s waiters
-//!   poll the same way, each with a read of whether its turn has come (see
-//!   [The fair lock's queue](#the-fair-locks-queue)).
+//! - **Waiters are woken on PostgreSQL, and poll on SQLite.** A waiter for a lock
+//!   ([`wait_for_release`](idem_core::Store::wait_for_release)), a
+//!   [`FairLock`](idem_core::FairLock)'s turn or a record in progress
+//!   ([`wait_for_record`](SqlStore::wait_for_record)) asks the database, and asks again
+//!   when woken. On PostgreSQL the statements that release a lock
+//!   ([`release_and_signal`](idem_core::Store::release_and_signal), which a `Lock`'s
+//!   release runs), give up a place in a fair lock's queue, and complete or abandon a
+//!   record also `NOTIFY` the channel `idem_wake` with the key; each store listens on it
+//!   with one connection of its own (outside its pool), so a release in one instance
+//!   wakes the waiters of every instance within a round trip. A waiter also asks every
+//!   [fallback poll](SqlStoreBuilder::with_fallback_poll) (default 500 ms), so that a
+//!   notification lost while the listener reconnects, or never sent, costs at most that.
+//!   SQLite has no notifications: its waiters ask every 10 ms
+//!   ([`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)), a `SELECT`
+//!   each. See [Waiting](SqlStore#waiting), and `BENCHMARKS.md` in the repository for the
+//!   hand-off latency either way.
 //! - **No request waits longer than the timeout.** Every operation, taking a connection
 //!   from the pool included, is cut off after the store's
 //!   [timeout](SqlStoreBuilder::with_timeout) (default 1 s) with
@@ -153,15 +161,19 @@
 //! | operation | PostgreSQL | SQLite |
 //! |---|---|---|
 //! | `acquire` | 1: `INSERT … ON CONFLICT DO UPDATE … WHERE <expired>` in a `WITH` that also reports the row it met (+1 `SELECT`) | 1 upsert when the key was free; 2 when held (the upsert, then a `SELECT` of the holder) |
-//! | `release`, `consume_token`, `abandon_record` | 1 `DELETE … RETURNING` | 1 |
-//! | `renew`, `complete_record`, `renew_record` | 1 `UPDATE … RETURNING` | 1 |
+//! | `release`, `consume_token` | 1 `DELETE … RETURNING` | 1 |
+//! | `release_and_signal`, `abandon_record` | 1 `DELETE … RETURNING` in a `WITH` that also `pg_notify`s the key's waiters | 1 `DELETE … RETURNING` |
+//! | `renew`, `renew_record` | 1 `UPDATE … RETURNING` | 1 |
+//! | `complete_record` | 1 `UPDATE … RETURNING` in a `WITH` that also `pg_notify`s | 1 `UPDATE … RETURNING` |
 //! | `remaining` | 1 `SELECT` | 1 |
 //! | `put_token` | 1: the upsert and the `DELETE` of the scope's lapsed tokens in one `WITH` | a `BEGIN IMMEDIATE` transaction of 2 (`REPLACE`, `DELETE`) |
 //! | `begin_record` | 1, like `acquire` (+1) | 1 when started; 2 otherwise |
-//! | `acquire_or_register_waiter`, `release_and_signal`, `wait_for_release` | the trait's defaults: `acquire`; `release`; one `remaining` every 10 ms | the same |
+//! | `acquire_or_register_waiter` | the trait's default: `acquire` | the same |
+//! | `wait_for_release` | one `remaining`, again on each notification of the key and at least every 500 ms | one `remaining` every 10 ms |
+//! | [`wait_for_record`](SqlStore::wait_for_record) | one `SELECT`, again on each notification of the key and at least every 500 ms | one `SELECT` every 10 ms |
 //! | `acquire_in_turn` ([`FairStore`](idem_core::FairStore)) | a transaction: `pg_advisory_xact_lock` on the name, a `DELETE` of the lapsed places at the head, a `SELECT` of the holder and the head; then `acquire`'s upsert and a `DELETE` of the caller's place, or an upsert of its place (or nothing) | a `BEGIN IMMEDIATE` transaction of the same, without the advisory lock |
-//! | `wait_for_turn` | one `SELECT` every 10 ms, which never writes | the same |
-//! | `leave_queue` | 1 `DELETE` | 1 |
+//! | `wait_for_turn` | one `SELECT`, again on each notification of the key and at least every 500 ms; it never writes | one `SELECT` every 10 ms |
+//! | `leave_queue` | 1 `DELETE` in a `WITH` that also `pg_notify`s | 1 `DELETE` |
 //! | [`purge`](SqlStore::purge) | 5 `DELETE`s of at most a batch each | 5 |
 //!
 //! Fencing tokens come from a sequence (PostgreSQL `idem_fence`; SQLite the `idem_fence`
@@ -180,14 +192,17 @@
 //! lock with `BEGIN IMMEDIATE`. It takes the lock with `acquire`'s own statement, so
 //! fencing tokens come from the same sequence.
 //!
-//! SQL has no signal a release could send, so a release is `release`'s `DELETE` and leaves
-//! the queue alone, and a waiter polls: `wait_for_turn` reads, every 10 ms, whether the
-//! lock is free and the waiter's place is the first one not lapsed (or the waiter has lost
-//! its place, so that its next attempt queues it again). Only the head of the queue sees
-//! its turn, so a release still sends one waiter to the lock, not all of them; each
-//! waiter costs a `SELECT` per 10 ms meanwhile. Leaving the queue is one `DELETE`: the
-//! next waiter's poll sees its place come to the head. A lapsed place at the head of a
-//! queue is dropped by the next attempt on the lock; the purge deletes the others.
+//! A release is `release_and_signal`'s `DELETE` and leaves the queue alone: `wait_for_turn`
+//! reads whether the lock is free and the waiter's place is the first one not lapsed (or
+//! the waiter has lost its place, so that its next attempt queues it again), and reads
+//! again when the release's notification wakes it (PostgreSQL; at the latest every
+//! fallback poll) or every 10 ms (SQLite). Only the head of the queue sees its turn, so a
+//! release still sends one waiter to the lock, not all of them; on PostgreSQL each waiter
+//! of the lock reads once per release, on SQLite once per 10 ms. Leaving the queue is one
+//! `DELETE` (which notifies, on PostgreSQL): the next waiter's read sees its place come to
+//! the head. A lapsed place at the head of a queue is dropped by the next attempt on the
+//! lock (a lapse notifies nobody: the waiter behind it sees it at its next read, at the
+//! latest when the fair lock renews its place); the purge deletes the others.
 //!
 //! # Expiry and the purge
 //!
@@ -245,11 +260,15 @@ mod backend;
 mod builder;
 mod commit;
 #[cfg(feature = "postgres")]
+mod listener;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod purge;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;
+mod task;
+mod wake;
 
 pub use backend::SqlBackend;
 pub use builder::SqlStoreBuilder;

@@ -10,14 +10,19 @@
 //! lock's name, so attempts on one lock run one after the other.
 
 use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::backend::sealed::{BoxFuture, Dialect, Queries};
-use crate::backend::{Arg, Migration, Statements, migrations};
+use crate::backend::sealed::Dialect;
+use crate::backend::{Migration, Statements, migrations};
 use crate::builder::SqlStoreBuilder;
+use crate::listener;
 use crate::store::SqlStore;
+use crate::task::Background;
+use crate::wake::Waiters;
 
 /// A [`SqlStore`] in PostgreSQL (feature `postgres`): the store for an application whose
 /// business data is in PostgreSQL, so that a handler's business write and its idempotency
@@ -81,6 +86,27 @@ impl SqlStoreBuilder<Postgres> {
         let options = PgConnectOptions::from_str(url)?.options([("statement_timeout", timeout)]);
         self.connect_with(PgPoolOptions::new(), options).await
     }
+
+    /// How often a waiter asks the database again when no notification woke it (default
+    /// 500 ms; at least 1 ms): for a lock, a fair lock's turn or a record in progress.
+    ///
+    /// Waiters are woken by `NOTIFY`: the statements that release a lock, give up a place
+    /// in a fair lock's queue, and complete or abandon a record notify the channel
+    /// `idem_wake`, which the store listens on. What no notification announces is found by
+    /// this poll: a notification lost while the listener's connection was down, a change
+    /// made by an instance of a version that does not notify, or by a plain
+    /// [`release`](idem_core::Store::release). (A lease running out is seen without it:
+    /// waiters wait no longer than the lease they saw.) A longer period costs such a miss
+    /// more; a shorter one costs the database a read per waiter per period.
+    ///
+    /// ```
+    /// let builder = idem_sqlx::PostgresStore::builder()
+    ///     .with_fallback_poll(std::time::Duration::from_secs(1));
+    /// ```
+    pub fn with_fallback_poll(mut self, every: Duration) -> Self {
+        self.settings.fallback_poll = every.max(Duration::from_millis(1));
+        self
+    }
 }
 
 /// Milliseconds from the database's clock to `expires_at`, rounded up: at least 1 for a
@@ -109,19 +135,37 @@ macro_rules! in_ms {
     };
 }
 
-const PUT_TOKEN: &str = concat!(
-    "WITH put AS (
-        INSERT INTO idem_tokens (scope, token, expires_at) VALUES ($1, $2, ",
-    in_ms!("$3"),
-    ")
-        ON CONFLICT (scope, token) DO UPDATE
-            SET expires_at = excluded.expires_at, issued = excluded.issued
-    )
-    DELETE FROM idem_tokens
-    WHERE scope = $1 AND token <> $2 AND issued <= (
-        SELECT issued FROM idem_tokens WHERE scope = $1 AND token <> $2
-        ORDER BY issued DESC OFFSET $4 - 1 LIMIT 1)"
-);
+/// Notifies the waiters of each row of `$rows` (which has the key as `key`) on the
+/// listener's channel, with the payload `<$topic>:<key>`: a `FROM` clause, delivered when
+/// the statement's transaction commits.
+macro_rules! notify_each {
+    ($rows:literal, $topic:literal) => {
+        concat!(
+            " FROM ",
+            $rows,
+            " CROSS JOIN LATERAL (SELECT pg_notify('idem_wake', '",
+            $topic,
+            ":' || ",
+            $rows,
+            ".key)) AS woken"
+        )
+    };
+}
+
+/// `DELETE … RETURNING` the live flag of the row of key `$1` and owner `$2` in `$table`,
+/// notifying its waiters under `$topic`.
+macro_rules! delete_and_notify {
+    ($table:literal, $topic:literal) => {
+        concat!(
+            "WITH gone AS (DELETE FROM ",
+            $table,
+            " WHERE key = $1 AND owner = $2
+                RETURNING key, expires_at > clock_timestamp() AS live)
+            SELECT live",
+            notify_each!("gone", $topic)
+        )
+    };
+}
 
 impl Dialect for Postgres {
     const STATEMENTS: Statements = Statements {
@@ -148,12 +192,26 @@ impl Dialect for Postgres {
         read_lock: concat!("SELECT false, owner, ", left_ms!(), ", fence", live_lock!()),
         release: "DELETE FROM idem_locks WHERE key = $1 AND owner = $2
             RETURNING expires_at > clock_timestamp()",
+        release_and_signal: delete_and_notify!("idem_locks", "l"),
         renew: concat!(
             "UPDATE idem_locks SET expires_at = ",
             in_ms!("$3"),
             " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING true"
         ),
         remaining: concat!("SELECT ", left_ms!(), live_lock!()),
+        put_token: &[concat!(
+            "WITH put AS (
+                INSERT INTO idem_tokens (scope, token, expires_at) VALUES ($1, $2, ",
+            in_ms!("$3"),
+            ")
+                ON CONFLICT (scope, token) DO UPDATE
+                    SET expires_at = excluded.expires_at, issued = excluded.issued
+            )
+            DELETE FROM idem_tokens
+            WHERE scope = $1 AND token <> $2 AND issued <= (
+                SELECT issued FROM idem_tokens WHERE scope = $1 AND token <> $2
+                ORDER BY issued DESC OFFSET $4 - 1 LIMIT 1)"
+        )],
         consume_token: "DELETE FROM idem_tokens WHERE scope = $1 AND token = $2
             RETURNING expires_at > clock_timestamp()",
         begin_record: concat!(
@@ -182,17 +240,20 @@ impl Dialect for Postgres {
             " FROM idem_records WHERE key = $1 AND expires_at > clock_timestamp()"
         ),
         complete_record: concat!(
-            "UPDATE idem_records SET owner = NULL, response = $3, expires_at = ",
+            "WITH done AS (UPDATE idem_records SET owner = NULL, response = $3, expires_at = ",
             in_ms!("$4"),
-            " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING true"
+            " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING key)
+            SELECT true",
+            notify_each!("done", "r")
         ),
         renew_record: concat!(
             "UPDATE idem_records SET expires_at = ",
             in_ms!("$3"),
             " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING true"
         ),
-        abandon_record: "DELETE FROM idem_records WHERE key = $1 AND owner = $2
-            RETURNING expires_at > clock_timestamp()",
+        abandon_record: delete_and_notify!("idem_records", "r"),
+        record_in_progress: "SELECT EXISTS (SELECT FROM idem_records
+            WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp())",
         // SKIP LOCKED: instances purging at once share the work instead of queueing, and
         // never wait on a row a request holds.
         purge_locks: "DELETE FROM idem_locks WHERE key IN (
@@ -228,6 +289,11 @@ impl Dialect for Postgres {
             ") ON CONFLICT (key, owner) DO UPDATE SET lapses_at = excluded.lapses_at"
         ),
         leave_queue: "DELETE FROM idem_queue WHERE key = $1 AND owner = $2",
+        give_up_place: concat!(
+            "WITH gone AS (DELETE FROM idem_queue WHERE key = $1 AND owner = $2 RETURNING key)
+            SELECT true",
+            notify_each!("gone", "l")
+        ),
         is_turn: "SELECT NOT EXISTS (SELECT 1 FROM idem_queue WHERE key = $1 AND owner = $2)
             OR (NOT EXISTS (
                     SELECT 1 FROM idem_locks WHERE key = $1 AND expires_at > clock_timestamp())
@@ -265,21 +331,32 @@ impl Dialect for Postgres {
     /// `lock_timeout`).
     const TIMEOUT_CODES: &'static [&'static str] = &["57014", "55P03"];
 
-    fn put_token<'a>(
-        pool: &'a sqlx::Pool<Self>,
-        scope: &'a str,
-        token: &'a str,
-        ttl_ms: i64,
-        keep: i64,
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            let args = [
-                Arg::Text(scope),
-                Arg::Text(token),
-                Arg::Int(ttl_ms),
-                Arg::Int(keep),
-            ];
-            Self::execute(pool, PUT_TOKEN, &args).await.map(drop)
-        })
+    fn listen(pool: &sqlx::Pool<Self>, waiters: &Arc<Waiters>) -> Option<Background> {
+        listener::spawn(pool, waiters)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statements_that_let_waiters_go_notify_the_listeners_channel() {
+        let sql = &Postgres::STATEMENTS;
+        let notifies =
+            |statement: &str| statement.contains(&format!("pg_notify('{}', ", listener::CHANNEL));
+        for statement in [
+            sql.release_and_signal,
+            sql.give_up_place,
+            sql.complete_record,
+            sql.abandon_record,
+        ] {
+            assert!(notifies(statement), "{statement}");
+        }
+        // A plain release (the anti-repeat path) and a fair attempt taking its own place
+        // out wake nobody.
+        for statement in [sql.release, sql.leave_queue] {
+            assert!(!notifies(statement), "{statement}");
+        }
     }
 }

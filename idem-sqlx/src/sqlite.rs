@@ -11,7 +11,7 @@ use std::path::Path;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 
-use crate::backend::sealed::{BoxFuture, Dialect};
+use crate::backend::sealed::Dialect;
 use crate::backend::{Migration, Statements, migrations};
 use crate::builder::SqlStoreBuilder;
 use crate::store::SqlStore;
@@ -99,14 +99,12 @@ macro_rules! now_ms {
     };
 }
 
-const PUT_TOKEN: &str = concat!(
-    "REPLACE INTO idem_tokens (scope, token, expires_at) VALUES ($1, $2, ",
-    now_ms!(),
-    " + $3)"
+const RELEASE: &str = concat!(
+    "DELETE FROM idem_locks WHERE key = $1 AND owner = $2 RETURNING expires_at > ",
+    now_ms!()
 );
 
-const LAPSE_TOKENS: &str = "DELETE FROM idem_tokens WHERE scope = $1 AND issued <= (
-    SELECT issued FROM idem_tokens WHERE scope = $1 ORDER BY issued DESC LIMIT 1 OFFSET $2)";
+const LEAVE_QUEUE: &str = "DELETE FROM idem_queue WHERE key = $1 AND owner = $2";
 
 impl Dialect for Sqlite {
     const STATEMENTS: Statements = Statements {
@@ -127,10 +125,9 @@ impl Dialect for Sqlite {
             ", fence FROM idem_locks WHERE key = $1 AND expires_at > ",
             now_ms!()
         ),
-        release: concat!(
-            "DELETE FROM idem_locks WHERE key = $1 AND owner = $2 RETURNING expires_at > ",
-            now_ms!()
-        ),
+        release: RELEASE,
+        // SQLite has no notifications: its waiters poll.
+        release_and_signal: RELEASE,
         renew: concat!(
             "UPDATE idem_locks SET expires_at = ",
             now_ms!(),
@@ -144,6 +141,17 @@ impl Dialect for Sqlite {
             " FROM idem_locks WHERE key = $1 AND expires_at > ",
             now_ms!()
         ),
+        // Two statements (SQLite's `WITH` cannot hold a write), in one transaction.
+        put_token: &[
+            concat!(
+                "REPLACE INTO idem_tokens (scope, token, expires_at) VALUES ($1, $2, ",
+                now_ms!(),
+                " + $3)"
+            ),
+            "DELETE FROM idem_tokens WHERE scope = $1 AND issued <= (
+                SELECT issued FROM idem_tokens WHERE scope = $1
+                ORDER BY issued DESC LIMIT 1 OFFSET $4)",
+        ],
         consume_token: concat!(
             "DELETE FROM idem_tokens WHERE scope = $1 AND token = $2 RETURNING expires_at > ",
             now_ms!()
@@ -183,6 +191,12 @@ impl Dialect for Sqlite {
         abandon_record: concat!(
             "DELETE FROM idem_records WHERE key = $1 AND owner = $2 RETURNING expires_at > ",
             now_ms!()
+        ),
+        record_in_progress: concat!(
+            "SELECT EXISTS (SELECT 1 FROM idem_records
+                WHERE key = $1 AND owner IS NOT NULL AND expires_at > ",
+            now_ms!(),
+            ")"
         ),
         purge_locks: concat!(
             "DELETE FROM idem_locks WHERE key IN (
@@ -232,7 +246,8 @@ impl Dialect for Sqlite {
             now_ms!(),
             " + $3) ON CONFLICT (key, owner) DO UPDATE SET lapses_at = excluded.lapses_at"
         ),
-        leave_queue: "DELETE FROM idem_queue WHERE key = $1 AND owner = $2",
+        leave_queue: LEAVE_QUEUE,
+        give_up_place: LEAVE_QUEUE,
         is_turn: concat!(
             "SELECT NOT EXISTS (SELECT 1 FROM idem_queue WHERE key = $1 AND owner = $2)
             OR (NOT EXISTS (SELECT 1 FROM idem_locks WHERE key = $1 AND expires_at > ",
@@ -273,29 +288,4 @@ impl Dialect for Sqlite {
     /// `SQLITE_BUSY` once the busy timeout has passed, and its variants for a database
     /// in recovery and a VFS that reports the timeout itself.
     const TIMEOUT_CODES: &'static [&'static str] = &["5", "261", "773"];
-
-    fn put_token<'a>(
-        pool: &'a sqlx::Pool<Self>,
-        scope: &'a str,
-        token: &'a str,
-        ttl_ms: i64,
-        keep: i64,
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            // Two statements (SQLite's `WITH` cannot hold a write), in one transaction.
-            let mut tx = pool.begin_with(Self::BEGIN_WRITE).await?;
-            sqlx::query(PUT_TOKEN)
-                .bind(scope)
-                .bind(token)
-                .bind(ttl_ms)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(LAPSE_TOKENS)
-                .bind(scope)
-                .bind(keep)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await
-        })
-    }
 }

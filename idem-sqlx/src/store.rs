@@ -11,9 +11,11 @@ use idem_core::store::{poll_until, ttl_millis};
 use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError};
 use sqlx::Pool;
 
-use crate::backend::{Arg, InTurn, LockRow, RecordRow, SqlBackend, is_timeout};
+use crate::backend::{Arg, InTurn, LockRow, On, RecordRow, SqlBackend, is_timeout};
 use crate::builder::{Settings, SqlStoreBuilder};
-use crate::purge::{PurgeTask, Purged};
+use crate::purge::{self, Purged};
+use crate::task::Background;
+use crate::wake::{Subscription, Topic, Waiters};
 
 /// A [`Store`] in a SQL database, on an sqlx pool: `PostgresStore` (feature `postgres`)
 /// or `SqliteStore` (feature `sqlite`).
@@ -22,6 +24,28 @@ use crate::purge::{PurgeTask, Purged};
 /// `acquire_in_turn`) one short transaction; the [crate docs](crate) list them. Every operation, taking a connection from the pool
 /// included, is cut off after the store's [timeout](SqlStoreBuilder::with_timeout)
 /// (default 1 s) with [`StoreError::Timeout`]. Clones share the pool and the purge.
+///
+/// # Waiting
+///
+/// A waiter for a lock ([`wait_for_release`](Store::wait_for_release)), a fair lock's
+/// turn ([`wait_for_turn`](FairStore::wait_for_turn)) or a record in progress
+/// ([`wait_for_record`](Self::wait_for_record)) asks the database whether what it waits
+/// for has come, and asks again when woken:
+///
+/// - **PostgreSQL** wakes it: [`release_and_signal`](Store::release_and_signal),
+///   [`leave_queue`](FairStore::leave_queue), [`complete_record`](Store::complete_record)
+///   (and [`complete_record_in`](Self::complete_record_in), at the commit) and
+///   [`abandon_record`](Store::abandon_record) notify the channel `idem_wake` with the
+///   key, and each store listens on it with one connection of its own, started by its
+///   first wait and stopped with its last clone. Every waiter of this store on that key
+///   is woken and asks once; a fair lock's waiters then see that only the head's turn has
+///   come. A waiter also asks every
+///   [fallback poll](SqlStoreBuilder::with_fallback_poll) (default 500 ms), so that a
+///   notification lost (the listener's connection was down and is being made again) or
+///   never sent (a plain [`release`](Store::release), an instance of an older version)
+///   delays it by that much at most, and never past its deadline.
+/// - **SQLite** has no notifications: a waiter asks every 10 ms
+///   ([`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)), a read each.
 pub struct SqlStore<DB: sqlx::Database> {
     inner: Arc<Inner<DB>>,
 }
@@ -31,7 +55,12 @@ struct Inner<DB: sqlx::Database> {
     settings: Settings,
     /// Started by the first operation, which runs on the runtime the purge needs; stopped
     /// when the last clone is dropped.
-    purge: OnceLock<Option<PurgeTask>>,
+    purge: OnceLock<Option<Background>>,
+    /// The operations waiting, by what they wait for.
+    waiters: Arc<Waiters>,
+    /// The task that wakes them on the database's notifications (PostgreSQL): started by
+    /// the first wait, stopped when the last clone is dropped.
+    listener: OnceLock<Option<Background>>,
 }
 
 impl<DB: sqlx::Database> Clone for SqlStore<DB> {
@@ -84,6 +113,8 @@ impl<DB: SqlBackend> SqlStore<DB> {
                 pool,
                 settings,
                 purge: OnceLock::new(),
+                waiters: Arc::default(),
+                listener: OnceLock::new(),
             }),
         }
     }
@@ -195,11 +226,49 @@ impl<DB: SqlBackend> SqlStore<DB> {
         response: Bytes,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        let args = complete_args(key, owner, &response, retention);
-        DB::fetch_on::<(bool,)>(conn, DB::STATEMENTS.complete_record, &args)
+        complete::<DB>(On::Connection(conn), key, owner, &response, retention)
             .await
-            .map(|row| row.is_some())
             .map_err(|error| store_error::<DB>(error, "complete_record_in", None))
+    }
+
+    /// Waits until the idempotency record `key` is no longer in progress (it was
+    /// completed, abandoned, or its lease ran out), or `within` has passed: `true` when
+    /// it is no longer in progress (or there is none), `false` when the time ran out.
+    ///
+    /// For a request that found its key's record
+    /// [in progress](idem_core::Begin::InProgress) and would rather wait for the first
+    /// attempt's response than answer `409 Conflict`: wait at most the `remaining` lease
+    /// the record reported, then call [`begin_record`](Store::begin_record) again, which
+    /// answers the stored response, or starts the key afresh.
+    ///
+    /// On PostgreSQL the completion or abandonment wakes it (see
+    /// [Waiting](Self#waiting)); on SQLite it asks every 10 ms. It takes no connection
+    /// while it sleeps.
+    ///
+    /// ```no_run
+    /// # async fn example(store: idem_sqlx::PostgresStore) -> Result<(), idem_core::StoreError> {
+    /// use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+    /// let (key, fingerprint) = (Key::hashed(["POST /orders", "key-7f3a"]), Fingerprint::of(["book"]));
+    /// let lease = std::time::Duration::from_secs(30);
+    /// let mut begun = store.begin_record(&key, &Owner::random(), &fingerprint, lease).await?;
+    /// if let Begin::InProgress { remaining } = begun {
+    ///     store.wait_for_record(&key, remaining).await?;
+    ///     begun = store.begin_record(&key, &Owner::random(), &fingerprint, lease).await?;
+    /// }
+    /// # let _ = begun;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when a question to the database fails or times out.
+    pub async fn wait_for_record(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        let args = [Arg::Text(key.as_str())];
+        let sql = DB::STATEMENTS.record_in_progress;
+        self.wait_for(Topic::Record, key, within, || async {
+            Ok(self.flag("wait_for_record", sql, &args).await? == Some(false))
+        })
+        .await
     }
 
     /// Runs `op` under the store's timeout, and starts the purge on first use.
@@ -230,13 +299,63 @@ impl<DB: SqlBackend> SqlStore<DB> {
         Ok(self.run(operation, row).await?.map(|(flag,)| flag))
     }
 
+    /// Deletes the row of `key` and `owner` with `sql` (`release` or
+    /// `release_and_signal`): whether it was live.
+    async fn release_with(
+        &self,
+        operation: &'static str,
+        sql: &'static str,
+        key: &Key,
+        owner: &Owner,
+    ) -> Result<bool, StoreError> {
+        let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
+        Ok(self.flag(operation, sql, &args).await? == Some(true))
+    }
+
     fn start_purge(&self) {
         self.inner.purge.get_or_init(|| {
             let every = self.inner.settings.purge_interval?;
-            PurgeTask::spawn(Arc::downgrade(&self.inner), every, |inner| async move {
+            purge::spawn(Arc::downgrade(&self.inner), every, |inner| async move {
                 Self { inner }.purge().await
             })
         });
+    }
+
+    /// A subscription to the notifications of `key` under `topic`, the store's listener
+    /// started if it was not; `None` where the store has no listener (SQLite, or outside
+    /// a Tokio runtime).
+    fn subscribe(&self, topic: Topic, key: &Key) -> Option<Subscription> {
+        let inner = &self.inner;
+        let listener = inner
+            .listener
+            .get_or_init(|| DB::listen(&inner.pool, &inner.waiters));
+        listener
+            .as_ref()
+            .map(|_| inner.waiters.subscribe(topic, key))
+    }
+
+    /// Asks `ready` until it answers `true` or `within` has passed: again on each
+    /// notification of `key` under `topic` and every fallback period where the store
+    /// listens, every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)
+    /// where it does not.
+    async fn wait_for<F, Fut>(
+        &self,
+        topic: Topic,
+        key: &Key,
+        within: Duration,
+        ready: F,
+    ) -> Result<bool, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool, StoreError>>,
+    {
+        match self.subscribe(topic, key) {
+            Some(subscription) => {
+                let fallback = self.inner.settings.fallback_poll;
+                subscription.wait(fallback, within, ready).await
+            }
+            None => poll_until(within, ready).await,
+        }
     }
 
     /// Claims with `claim`; when it was refused without saying by whom (or by a row that
@@ -262,19 +381,23 @@ impl<DB: SqlBackend> SqlStore<DB> {
     }
 }
 
-/// The arguments of `complete_record`, in and out of a caller's transaction.
-fn complete_args<'a>(
-    key: &'a Key,
-    owner: &'a Owner,
-    response: &'a Bytes,
+/// Runs `complete_record`'s statement on the pool or in a caller's transaction: whether it
+/// completed the record.
+async fn complete<DB: SqlBackend>(
+    on: On<'_, DB>,
+    key: &Key,
+    owner: &Owner,
+    response: &Bytes,
     retention: Duration,
-) -> [Arg<'a>; 4] {
-    [
+) -> Result<bool, sqlx::Error> {
+    let args = [
         Arg::Text(key.as_str()),
         Arg::Text(owner.as_str()),
         Arg::Bytes(response),
         Arg::Int(millis(retention)),
-    ]
+    ];
+    let row = DB::fetch::<(bool,)>(on, DB::STATEMENTS.complete_record, &args);
+    Ok(row.await?.is_some())
 }
 
 /// An sqlx error as the store reports it: a wait the database gave up on is a timeout, an
@@ -415,9 +538,28 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
     }
 
     async fn release(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
-        let live = self.flag("release", DB::STATEMENTS.release, &args).await?;
-        Ok(live == Some(true))
+        self.release_with("release", DB::STATEMENTS.release, key, owner)
+            .await
+    }
+
+    /// [`release`](Store::release), and on PostgreSQL a notification that wakes the
+    /// key's waiters, in every instance (see [Waiting](SqlStore#waiting)).
+    async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        let sql = DB::STATEMENTS.release_and_signal;
+        self.release_with("release_and_signal", sql, key, owner)
+            .await
+    }
+
+    /// Asks whether `key` is free ([`remaining`](Store::remaining)), and again on each
+    /// notification of a release (PostgreSQL) or poll (see [Waiting](SqlStore#waiting)):
+    /// every waiter sees a release, and the first to acquire takes the key. The default
+    /// [`acquire_or_register_waiter`](Store::acquire_or_register_waiter) suits it: the wait
+    /// subscribes to notifications before it first asks, so none between the two is lost.
+    async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        self.wait_for(Topic::Lock, key, within, || async {
+            Ok(self.remaining(key).await?.is_none())
+        })
+        .await
     }
 
     async fn renew(&self, key: &Key, owner: &Owner, ttl: Duration) -> Result<bool, StoreError> {
@@ -444,14 +586,14 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
         keep: usize,
     ) -> Result<(), StoreError> {
         let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
-        let put = DB::put_token(
-            &self.inner.pool,
-            scope.as_str(),
-            token.as_str(),
-            millis(ttl),
-            keep,
-        );
-        self.run("put_token", put).await
+        let args = [
+            Arg::Text(scope.as_str()),
+            Arg::Text(token.as_str()),
+            Arg::Int(millis(ttl)),
+            Arg::Int(keep),
+        ];
+        self.run("put_token", DB::put_token(&self.inner.pool, &args))
+            .await
     }
 
     async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
@@ -493,9 +635,9 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
         response: Bytes,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        let args = complete_args(key, owner, &response, retention);
-        let completed = self.flag("complete_record", DB::STATEMENTS.complete_record, &args);
-        Ok(completed.await?.is_some())
+        let pool = On::Pool(&self.inner.pool);
+        let completed = complete(pool, key, owner, &response, retention);
+        self.run("complete_record", completed).await
     }
 
     async fn renew_record(
@@ -522,9 +664,9 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
 
 /// The fair lock's queue is the table `idem_queue`: one row per waiting owner, ranked by
 /// the order the database saw them arrive, with when its place lapses. An attempt is one
-/// transaction over the lock's row and its queue; a wait polls, as
-/// [`wait_for_release`](Store::wait_for_release) does, since SQL has no signal to wait
-/// on.
+/// transaction over the lock's row and its queue; a wait asks whether its turn has come,
+/// and again when a release or a waiter giving up its place wakes it (PostgreSQL) or
+/// polls (SQLite), as [`wait_for_release`](Store::wait_for_release) does.
 impl<DB: SqlBackend> FairStore for SqlStore<DB> {
     async fn acquire_in_turn(
         &self,
@@ -546,12 +688,13 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
             .map_err(|answer| StoreError::unexpected("acquire_in_turn", answer))
     }
 
-    /// Reads, every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (with
-    /// [`poll_until`]), whether the lock is free and `owner`'s place is the first live one
-    /// in its queue, or `owner` has no place (its next attempt queues it again). It never
-    /// writes: a release needs no signal, and waiters cost the
-    /// database a read each per interval. Only the head of the queue sees its turn, so a
-    /// release still wakes one waiter.
+    /// Reads whether the lock is free and `owner`'s place is the first live one in its
+    /// queue, or `owner` has no place (its next attempt queues it again); then again when
+    /// a notification of the key wakes it (PostgreSQL), at the latest every fallback poll,
+    /// or every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (SQLite):
+    /// see [Waiting](SqlStore#waiting). It never writes. Every waiter of the key reads
+    /// once on a release, and only the head sees its turn, so a release still sends one
+    /// waiter to the lock.
     async fn wait_for_turn(
         &self,
         key: &Key,
@@ -559,18 +702,19 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
         within: Duration,
     ) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
-        poll_until(within, || async {
+        self.wait_for(Topic::Lock, key, within, || async {
             let turn = self.flag("wait_for_turn", DB::STATEMENTS.is_turn, &args);
             Ok(turn.await? == Some(true))
         })
         .await
     }
 
-    /// One `DELETE` of the owner's place. The turn passes on by itself: the next waiter's
+    /// One `DELETE` of the owner's place (on PostgreSQL with a notification of the key).
+    /// The turn passes on by itself: the next waiter's
     /// [`wait_for_turn`](FairStore::wait_for_turn) sees its place come to the head.
     async fn leave_queue(&self, key: &Key, owner: &Owner) -> Result<(), StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
-        let leave = DB::execute(&self.inner.pool, DB::STATEMENTS.leave_queue, &args);
+        let leave = DB::execute(&self.inner.pool, DB::STATEMENTS.give_up_place, &args);
         self.run("leave_queue", leave).await.map(drop)
     }
 }

@@ -7,7 +7,7 @@
 //! The stores that implement `FairStore` (all but `AnyStore`) also run the fair-lock
 //! cases (`idem_core::conformance::fair`). On Redis Cluster they check that a release,
 //! which names the head's wake-up list inside its script, stays in the lock's slot; the
-//! SQL stores, which poll for a turn, pass the same cases as the stores that signal.
+//! SQL stores (PostgreSQL woken by `NOTIFY`, SQLite polling) pass the same cases.
 
 /// A module per store, named first, running each suite listed on the store's backend.
 macro_rules! suites {
