@@ -1,7 +1,7 @@
 //! [`Counting`]: a store wrapper that counts what the lock suites look at.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Owner, Store, Store
 pub struct Counting<S> {
     inner: S,
     counts: Arc<Counts>,
+    renewals_fail: Arc<AtomicBool>,
 }
 
 /// Declares `Counts`, one counter a line, and the accessor of each:
@@ -50,7 +51,15 @@ impl<S> Counting<S> {
         Self {
             inner,
             counts: Arc::default(),
+            renewals_fail: Arc::default(),
         }
+    }
+
+    /// From now on (`true`) or no longer, every renewal of an idempotency record fails
+    /// as a store out of reach would, while everything else is forwarded: the record
+    /// ends with its lease.
+    pub fn fail_record_renewals(&self, fail: bool) {
+        self.renewals_fail.store(fail, Ordering::SeqCst);
     }
 }
 
@@ -72,6 +81,15 @@ macro_rules! forward {
 }
 
 impl<S: Store> Store for Counting<S> {
+    async fn renew_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        self.forward_renew_record(key, owner, lease).await
+    }
+
     forward! {
         acquire(key: &Key, owner: &Owner, ttl: Duration, fencing: Fencing) -> Acquire,
             count acquire;
@@ -90,8 +108,21 @@ impl<S: Store> Store for Counting<S> {
             -> Begin;
         complete_record(key: &Key, owner: &Owner, response: Bytes, retention: Duration)
             -> bool;
-        renew_record(key: &Key, owner: &Owner, lease: Duration) -> bool;
         abandon_record(key: &Key, owner: &Owner) -> bool;
+    }
+}
+
+impl<S: Store> Counting<S> {
+    async fn forward_renew_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        if self.renewals_fail.load(Ordering::SeqCst) {
+            return Err(StoreError::Timeout(Duration::from_millis(100)));
+        }
+        self.inner.renew_record(key, owner, lease).await
     }
 }
 

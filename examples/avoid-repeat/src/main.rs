@@ -8,13 +8,6 @@ const USAGE: &str = "usage: example-avoid-repeat [--port N]";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let example = AvoidRepeatExample::new();
-    serve_with_port_only(
-        "avoid-repeat example",
-        USAGE,
-        3002,
-        example.router(),
-        example.idem(),
-    )
-    .await
+    let it = AvoidRepeatExample::new();
+    serve_with_port_only("avoid-repeat example", USAGE, 3002, it.router(), it.idem()).await
 }

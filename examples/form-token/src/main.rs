@@ -8,13 +8,6 @@ const USAGE: &str = "usage: example-form-token [--port N]";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let example = FormTokenExample::new();
-    serve_with_port_only(
-        "form-token example",
-        USAGE,
-        3003,
-        example.router(),
-        example.idem(),
-    )
-    .await
+    let it = FormTokenExample::new();
+    serve_with_port_only("form-token example", USAGE, 3003, it.router(), it.idem()).await
 }

@@ -158,11 +158,11 @@ impl Payments {
         } else {
             post(pay::pay_then_record)
         };
-        // A refusal is marked not to be kept (`pay::PaymentError`): the corrected request
-        // may use the key.
         let idempotency = IdempotencyLayer::new()
             .with_required(true)
-            .with_lease(self.lease);
+            .with_lease(self.lease)
+            // A refusal of bad input is not kept: the corrected request may use the key.
+            .with_stored_statuses(|status| status.is_success());
         Router::new()
             .route("/payments", create.get(pay::list).route_layer(idempotency))
             .layer(self.idem.layer())

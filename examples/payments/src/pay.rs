@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use idem_axum::idempotency::{DoNotKeep, IdempotencyRecord};
+use idem_axum::idempotency::IdempotencyRecord;
 use idem_sqlx::sqlx::{self, SqliteConnection};
 use idem_sqlx::{CommitError, SqliteStore};
 use serde::{Deserialize, Serialize};
@@ -170,11 +170,9 @@ impl From<CommitError> for PaymentError {
     }
 }
 
-/// Nothing was paid, so nothing is kept for the key ([`DoNotKeep`]): the corrected
-/// request, or a retry after a failure, may use it again.
 impl IntoResponse for PaymentError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.message });
-        (self.status, DoNotKeep, Json(body)).into_response()
+        (self.status, Json(body)).into_response()
     }
 }

@@ -13,8 +13,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use idem_axum::client::ClientHeader;
-use idem_axum::{Idem, IdempotencyLayer, RedisStore};
-use idem_tests::{Forwarder, RedisServer, Shop, eventually};
+use idem_axum::store::Store;
+use idem_axum::{Idem, IdempotencyLayer, MemoryStore, RedisStore};
+use idem_tests::{Counting, Forwarder, RedisServer, Shop, eventually};
+use tokio::task::JoinHandle;
 use tower::limit::ConcurrencyLimitLayer;
 
 use crate::{CLIENT, SHORT_LEASE, Seen, app, gated, post_key};
@@ -77,19 +79,25 @@ async fn answered(request: impl Future<Output = axum::response::Response>) -> Se
     }
 }
 
-/// Two instances on one Redis: the first reaches it through a link the test stalls, the
-/// second directly. Both serve `/gated` under one lease; the first's handler waits at
-/// the shop's gate, the second's answers at once.
+/// Two instances on one store. The first reaches it through a fault the test can turn on
+/// — a Redis link it stalls, or a `MemoryStore` whose record renewals fail — the second
+/// directly. Both serve `/gated` under one lease; the first's handler waits at the
+/// shop's gate, the second's answers at once.
 struct TwoInstances {
-    redis: RedisServer,
-    link: Forwarder,
+    fault: Fault,
     shop: Shop,
     stalled_one: Router,
     other_one: Router,
 }
 
+/// What keeps the first instance from its store.
+enum Fault {
+    Link { redis: RedisServer, link: Forwarder },
+    Renewals(Counting<MemoryStore>),
+}
+
 impl TwoInstances {
-    async fn start() -> Self {
+    async fn on_redis() -> Self {
         let redis = RedisServer::start();
         let link = Forwarder::start(redis.port()).await;
         let through_link = RedisStore::builder()
@@ -97,36 +105,67 @@ impl TwoInstances {
             .connect(idem_axum::RedisServer::url(link.url()))
             .await
             .expect("Redis through the link");
+        let other = redis.store();
+        Self::on(through_link, other, Fault::Link { redis, link })
+    }
+
+    fn on_memory() -> Self {
+        let memory = MemoryStore::new();
+        let faulty = Counting::new(memory.clone());
+        Self::on(faulty.clone(), memory, Fault::Renewals(faulty))
+    }
+
+    fn on(first: impl Store, other: impl Store, fault: Fault) -> Self {
         let shop = Shop::new();
-        let stalled_one = instance(through_link, &shop, post(gated));
-        let other_one = instance(redis.store(), &shop, post(at_once));
         Self {
-            redis,
-            link,
+            stalled_one: instance(first, &shop, post(gated)),
+            other_one: instance(other, &shop, post(at_once)),
+            fault,
             shop,
-            stalled_one,
-            other_one,
         }
     }
 
-    /// Stalls the first instance's link until the record its attempt began has ended
-    /// with its lease in Redis.
-    async fn stall_past_the_lease(&self) {
-        self.link.stall();
-        let redis = &self.redis;
-        eventually(
-            Duration::from_secs(5),
-            "the record's lease runs out",
-            || {
-                let keys = redis.keys();
-                async move { keys.is_empty() }
-            },
-        )
-        .await;
+    /// Sends `key`'s first attempt to the first instance, and once its handler runs,
+    /// keeps that instance from its store until the record has ended with its lease. The
+    /// attempt's answer comes once the store is back and the gate opened.
+    async fn first_attempt_past_its_lease(&self, key: &'static str) -> JoinHandle<Seen> {
+        let app = self.stalled_one.clone();
+        let first =
+            tokio::spawn(async move { Seen::of(post_key(&app, "/gated", key).await).await });
+        self.shop.until_runs(1).await;
+        match &self.fault {
+            Fault::Link { redis, link } => {
+                link.stall();
+                eventually(
+                    Duration::from_secs(5),
+                    "the record's lease runs out",
+                    || {
+                        let keys = redis.keys();
+                        async move { keys.is_empty() }
+                    },
+                )
+                .await;
+            }
+            Fault::Renewals(faulty) => {
+                faulty.fail_record_renewals(true);
+                // By the store's own clock: the last renewal came before the fault, so the
+                // record has ended one lease after it at the latest.
+                tokio::time::sleep(2 * SHORT_LEASE).await;
+            }
+        }
+        first
+    }
+
+    /// The first instance reaches its store again.
+    fn store_is_back(&self) {
+        match &self.fault {
+            Fault::Link { link, .. } => link.resume(),
+            Fault::Renewals(faulty) => faulty.fail_record_renewals(false),
+        }
     }
 }
 
-fn instance(store: RedisStore, shop: &Shop, handler: axum::routing::MethodRouter<Shop>) -> Router {
+fn instance(store: impl Store, shop: &Shop, handler: axum::routing::MethodRouter<Shop>) -> Router {
     let idem = Idem::builder()
         .with_store(store)
         .with_client_identity(ClientHeader::new(CLIENT))
@@ -147,20 +186,24 @@ async fn at_once(State(shop): State<Shop>) -> (StatusCode, String) {
 /// retry's answer, the one the key replays, not the answer of its own handler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_an_attempt_that_lost_its_key_answers_with_the_winners_response() {
-    let two = TwoInstances::start().await;
-    let first = tokio::spawn({
-        let app = two.stalled_one.clone();
-        async move { Seen::of(post_key(&app, "/gated", "lost-1").await).await }
-    });
-    two.shop.until_runs(1).await;
-    two.stall_past_the_lease().await;
+    an_attempt_that_lost_its_key_answers_with_the_winners_response(TwoInstances::on_redis().await)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_an_attempt_that_lost_its_key_answers_with_the_winners_response() {
+    an_attempt_that_lost_its_key_answers_with_the_winners_response(TwoInstances::on_memory()).await;
+}
+
+async fn an_attempt_that_lost_its_key_answers_with_the_winners_response(two: TwoInstances) {
+    let first = two.first_attempt_past_its_lease("lost-1").await;
     let winner = Seen::of(post_key(&two.other_one, "/gated", "lost-1").await).await;
     assert_eq!(winner.status, StatusCode::CREATED);
     assert_eq!(
         winner.body, "order 2",
         "the retry took the free key and ran"
     );
-    two.link.resume();
+    two.store_is_back();
     two.shop.open_gate();
     let first = first.await.expect("the first attempt answers");
     assert_eq!(
@@ -179,14 +222,18 @@ async fn redis_an_attempt_that_lost_its_key_answers_with_the_winners_response() 
 /// second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_after_an_outage_longer_than_the_lease_the_key_is_claimed_again() {
-    let two = TwoInstances::start().await;
-    let first = tokio::spawn({
-        let app = two.stalled_one.clone();
-        async move { Seen::of(post_key(&app, "/gated", "outage-1").await).await }
-    });
-    two.shop.until_runs(1).await;
-    two.stall_past_the_lease().await;
-    two.link.resume();
+    after_an_outage_longer_than_the_lease_the_key_is_claimed_again(TwoInstances::on_redis().await)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_after_an_outage_longer_than_the_lease_the_key_is_claimed_again() {
+    after_an_outage_longer_than_the_lease_the_key_is_claimed_again(TwoInstances::on_memory()).await;
+}
+
+async fn after_an_outage_longer_than_the_lease_the_key_is_claimed_again(two: TwoInstances) {
+    let first = two.first_attempt_past_its_lease("outage-1").await;
+    two.store_is_back();
     two.shop.open_gate();
     let first = first.await.expect("the first attempt answers");
     assert_eq!(first.status, StatusCode::CREATED);
@@ -229,6 +276,18 @@ fn limited(idem: &Idem, running: &Running) -> Router {
         .layer(idem.layer())
 }
 
+/// Sends a request to `/gated` and, once its handler runs, drops it, as a client that
+/// goes away.
+async fn abandoned_mid_handler(app: &Router, running: &Running) {
+    let abandoned = tokio::spawn({
+        let app = app.clone();
+        async move { post_key(&app, "/gated", "first").await }
+    });
+    running.gate.until_runs(1).await;
+    abandoned.abort();
+    assert!(abandoned.await.unwrap_err().is_cancelled());
+}
+
 /// A concurrency limit of one around the router frees its slot when a client goes
 /// away, while the guard lets that client's handler run on. With a bound of no detached
 /// handler, the next guarded request is refused with 503 until it ends: one handler at a
@@ -241,15 +300,9 @@ async fn detached_handlers_count_against_a_bound_of_the_runtimes_own() {
         .build();
     let running = Running::default();
     let app = limited(&idem, &running);
-    let abandoned = tokio::spawn({
-        let app = app.clone();
-        async move { post_key(&app, "/gated", "first").await }
-    });
-    running.gate.until_runs(1).await;
-    abandoned.abort();
-    assert!(abandoned.await.unwrap_err().is_cancelled());
+    abandoned_mid_handler(&app, &running).await;
     assert_eq!(idem.detached_handlers(), 1, "it runs on, detached");
-    let refused = Seen::of(post_key(&app, "/gated", "second").await).await;
+    let refused = answered(post_key(&app, "/gated", "second")).await;
     assert_eq!(
         refused.status,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -282,13 +335,7 @@ async fn the_drain_refuses_new_guarded_requests_and_waits_for_detached_handlers(
         .build();
     let running = Running::default();
     let app = limited(&idem, &running);
-    let abandoned = tokio::spawn({
-        let app = app.clone();
-        async move { post_key(&app, "/gated", "first").await }
-    });
-    running.gate.until_runs(1).await;
-    abandoned.abort();
-    let _ = abandoned.await;
+    abandoned_mid_handler(&app, &running).await;
     let draining = tokio::spawn({
         let idem = idem.clone();
         async move { idem.shutdown(Duration::from_secs(30)).await }
