@@ -65,11 +65,17 @@ impl<S> Counting<S> {
 
 /// Forwards each operation listed to the inner store, `name(arguments) -> Output`, after
 /// counting the call in `counter` for `, count counter`, and counting its result in
-/// `counter` when it matches `pattern` for `, then counter if (pattern)`.
+/// `counter` when it matches `pattern` for `, then counter if (pattern)`, and failing as a
+/// store out of reach would (a timeout) while the switch `fault` is on for
+/// `, failing while fault`.
 macro_rules! forward {
     ($($op:ident($($arg:ident: $ty:ty),*) -> $out:ty
-        $(, count $before:ident)? $(, then $after:ident if ($counted:pat))?;)*) => {
+        $(, count $before:ident)? $(, then $after:ident if ($counted:pat))?
+        $(, failing while $fault:ident)?;)*) => {
         $(async fn $op(&self, $($arg: $ty),*) -> Result<$out, StoreError> {
+            $(if self.$fault.load(Ordering::SeqCst) {
+                return Err(StoreError::Timeout(Duration::from_millis(100)));
+            })?
             $(self.counts.$before.fetch_add(1, Ordering::SeqCst);)?
             let result = self.inner.$op($($arg),*).await;
             $(if matches!(result, $counted) {
@@ -81,15 +87,6 @@ macro_rules! forward {
 }
 
 impl<S: Store> Store for Counting<S> {
-    async fn renew_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        self.forward_renew_record(key, owner, lease).await
-    }
-
     forward! {
         acquire(key: &Key, owner: &Owner, ttl: Duration, fencing: Fencing) -> Acquire,
             count acquire;
@@ -108,21 +105,9 @@ impl<S: Store> Store for Counting<S> {
             -> Begin;
         complete_record(key: &Key, owner: &Owner, response: Bytes, retention: Duration)
             -> bool;
+        renew_record(key: &Key, owner: &Owner, lease: Duration) -> bool,
+            failing while renewals_fail;
         abandon_record(key: &Key, owner: &Owner) -> bool;
-    }
-}
-
-impl<S: Store> Counting<S> {
-    async fn forward_renew_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        if self.renewals_fail.load(Ordering::SeqCst) {
-            return Err(StoreError::Timeout(Duration::from_millis(100)));
-        }
-        self.inner.renew_record(key, owner, lease).await
     }
 }
 

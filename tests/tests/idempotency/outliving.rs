@@ -79,6 +79,29 @@ async fn answered(request: impl Future<Output = axum::response::Response>) -> Se
     }
 }
 
+/// Runs each case on two instances of Redis and on two of a `MemoryStore`.
+macro_rules! on_two_instances {
+    ($($case:ident),+ $(,)?) => {
+        mod two_on_redis {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                super::$case(super::TwoInstances::on_redis().await).await;
+            })+
+        }
+        mod two_on_memory {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                super::$case(super::TwoInstances::on_memory().await).await;
+            })+
+        }
+    };
+}
+
+on_two_instances!(
+    an_attempt_that_lost_its_key_answers_with_the_winners_response,
+    after_an_outage_longer_than_the_lease_the_key_is_claimed_again,
+);
+
 /// Two instances on one store. The first reaches it through a fault the test can turn on
 /// — a Redis link it stalls, or a `MemoryStore` whose record renewals fail — the second
 /// directly. Both serve `/gated` under one lease; the first's handler waits at the
@@ -109,7 +132,7 @@ impl TwoInstances {
         Self::on(through_link, other, Fault::Link { redis, link })
     }
 
-    fn on_memory() -> Self {
+    async fn on_memory() -> Self {
         let memory = MemoryStore::new();
         let faulty = Counting::new(memory.clone());
         Self::on(faulty.clone(), memory, Fault::Renewals(faulty))
@@ -184,17 +207,6 @@ async fn at_once(State(shop): State<Shop>) -> (StatusCode, String) {
 /// The first attempt loses its lease while its store is out of reach, and a retry on
 /// another instance takes the key and completes it. The first attempt's client gets the
 /// retry's answer, the one the key replays, not the answer of its own handler.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn redis_an_attempt_that_lost_its_key_answers_with_the_winners_response() {
-    an_attempt_that_lost_its_key_answers_with_the_winners_response(TwoInstances::on_redis().await)
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn memory_an_attempt_that_lost_its_key_answers_with_the_winners_response() {
-    an_attempt_that_lost_its_key_answers_with_the_winners_response(TwoInstances::on_memory()).await;
-}
-
 async fn an_attempt_that_lost_its_key_answers_with_the_winners_response(two: TwoInstances) {
     let first = two.first_attempt_past_its_lease("lost-1").await;
     let winner = Seen::of(post_key(&two.other_one, "/gated", "lost-1").await).await;
@@ -220,17 +232,6 @@ async fn an_attempt_that_lost_its_key_answers_with_the_winners_response(two: Two
 /// takes the key meanwhile. At completion the key is free: the attempt claims it again
 /// and stores its response, so a retry replays it rather than running the handler a
 /// second time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn redis_after_an_outage_longer_than_the_lease_the_key_is_claimed_again() {
-    after_an_outage_longer_than_the_lease_the_key_is_claimed_again(TwoInstances::on_redis().await)
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn memory_after_an_outage_longer_than_the_lease_the_key_is_claimed_again() {
-    after_an_outage_longer_than_the_lease_the_key_is_claimed_again(TwoInstances::on_memory()).await;
-}
-
 async fn after_an_outage_longer_than_the_lease_the_key_is_claimed_again(two: TwoInstances) {
     let first = two.first_attempt_past_its_lease("outage-1").await;
     two.store_is_back();
