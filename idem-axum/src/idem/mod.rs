@@ -121,12 +121,13 @@ impl Idem {
     ///
     /// ```no_run
     /// # async fn run() -> std::io::Result<()> {
+    /// # async fn stop_signal() {}
     /// use std::time::Duration;
     /// let idem = idem_axum::Idem::builder().build();
     /// let app = axum::Router::new().layer(idem.layer());
     /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     /// axum::serve(listener, app)
-    ///     .with_graceful_shutdown(async { tokio::signal::ctrl_c().await.ok(); })
+    ///     .with_graceful_shutdown(stop_signal()) // e.g. SIGTERM, with tokio::signal
     ///     .await?;
     /// let drained = idem.shutdown(Duration::from_secs(20)).await;
     /// assert_eq!(drained.unfinished, 0);
