@@ -18,7 +18,6 @@ use std::task::Poll;
 use tokio::runtime::Handle;
 use tracing::Instrument;
 
-use crate::Idem;
 use crate::guard::shutting_down;
 use crate::idem::handlers::Running;
 use crate::rejection::Rejection;
@@ -28,8 +27,9 @@ use crate::rejection::Rejection;
 ///
 /// Outside a Tokio runtime nothing can run detached, and `work` runs in place.
 ///
-/// `work` counts among `idem`'s running handlers until it ends, and among its detached
-/// ones once its request stops waiting: [`Idem::shutdown`] waits for it, and
+/// `work` counts among its runtime's running handlers (`running`, taken by the caller
+/// before it moves what it needs into `work`) until it ends, and among the detached ones
+/// once its request stops waiting: [`Idem::shutdown`](crate::Idem::shutdown) waits for it, and
 /// [`IdemBuilder::with_detached_limit`](crate::IdemBuilder::with_detached_limit) bounds
 /// how many run detached.
 ///
@@ -41,14 +41,13 @@ use crate::rejection::Rejection;
 ///
 /// The refusal for a request whose work the runtime cancelled while shutting down.
 pub(crate) fn run_to_completion<F>(
-    idem: &Idem,
+    mut running: Running,
     work: F,
-) -> impl Future<Output = Result<F::Output, Rejection>> + Send + 'static + use<F>
+) -> impl Future<Output = Result<F::Output, Rejection>> + Send + 'static
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let mut running = Running::start(idem);
     let mut work = Box::pin(work.in_current_span());
     async move {
         let Ok(runtime) = Handle::try_current() else {
@@ -81,12 +80,15 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::*;
+    use crate::Idem;
 
     #[tokio::test]
     async fn work_that_ends_at_once_runs_in_place() {
         let outer = tokio::task::try_id();
-        let ran_in =
-            run_to_completion(&Idem::builder().build(), async { tokio::task::try_id() }).await;
+        let ran_in = run_to_completion(Running::start(&Idem::builder().build()), async {
+            tokio::task::try_id()
+        })
+        .await;
         assert_eq!(ran_in.ok(), Some(outer), "no task of its own was needed");
     }
 
@@ -104,7 +106,7 @@ mod tests {
             flag.store(true, Ordering::SeqCst);
             let _ = done_tx.send(());
         };
-        let waiter = tokio::spawn(run_to_completion(&idem, work));
+        let waiter = tokio::spawn(run_to_completion(Running::start(&idem), work));
         // Past its first poll the work is pending on `released`, and was handed to a task
         // of its own in that same poll; drop the waiter as a client going away would.
         started.await.expect("the work started");
@@ -130,7 +132,7 @@ mod tests {
     #[tokio::test]
     async fn work_whose_request_waits_is_not_detached() {
         let idem = Idem::builder().build();
-        let ran = run_to_completion(&idem, async {
+        let ran = run_to_completion(Running::start(&idem), async {
             tokio::task::yield_now().await;
             7
         });
@@ -148,7 +150,7 @@ mod tests {
             released.await.expect("the test releases the work");
             flag.store(true, Ordering::SeqCst);
         };
-        let waiter = tokio::spawn(run_to_completion(&idem, work));
+        let waiter = tokio::spawn(run_to_completion(Running::start(&idem), work));
         tokio::task::yield_now().await;
         waiter.abort();
         let _ = waiter.await;
@@ -173,7 +175,10 @@ mod tests {
     #[tokio::test]
     async fn a_drain_whose_grace_runs_out_reports_what_still_runs() {
         let idem = Idem::builder().build();
-        let waiter = tokio::spawn(run_to_completion(&idem, std::future::pending::<()>()));
+        let waiter = tokio::spawn(run_to_completion(
+            Running::start(&idem),
+            std::future::pending::<()>(),
+        ));
         tokio::task::yield_now().await;
         waiter.abort();
         let _ = waiter.await;
@@ -184,7 +189,7 @@ mod tests {
     #[test]
     fn outside_a_runtime_the_work_runs_in_place() {
         let ran = futures_util::FutureExt::now_or_never(run_to_completion(
-            &Idem::builder().build(),
+            Running::start(&Idem::builder().build()),
             async { 7 },
         ));
         assert_eq!(ran.map(Result::ok), Some(Some(7)));

@@ -17,6 +17,7 @@ use super::{Release, Settings};
 use crate::client::ClientId;
 use crate::detached::run_to_completion;
 use crate::guard::GuardContext;
+use crate::idem::handlers::Running;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::read_whole;
@@ -89,7 +90,7 @@ where
             permit.settle(keep).await;
             result
         };
-        run_to_completion(guard.idem(), work)
+        run_to_completion(Running::start(guard.idem()), work)
             .await
             .unwrap_or_else(|rejection| Ok(guard.refuse(rejection)))
     }

@@ -19,6 +19,7 @@ use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
 use crate::future::Inner;
 use crate::guard::GuardContext;
+use crate::idem::handlers::Running;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::read_whole;
@@ -215,7 +216,7 @@ pub(super) async fn run_to_end<S: Inner>(
     mut inner: S,
     request: Request,
 ) -> Result<Response, S::Error> {
-    match run_to_completion(guard.idem(), inner.call(request)).await {
+    match run_to_completion(Running::start(guard.idem()), inner.call(request)).await {
         Ok(answered) => answered,
         Err(rejection) => Ok(guard.refuse(rejection)),
     }

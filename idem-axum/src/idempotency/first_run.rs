@@ -449,8 +449,7 @@ impl Record {
         inner: S,
         request: Request,
     ) -> impl Future<Output = Result<Result<Response, S::Error>, Rejection>> + Send + 'static {
-        let idem = self.guard.idem().clone();
-        run_to_completion(&idem, self.work(inner, request))
+        run_to_completion(Running::start(self.guard.idem()), self.work(inner, request))
     }
 
     /// The attempt [`run`](Self::run) boxes: the handler's call and the response
