@@ -61,6 +61,9 @@ enum Kept {
     ByHandler,
     /// Stored after the key was claimed again: the record had ended with its lease.
     ClaimedAgain,
+    /// Not known: the store could not answer (the response is stored again in the
+    /// background, where there is a runtime to do it).
+    Unknown,
     /// The key is another attempt's now: what it stored, if it completed.
     Lost(Option<Bytes>),
 }
@@ -78,6 +81,7 @@ impl Kept {
                 "idem: the record had ended with its lease while the store was unreachable; \
                  the key was free, so it was claimed again and the response stored"
             ),
+            Self::Unknown => {}
             Self::Lost(_) if again => tracing::error!(
                 "idem: the key was taken by another attempt while this one's response could \
                  not be stored; this client already got its own response"
@@ -232,7 +236,7 @@ impl Record {
                      store answers"
                 );
                 let Ok(runtime) = Handle::try_current() else {
-                    return Kept::Stored;
+                    return Kept::Unknown;
                 };
                 let (record, running) = (self.clone(), Running::start(self.guard.idem()));
                 runtime.spawn(async move {
@@ -241,7 +245,7 @@ impl Record {
                         .await;
                     drop(running);
                 });
-                Kept::Stored
+                Kept::Unknown
             }
         }
     }
@@ -320,7 +324,9 @@ impl Record {
                 true => Kept::ClaimedAgain,
                 false => Kept::Lost(None),
             },
-            Begin::Completed { response } => Kept::Lost(Some(response)),
+            // This attempt's own response: an earlier try whose answer was lost did store it.
+            Begin::Completed { response: stored } if stored == *response => Kept::Stored,
+            Begin::Completed { response: stored } => Kept::Lost(Some(stored)),
             Begin::InProgress { .. } | Begin::Mismatch => Kept::Lost(None),
         })
     }
