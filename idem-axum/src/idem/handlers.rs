@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::Idem;
+use crate::guard::shutting_down;
 use crate::rejection::{Rejection, RejectionKind};
 
 /// How many detached handlers a runtime lets run before it refuses new guarded requests
 /// (it refuses them while more run), unless set with [`IdemBuilder::with_detached_limit`](crate::IdemBuilder::with_detached_limit).
 pub(crate) const DEFAULT_DETACHED_LIMIT: usize = 1_024;
 
-/// How long a client refused by the drain or the bound is told to wait.
+/// How long a client refused by the bound is told to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The counts of one runtime's guarded handlers.
@@ -55,11 +56,7 @@ impl Handlers {
     /// detached handlers than its limit.
     pub(crate) fn admit(&self) -> Result<(), Rejection> {
         if self.draining.load(Ordering::Acquire) {
-            return Err(Rejection::new(
-                RejectionKind::ShuttingDown,
-                "the server is shutting down; please retry shortly",
-            )
-            .with_retry_after(RETRY_AFTER));
+            return Err(shutting_down());
         }
         if self.detached.load(Ordering::Relaxed) > self.detached_limit {
             tracing::warn!(
