@@ -41,6 +41,8 @@ static PUT_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/put_token.lua")));
 static CONSUME_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/consume_token.lua")));
+static HAS_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/has_token.lua")));
 
 /// A script that uses the fair queue's functions: their definitions, then its body.
 pub(crate) fn fair_script(body: &str) -> Script {
@@ -756,6 +758,12 @@ impl Store for RedisStore {
             )
             .await?;
         self.replicated_if(&scope, consumed, |&consumed| consumed)
+            .await
+    }
+
+    async fn has_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
+        let (_, scope) = self.token_keys(scope);
+        self.flag(&HAS_TOKEN, &[&scope], &[token.as_str().as_bytes()])
             .await
     }
 

@@ -109,6 +109,8 @@ pub struct Statements {
     pub put_token: &'static [&'static str],
     /// `$1 scope, $2 token` → whether the deleted token was live.
     pub consume_token: &'static str,
+    /// `$1 scope, $2 token` → whether the token is live.
+    pub has_token: &'static str,
     /// `$1 key, $2 fingerprint, $3 owner, $4 lease ms` → a [`RecordRow`]: started, or
     /// (PostgreSQL) the live record it met, or nothing.
     pub begin_record: &'static str,

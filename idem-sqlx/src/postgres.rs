@@ -214,6 +214,8 @@ impl Dialect for Postgres {
         )],
         consume_token: "DELETE FROM idem_tokens WHERE scope = $1 AND token = $2
             RETURNING expires_at > clock_timestamp()",
+        has_token: "SELECT expires_at > clock_timestamp() FROM idem_tokens
+            WHERE scope = $1 AND token = $2",
         begin_record: concat!(
             "WITH claimed AS (
                 INSERT INTO idem_records AS record (key, fingerprint, owner, expires_at)

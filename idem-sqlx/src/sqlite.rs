@@ -156,6 +156,11 @@ impl Dialect for Sqlite {
             "DELETE FROM idem_tokens WHERE scope = $1 AND token = $2 RETURNING expires_at > ",
             now_ms!()
         ),
+        has_token: concat!(
+            "SELECT expires_at > ",
+            now_ms!(),
+            " FROM idem_tokens WHERE scope = $1 AND token = $2"
+        ),
         begin_record: concat!(
             "INSERT INTO idem_records (key, fingerprint, owner, expires_at) VALUES ($1, $2, $3, ",
             now_ms!(),

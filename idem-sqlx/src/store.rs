@@ -231,6 +231,37 @@ impl<DB: SqlBackend> SqlStore<DB> {
             .map_err(|error| store_error::<DB>(error, "complete_record_in", None))
     }
 
+    /// Spends the one-time form token `token` of `scope` inside the caller's own
+    /// transaction (or on a connection of the caller's), for a form submission whose
+    /// token is spent with what it submits
+    /// (`VerifyFormTokenLayer::with_spend_in_transaction` of `idem-axum`, whose
+    /// `FormSubmission` gives the two keys).
+    ///
+    /// The same statement as [`Store::consume_token`]: `true` for exactly one caller per
+    /// stored token. On `false` the token is gone (expired, pushed out by newer tokens of
+    /// its scope, or spent): write nothing, and roll back. The token's row stays locked
+    /// until the transaction ends, and a rollback leaves it unspent.
+    ///
+    /// Like [`complete_record_in`](Self::complete_record_in), it runs under the
+    /// connection's own limits, not the store's timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] with the [`sqlx::Error`] when the statement fails; the
+    /// transaction is then aborted (PostgreSQL) and must be rolled back.
+    pub async fn consume_token_in(
+        conn: &mut DB::Connection,
+        scope: &Key,
+        token: &Key,
+    ) -> Result<bool, StoreError> {
+        let args = [Arg::Text(scope.as_str()), Arg::Text(token.as_str())];
+        let row = DB::fetch::<(bool,)>(On::Connection(conn), DB::STATEMENTS.consume_token, &args);
+        let live = row
+            .await
+            .map_err(|error| store_error::<DB>(error, "consume_token_in", None))?;
+        Ok(live.is_some_and(|(live,)| live))
+    }
+
     /// Waits until the idempotency record `key` is no longer in progress (it was
     /// completed, abandoned, or its lease ran out), or `within` has passed: `true` when
     /// it is no longer in progress (or there is none), `false` when the time ran out.
@@ -600,6 +631,14 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
         let args = [Arg::Text(scope.as_str()), Arg::Text(token.as_str())];
         let live = self
             .flag("consume_token", DB::STATEMENTS.consume_token, &args)
+            .await?;
+        Ok(live == Some(true))
+    }
+
+    async fn has_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
+        let args = [Arg::Text(scope.as_str()), Arg::Text(token.as_str())];
+        let live = self
+            .flag("has_token", DB::STATEMENTS.has_token, &args)
             .await?;
         Ok(live == Some(true))
     }

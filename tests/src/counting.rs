@@ -101,6 +101,7 @@ impl<S: Store> Store for Counting<S> {
         remaining(key: &Key) -> Option<Duration>;
         put_token(scope: &Key, token: &Key, ttl: Duration, keep: usize) -> ();
         consume_token(scope: &Key, token: &Key) -> bool;
+        has_token(scope: &Key, token: &Key) -> bool;
         begin_record(key: &Key, owner: &Owner, fingerprint: &Fingerprint, lease: Duration)
             -> Begin;
         complete_record(key: &Key, owner: &Owner, response: Bytes, retention: Duration)

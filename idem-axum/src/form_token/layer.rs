@@ -62,6 +62,7 @@ pub(super) struct Settings {
     rotation: bool,
     message: Option<Cow<'static, str>>,
     replay: bool,
+    pub(super) spend_in_transaction: bool,
 }
 
 impl VerifyFormTokenLayer {
@@ -131,6 +132,34 @@ impl VerifyFormTokenLayer {
         self
     }
 
+    /// Whether the handler spends the token itself, in the transaction that writes what the
+    /// form submits (default `false`: the layer spends it before the handler runs). Turns
+    /// [replay](Self::with_replay) on.
+    ///
+    /// For a handler whose store keeps tokens and records in its own database (the SQL
+    /// stores of `idem-sqlx`): the layer begins the submission's record and *looks* at the
+    /// token, and runs the handler only if the token is live; the handler, through the
+    /// [`FormSubmission`](crate::form_token::FormSubmission) it extracts, spends the token
+    /// and stores its response in its own transaction, beside the order it writes. The
+    /// spent token, the order and the response a repeat replays then commit together or
+    /// not at all: a server that dies after the commit leaves a repeat that lands on the
+    /// order, never a 409 nor a second order, and one that dies before it leaves the
+    /// token unspent, so the repeat places the order once the record's lease has run out.
+    ///
+    /// A handler that leaves the record to the layer (it never calls
+    /// [`stored_response`](crate::idempotency::IdempotencyRecord::stored_response)) has
+    /// its token spent by the layer after its response is stored. A runtime failing open
+    /// runs the handler without a `FormSubmission` when the store cannot be asked: extract
+    /// `Option<FormSubmission>` there.
+    ///
+    /// ```
+    /// let layer = idem_axum::VerifyFormTokenLayer::new().with_spend_in_transaction(true);
+    /// ```
+    pub fn with_spend_in_transaction(mut self, spend_in_transaction: bool) -> Self {
+        Arc::make_mut(&mut self.settings).spend_in_transaction = spend_in_transaction;
+        self
+    }
+
     /// The message of the 409 for a token that is unknown, expired, spent or another
     /// client's.
     ///
@@ -185,7 +214,7 @@ async fn verify<S: Inner>(
         Ok((_, None)) => return Ok(guard.refuse(missing_token(&config))),
         Err(rejection) => return Ok(guard.refuse(rejection)),
     };
-    if settings.replay {
+    if settings.replay || settings.spend_in_transaction {
         let submission = Submission {
             guard,
             client,
@@ -195,7 +224,7 @@ async fn verify<S: Inner>(
         };
         return submission.answer(request, token).await;
     }
-    match spend(&guard, &client, &token).await {
+    match check(&guard, &client, &token, Check::Spend).await {
         Ok(Spent::Yes) => {}
         Ok(Spent::No) => return Ok(guard.refuse(refused_token(&settings))),
         // Failing open: the request goes through unverified, and spends nothing.
@@ -222,9 +251,9 @@ pub(super) async fn run_to_end<S: Inner>(
     }
 }
 
-/// What spending a token came to.
+/// What checking a token came to.
 pub(super) enum Spent {
-    /// It was this client's, live and unspent: it is spent now.
+    /// It was this client's, live and unspent: it is spent now (or, looked at, live).
     Yes,
     /// It was not (unknown, expired, spent, another client's): nothing changed.
     No,
@@ -232,27 +261,38 @@ pub(super) enum Spent {
     Unknown,
 }
 
-/// Spends `token` of `client` with one atomic delete.
+/// How a token is checked before the handler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Check {
+    /// Spent, with one atomic delete: the check that lets exactly one request through.
+    Spend,
+    /// Looked at, for a handler that spends it in its own transaction.
+    Look,
+}
+
+/// Checks `token` of `client` as `how` says.
 ///
 /// # Errors
 ///
 /// The 503 of a store that failed while the runtime fails closed.
-pub(super) async fn spend(
+pub(super) async fn check(
     guard: &GuardContext,
     client: &ClientId,
     token: &str,
+    how: Check,
 ) -> Result<Spent, Rejection> {
     if !well_formed(token) {
         outcome::report(Guard::FormToken, Outcome::Duplicate);
         return Ok(Spent::No);
     }
     let started = Instant::now();
-    let consumed = guard
-        .store()
-        .consume_token(&scope_key(guard, client), &token_key(guard, client, token))
-        .await;
+    let (scope, token) = (scope_key(guard, client), token_key(guard, client, token));
+    let checked = match how {
+        Check::Spend => guard.store().consume_token(&scope, &token).await,
+        Check::Look => guard.store().has_token(&scope, &token).await,
+    };
     outcome::store_latency(Guard::FormToken, started.elapsed());
-    match consumed {
+    match checked {
         Ok(true) => {
             outcome::report(Guard::FormToken, Outcome::Accepted);
             Ok(Spent::Yes)

@@ -120,8 +120,10 @@ pub(crate) mod extract;
 mod field;
 pub(crate) mod layer;
 mod replay;
+mod submission;
 
 pub(crate) use self::config::FormTokenConfig;
 pub(crate) use self::extract::FormToken;
 pub use self::extract::FormTokenRejection;
 pub use self::layer::VerifyFormToken;
+pub use self::submission::FormSubmission;

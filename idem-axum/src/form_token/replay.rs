@@ -22,11 +22,14 @@ use tokio::time::Instant;
 
 use super::FormTokenConfig;
 use super::extract::{scope_key, token_key};
-use super::layer::{Settings, Spent, refused_token, rotate, run_to_end, spend, with_rotated};
+use super::layer::{
+    Check, Settings, Spent, check, refused_token, rotate, run_to_end, with_rotated,
+};
+use super::submission::FormSubmission;
 use crate::client::{ClientId, ClientRequest};
 use crate::future::Inner;
 use crate::guard::GuardContext;
-use crate::idempotency::{self, Began, GiveBack, Record, record_key, replay};
+use crate::idempotency::{self, Began, Record, Spending, record_key, replay};
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 
@@ -89,16 +92,20 @@ impl<S: Inner> Submission<S> {
         }
     }
 
-    /// Spends the token of the post that began `record`, and runs the handler if it was
-    /// spent.
+    /// Spends the token of the post that began `record` (or, the handler spending it in
+    /// its own transaction, looks at it), and runs the handler if it was spent (is live).
     async fn spend_then_run(
         self,
         record: Record,
         request: Request,
         token: String,
     ) -> Result<Response, S::Error> {
-        let refusal = match spend(&self.guard, &self.client, &token).await {
-            Ok(Spent::Yes) => return self.run(record, request, &token).await,
+        let how = match self.settings.spend_in_transaction {
+            true => Check::Look,
+            false => Check::Spend,
+        };
+        let refusal = match check(&self.guard, &self.client, &token, how).await {
+            Ok(Spent::Yes) => return self.run(record, request, &token, how).await,
             Ok(Spent::Unknown) => {
                 // Failing open, as without replay: nothing was spent, nothing is kept.
                 record.abandon().await;
@@ -111,15 +118,27 @@ impl<S: Inner> Submission<S> {
         Ok(self.guard.refuse(refusal))
     }
 
-    /// Runs the handler as the first submission of `token`, which it spent: its response
-    /// is kept, or, if it fails, the token is given back before its record goes.
+    /// Runs the handler as the first submission of `token`, checked `how`: its response is
+    /// kept, or, if it fails, the token spent before it ran is given back before its
+    /// record goes.
     async fn run(
         self,
         record: Record,
-        request: Request,
+        mut request: Request,
         token: &str,
+        how: Check,
     ) -> Result<Response, S::Error> {
-        let record = record.giving_back(SpentToken::new(&self, token));
+        let token = SubmittedToken::new(&self, token, how);
+        if how == Check::Look {
+            request.extensions_mut().insert(FormSubmission::new(
+                record.handle().clone(),
+                &token.scope,
+                &token.token,
+                &self.guard,
+                &self.settings,
+            ));
+        }
+        let record = record.spending(token);
         let (guard, client, config) = (&self.guard, &self.client, &self.config);
         let (request, rotated) = rotate(guard, client, config, &self.settings, request).await;
         match record.run(self.inner, request).await {
@@ -148,18 +167,20 @@ async fn begin_or_wait(
     began
 }
 
-/// A token this submission spent, to give back if it fails: stored again for the
-/// token's life, under the same client.
-struct SpentToken {
+/// The token of a submission: spent before the handler ran, to give back if it fails
+/// (stored again for the token's life, under the same client); or left to the handler, to
+/// spend once the layer stored the response if the handler did not.
+struct SubmittedToken {
     store: AnyStore,
     scope: Key,
     token: Key,
     ttl: Duration,
     keep: usize,
+    how: Check,
 }
 
-impl SpentToken {
-    fn new<S>(submission: &Submission<S>, token: &str) -> Self {
+impl SubmittedToken {
+    fn new<S>(submission: &Submission<S>, token: &str, how: Check) -> Self {
         let (guard, client) = (&submission.guard, &submission.client);
         Self {
             store: guard.store().clone(),
@@ -167,18 +188,38 @@ impl SpentToken {
             token: token_key(guard, client, token),
             ttl: submission.config.ttl(),
             keep: submission.config.tokens_per_client(),
+            how,
         }
     }
 }
 
-impl GiveBack for SpentToken {
+impl Spending for SubmittedToken {
     fn give_back(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
+            if self.how == Check::Look {
+                return; // nothing was spent: the handler's transaction rolled back
+            }
             let stored = self
                 .store
                 .put_token(&self.scope, &self.token, self.ttl, self.keep);
             if let Err(error) = stored.await {
                 tracing::warn!(%error, "idem: a failed submission's form token stays spent");
+            }
+        })
+    }
+
+    fn spend_late(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            if self.how == Check::Spend {
+                return; // spent before the handler ran
+            }
+            tracing::warn!(
+                "idem: a form submission's handler left its record to the layer, so its token \
+                 is spent after its transaction, not in it; complete the record with the \
+                 token through `FormSubmission`"
+            );
+            if let Err(error) = self.store.consume_token(&self.scope, &self.token).await {
+                tracing::warn!(%error, "idem: a submission's form token could not be spent; it lapses with its TTL");
             }
         })
     }

@@ -94,12 +94,19 @@ impl Kept {
     }
 }
 
-/// What an attempt spent to be let run (a form token), given back before its record is
-/// removed: a retry of the failed attempt then finds it again, and no retry can begin
-/// the record before it is back.
-pub(crate) trait GiveBack: Send + Sync + 'static {
-    /// Gives it back; a failure is logged, not returned: the record goes either way.
+/// What an attempt spends to be let run (a form token). Spent before the handler runs,
+/// it is given back before the record is removed: a retry of the failed attempt then
+/// finds it again, and no retry can begin the record before it is back. Left to the
+/// handler, to spend in its own transaction, it is spent after the response is stored
+/// when the handler left the record to the layer.
+pub(crate) trait Spending: Send + Sync + 'static {
+    /// Gives back what was spent before the handler ran; a failure is logged, not
+    /// returned: the record goes either way.
     fn give_back(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+
+    /// Spends what the handler was to spend, now that the layer stored the response in
+    /// its stead; a failure is logged.
+    fn spend_late(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }
 
 /// An in-progress record this attempt began, and the handle on it the handler gets.
@@ -116,7 +123,7 @@ pub(crate) struct RecordState {
     fingerprint: Fingerprint,
     settings: Arc<Settings>,
     handle: IdempotencyRecord,
-    given_back: Option<Box<dyn GiveBack>>,
+    spending: Option<Box<dyn Spending>>,
 }
 
 impl std::ops::Deref for Record {
@@ -157,7 +164,7 @@ impl Record {
                 fingerprint: *fingerprint,
                 settings: Arc::clone(settings),
                 handle: IdempotencyRecord::new(key.clone(), owner, settings),
-                given_back: None,
+                spending: None,
             }))),
             Begin::Completed { response } => Began::Completed(response),
             Begin::InProgress { remaining } => Began::InProgress(remaining),
@@ -165,16 +172,22 @@ impl Record {
         })
     }
 
-    /// This record, with `spent` given back whenever it is abandoned.
-    pub(crate) fn giving_back(self, spent: impl GiveBack) -> Self {
-        let given_back = Some(Box::new(spent) as Box<dyn GiveBack>);
+    /// This record, with what the attempt spends given back whenever it is abandoned, and
+    /// spent late when the layer stores the response.
+    pub(crate) fn spending(self, spending: impl Spending) -> Self {
+        let spending = Some(Box::new(spending) as Box<dyn Spending>);
         Self(Arc::new(RecordState {
             guard: self.guard.clone(),
             fingerprint: self.fingerprint,
             settings: Arc::clone(&self.settings),
             handle: self.handle.clone(),
-            given_back,
+            spending,
         }))
+    }
+
+    /// The handle on the record its handler gets.
+    pub(crate) fn handle(&self) -> &IdempotencyRecord {
+        &self.handle
     }
 
     fn key(&self) -> &Key {
@@ -376,8 +389,8 @@ impl Record {
     /// Removes the record, so that a retry runs afresh, once what the attempt spent is
     /// given back.
     pub(crate) async fn abandon(&self) {
-        if let Some(spent) = &self.given_back {
-            spent.give_back().await;
+        if let Some(spending) = &self.spending {
+            spending.give_back().await;
         }
         if let Err(error) = self.store().abandon_record(self.key(), self.owner()).await {
             tracing::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
@@ -514,9 +527,14 @@ impl Record {
             match self.kept(&parts, &captured) {
                 Some(stored) => {
                     let retention = self.settings.retention;
-                    if let Kept::Lost(theirs) = self.complete(stored, parts.status, retention).await
-                    {
-                        return Ok(self.answer_of_winner(theirs.as_ref()));
+                    match self.complete(stored, parts.status, retention).await {
+                        Kept::Lost(theirs) => return Ok(self.answer_of_winner(theirs.as_ref())),
+                        Kept::Stored | Kept::ClaimedAgain => {
+                            if let Some(spending) = &self.spending {
+                                spending.spend_late().await;
+                            }
+                        }
+                        Kept::ByHandler | Kept::Unknown => {}
                     }
                 }
                 None => self.abandon().await,

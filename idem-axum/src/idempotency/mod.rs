@@ -239,7 +239,7 @@ use crate::outcome::Guard;
 
 pub(crate) use self::answer::{record_key, replay};
 pub use self::do_not_keep::DoNotKeep;
-pub(crate) use self::first_run::{Began, GiveBack, Record};
+pub(crate) use self::first_run::{Began, Record, Spending};
 pub use self::layer::Idempotency;
 pub(crate) use self::layer::IdempotencyLayer;
 pub use self::record::IdempotencyRecord;

@@ -286,6 +286,33 @@ pub async fn a_token_is_consumed_once_and_expires<B: Backend>() {
     );
 }
 
+/// Looking at a token tells whether it is live, and spends nothing.
+pub async fn looking_at_a_token_spends_nothing<B: Backend>() {
+    let (_backend, store) = started::<B>().await;
+    let (alice, bob) = (key("alice"), key("bob"));
+    let (kept, fleeting) = (key("token-kept"), key("token-fleeting"));
+    assert!(!store.has_token(&alice, &kept).await.unwrap(), "never issued");
+    store.put_token(&alice, &kept, LONG, KEEP).await.unwrap();
+    store
+        .put_token(&alice, &fleeting, Duration::from_millis(20), KEEP)
+        .await
+        .unwrap();
+    assert!(store.has_token(&alice, &kept).await.unwrap());
+    assert!(store.has_token(&alice, &kept).await.unwrap(), "still there");
+    assert!(
+        !store.has_token(&bob, &kept).await.unwrap(),
+        "another scope's token"
+    );
+    assert!(store.consume_token(&alice, &kept).await.unwrap(), "unspent");
+    assert!(!store.has_token(&alice, &kept).await.unwrap(), "spent");
+
+    tokio::time::sleep(Duration::from_millis(40)).await; // past its TTL, not a race
+    assert!(
+        !store.has_token(&alice, &fleeting).await.unwrap(),
+        "expired"
+    );
+}
+
 /// A scope keeps its newest tokens and only its own.
 pub async fn a_scope_keeps_its_newest_tokens_and_only_its_own<B: Backend>() {
     let (_backend, store) = started::<B>().await;

@@ -101,6 +101,7 @@ macro_rules! store_conformance {
             two_releases_wake_two_registered_waiters,
             registering_to_wait_acquires_like_acquire,
             a_token_is_consumed_once_and_expires,
+            looking_at_a_token_spends_nothing,
             a_scope_keeps_its_newest_tokens_and_only_its_own,
             a_record_replays_what_was_completed,
             a_stale_owner_cannot_complete_a_newer_record,

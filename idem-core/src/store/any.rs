@@ -88,6 +88,7 @@ erased_store! {
     remaining(key: &Key;) -> Option<Duration>;
     put_token(scope: &Key, token: &Key; ttl: Duration, keep: usize) -> ();
     consume_token(scope: &Key, token: &Key;) -> bool;
+    has_token(scope: &Key, token: &Key;) -> bool;
     begin_record(
         key: &Key, owner: &Owner, fingerprint: &Fingerprint; lease: Duration
     ) -> Begin;

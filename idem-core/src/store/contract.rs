@@ -206,6 +206,21 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         token: &Key,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Whether `scope` holds the token `token`, unspent and unexpired, without spending
+    /// it: a look in advance, for a caller that spends the token later in a transaction of
+    /// its own (a form submission whose token is spent with its order). It decides
+    /// nothing: only [`consume_token`](Self::consume_token) answers `true` to exactly one
+    /// caller.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn has_token(
+        &self,
+        scope: &Key,
+        token: &Key,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Starts an idempotency record for `owner`, or reports the one that exists.
     ///
     /// A new record is in progress for `lease`, tied to `fingerprint`. An existing record

@@ -10,7 +10,7 @@
 //! | anti-repeat window, locks | [`acquire`](Store::acquire), [`release`](Store::release), [`renew`](Store::renew), [`remaining`](Store::remaining) |
 //! | waiting for a lock ([`Lock`](crate::Lock)) | [`acquire_or_register_waiter`](Store::acquire_or_register_waiter), [`release_and_signal`](Store::release_and_signal), [`wait_for_release`](Store::wait_for_release) |
 //! | waiting in arrival order ([`FairLock`](crate::FairLock)), trait [`FairStore`] | [`acquire_in_turn`](FairStore::acquire_in_turn), [`wait_for_turn`](FairStore::wait_for_turn), [`leave_queue`](FairStore::leave_queue), and [`release_and_signal`](Store::release_and_signal) |
-//! | one-time form tokens | [`put_token`](Store::put_token), [`consume_token`](Store::consume_token) |
+//! | one-time form tokens | [`put_token`](Store::put_token), [`consume_token`](Store::consume_token), [`has_token`](Store::has_token) |
 //! | idempotency records | [`begin_record`](Store::begin_record), [`complete_record`](Store::complete_record), [`renew_record`](Store::renew_record), [`abandon_record`](Store::abandon_record) |
 //!
 //! Locks, tokens and records live in separate spaces: the same [`Key`] used for a lock and

@@ -528,6 +528,10 @@ impl Shard {
         self.tokens.consume(scope, token, now)
     }
 
+    pub(super) fn has_token(&self, scope: &Packed, token: &Packed, now: Moment) -> bool {
+        self.tokens.holds(scope, token, now)
+    }
+
     /// Tokens held now, counting expired ones not reclaimed yet.
     pub(super) fn token_count(&self) -> usize {
         self.tokens.len()

@@ -93,6 +93,13 @@ impl Tokens {
         }
     }
 
+    /// Whether `scope` holds `token`, unexpired at `now`.
+    pub(super) fn holds(&self, scope: &Packed, token: &Packed, now: Moment) -> bool {
+        self.tokens
+            .get(token)
+            .is_some_and(|held| held.scope == *scope && held.expires_at > now)
+    }
+
     /// Removes `token` if it has expired by `now`.
     pub(super) fn remove_expired(&mut self, token: &Packed, now: Moment) {
         if self
