@@ -28,6 +28,7 @@ mod postgres_server;
 mod redis_sentinel;
 mod redis_server;
 mod server_process;
+mod sql_database;
 mod timing;
 
 pub use backend::{
@@ -53,6 +54,7 @@ pub use redis_server::{
     unused_port,
 };
 pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp};
+pub use sql_database::{BoxFuture, SqlDatabase, Statements};
 pub use timing::{median, micros_since_epoch, percentile};
 
 /// Generates each case — an `async fn case<B: Backend>()` in the calling module — once per

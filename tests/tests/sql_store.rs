@@ -8,17 +8,17 @@
 //! that waiters are woken by `NOTIFY` from another instance, also after the listener's
 //! connection was terminated, and that the listener stops with the store.
 
-use std::any::Any;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use idem_core::lock::{Lease, LockError};
 use idem_core::store::{Fencing, Turn};
 use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Lock, Owner, Store, StoreError};
-use idem_sqlx::{CommitError, PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder, SqliteStore};
-use idem_tests::{Backend, PostgresBackend, SqliteBackend, all_at_once, eventually, hold_fenced};
-use sqlx::{Executor, FromRow, Pool, Postgres, Sqlite, Transaction};
+use idem_sqlx::{CommitError, PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder};
+use idem_tests::{
+    Backend, PostgresBackend, SqlDatabase, Statements, all_at_once, eventually, hold_fenced,
+};
+use sqlx::{Pool, Transaction};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(20);
@@ -30,62 +30,8 @@ fn key(name: &str) -> Key {
     Key::new(name).expect("a valid test key")
 }
 
-/// A database of one kind, with what the cases need to look at it from outside the
-/// store, as the application would: with a pool of its own.
-trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
-    type DB: SqlBackend + Statements;
-
-    /// Begins a transaction that writes, as an application does on this database.
-    const BEGIN: &'static str;
-
-    /// Locks idem's tables against writes, inside a transaction begun with
-    /// [`BEGIN`](Self::BEGIN) (which is enough by itself in SQLite).
-    const LOCK_TABLES: &'static str;
-
-    /// The database's URL.
-    fn url(&self) -> String;
-
-    /// Another store (a pool of its own, as another instance would have) with the
-    /// settings of `builder`, on this database, with the tables created.
-    async fn store_with(&self, builder: SqlStoreBuilder<Self::DB>) -> SqlStore<Self::DB>;
-
-    /// A pool of the application's own.
-    async fn pool(&self) -> Pool<Self::DB> {
-        Pool::connect(&self.url())
-            .await
-            .expect("the application's pool")
-    }
-
-    /// The rows of `table`.
-    async fn count(&self, table: &str) -> i64 {
-        let sql = format!("SELECT count(*) FROM {table}");
-        Self::DB::count(&self.pool().await, &sql)
-            .await
-            .expect("a count")
-    }
-
-    /// Runs `sql` on the application's pool.
-    async fn execute(&self, sql: &str) {
-        let pool = self.pool().await;
-        Self::DB::execute(&pool, sql)
-            .await
-            .expect("the test's statement");
-    }
-
-    /// Holds a write lock on idem's tables, from a connection of its own, until dropped.
-    async fn lock_tables(&self) -> Box<dyn Any + Send> {
-        let mut tx = self
-            .pool()
-            .await
-            .begin_with(Self::BEGIN)
-            .await
-            .expect("a transaction");
-        Self::DB::execute_on(&mut tx, Self::LOCK_TABLES)
-            .await
-            .expect("the tables locked");
-        Box::new(tx)
-    }
-
+/// What these cases do with an order of the application's, on either database.
+trait Orders: SqlDatabase {
     /// A transaction of the application's own on `pool` that has inserted an order.
     async fn order<'p>(&self, pool: &'p Pool<Self::DB>) -> Transaction<'p, Self::DB> {
         Self::DB::execute(pool, "CREATE TABLE IF NOT EXISTS orders (item TEXT)")
@@ -133,87 +79,7 @@ trait Database: Backend<Store = SqlStore<Self::DB>> + Sized {
     }
 }
 
-/// Statements of the test's own, on any database sqlx runs them on.
-trait Statements: sqlx::Database {
-    /// The one integer `sql` answers.
-    fn count<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<i64, sqlx::Error>>;
-
-    /// Runs `sql`, one statement or several.
-    fn execute<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<(), sqlx::Error>>;
-
-    /// Runs `sql` on a connection (in a transaction).
-    fn execute_on<'a>(
-        conn: &'a mut Self::Connection,
-        sql: &'a str,
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>>;
-}
-
-impl<DB> Statements for DB
-where
-    DB: sqlx::Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'r> (i64,): FromRow<'r, DB::Row>,
-{
-    fn count<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<i64, sqlx::Error>> {
-        let row = pool.fetch_one(sqlx::raw_sql(sql));
-        Box::pin(async move { <(i64,)>::from_row(&row.await?).map(|(count,)| count) })
-    }
-
-    fn execute<'a>(pool: &'a Pool<Self>, sql: &'a str) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        let done = pool.execute(sqlx::raw_sql(sql));
-        Box::pin(async move { done.await.map(drop) })
-    }
-
-    fn execute_on<'a>(
-        conn: &'a mut Self::Connection,
-        sql: &'a str,
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        let done = conn.execute(sqlx::raw_sql(sql));
-        Box::pin(async move { done.await.map(drop) })
-    }
-}
-
-type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-impl Database for PostgresBackend {
-    type DB = Postgres;
-
-    const BEGIN: &'static str = "BEGIN";
-
-    const LOCK_TABLES: &'static str =
-        "LOCK TABLE idem_locks, idem_tokens, idem_records IN ACCESS EXCLUSIVE MODE";
-
-    fn url(&self) -> String {
-        self.server.url()
-    }
-
-    async fn store_with(&self, builder: SqlStoreBuilder<Postgres>) -> PostgresStore {
-        self.server.store_with(builder).await
-    }
-}
-
-impl Database for SqliteBackend {
-    type DB = Sqlite;
-
-    /// Takes the write lock at the start, so no other writer can slip in between the
-    /// transaction's reads and its writes.
-    const BEGIN: &'static str = "BEGIN IMMEDIATE";
-
-    const LOCK_TABLES: &'static str = "SELECT 1";
-
-    fn url(&self) -> String {
-        format!("sqlite://{}", self.path().display())
-    }
-
-    async fn store_with(&self, builder: SqlStoreBuilder<Sqlite>) -> SqliteStore {
-        let store = builder
-            .open(self.path())
-            .await
-            .expect("a store on the file");
-        store.migrate().await.expect("idem's tables");
-        store
-    }
-}
+impl<D: SqlDatabase> Orders for D {}
 
 /// A store that purges only when asked.
 fn manual<DB: SqlBackend>() -> SqlStoreBuilder<DB> {
@@ -290,7 +156,7 @@ on_both_databases!(
     a_fair_waiter_that_times_out_or_is_cancelled_leaves_the_queue,
 );
 
-async fn migrations_run_twice_and_from_several_instances_at_once<D: Database>() {
+async fn migrations_run_twice_and_from_several_instances_at_once<D: SqlDatabase>() {
     let db = D::start().await;
     let stores = [
         db.store_with(manual()).await,
@@ -315,7 +181,7 @@ async fn migrations_run_twice_and_from_several_instances_at_once<D: Database>() 
     hold_fenced(&db.store(), "after").await;
 }
 
-async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: Database>() {
+async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db.store_with(manual()).await;
     let (owner, fp, scope) = (Owner::random(), Fingerprint::of(["x"]), key("client"));
@@ -387,7 +253,7 @@ async fn the_purge_deletes_expired_rows_and_keeps_live_ones<D: Database>() {
     assert_eq!(store.purge().await.unwrap(), Default::default());
 }
 
-async fn a_purge_run_deletes_at_most_a_batch_of_each_table<D: Database>() {
+async fn a_purge_run_deletes_at_most_a_batch_of_each_table<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db.store_with(manual().with_purge_batch(4)).await;
     // A fair lock held, and a waiter with a long place at the head of its queue: the
@@ -422,7 +288,7 @@ async fn a_purge_run_deletes_at_most_a_batch_of_each_table<D: Database>() {
     assert_eq!(runs, [(4, 4), (4, 4), (2, 2), (0, 0)]);
 }
 
-async fn tokens_past_the_capacity_are_evicted_oldest_first<D: Database>() {
+async fn tokens_past_the_capacity_are_evicted_oldest_first<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db
         .store_with(manual().with_token_capacity(5).with_purge_batch(100))
@@ -451,7 +317,7 @@ async fn tokens_past_the_capacity_are_evicted_oldest_first<D: Database>() {
     }
 }
 
-async fn the_store_purges_by_itself<D: Database>() {
+async fn the_store_purges_by_itself<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db
         .store_with(
@@ -473,7 +339,7 @@ async fn the_store_purges_by_itself<D: Database>() {
     .await;
 }
 
-async fn a_locked_database_is_a_timeout_not_a_hang<D: Database>() {
+async fn a_locked_database_is_a_timeout_not_a_hang<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db.store_with(manual().with_timeout(TIMEOUT)).await;
     let lock = db.lock_tables().await;
@@ -504,7 +370,7 @@ async fn a_locked_database_is_a_timeout_not_a_hang<D: Database>() {
     .await;
 }
 
-async fn a_record_completed_in_a_rolled_back_transaction_stays_in_progress<D: Database>() {
+async fn a_record_completed_in_a_rolled_back_transaction_stays_in_progress<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db.store();
     let (record, owner, fp) = (key("order-1"), Owner::random(), Fingerprint::of(["order"]));
@@ -535,7 +401,7 @@ async fn a_record_completed_in_a_rolled_back_transaction_stays_in_progress<D: Da
     assert!(store.abandon_record(&record, &owner).await.unwrap());
 }
 
-async fn a_record_completed_in_a_committed_transaction_is_replayed<D: Database>() {
+async fn a_record_completed_in_a_committed_transaction_is_replayed<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db.store();
     // Completed and committed in two calls, then with `commit_with_record`.
@@ -576,7 +442,7 @@ async fn a_record_completed_in_a_committed_transaction_is_replayed<D: Database>(
     }
 }
 
-async fn a_stale_owner_cannot_complete_inside_a_transaction<D: Database>() {
+async fn a_stale_owner_cannot_complete_inside_a_transaction<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db.store();
     let (record, stale, fresh) = (key("order-3"), Owner::random(), Owner::random());
@@ -597,7 +463,7 @@ async fn a_stale_owner_cannot_complete_inside_a_transaction<D: Database>() {
 }
 
 async fn commit_with_record_rolls_back_the_writes_of_an_attempt_that_lost_its_record<
-    D: Database,
+    D: SqlDatabase,
 >() {
     let db = D::start().await;
     let store = db.store();
@@ -618,7 +484,7 @@ async fn commit_with_record_rolls_back_the_writes_of_an_attempt_that_lost_its_re
     assert_eq!(db.count("orders").await, 1);
 }
 
-async fn several_instances_on_one_database_have_one_winner<D: Database>() {
+async fn several_instances_on_one_database_have_one_winner<D: SqlDatabase>() {
     let db = D::start().await;
     let stores = [
         db.store(),
@@ -653,7 +519,7 @@ async fn several_instances_on_one_database_have_one_winner<D: Database>() {
     assert_eq!((winners, started), (1, 1));
 }
 
-async fn fencing_tokens_keep_growing_across_a_restart<D: Database>() {
+async fn fencing_tokens_keep_growing_across_a_restart<D: SqlDatabase>() {
     let db = D::start().await;
     let lock = key("fenced");
     let mut last = 0;
@@ -672,7 +538,7 @@ async fn fencing_tokens_keep_growing_across_a_restart<D: Database>() {
     }
 }
 
-async fn a_row_the_store_cannot_read_is_an_unexpected_answer<D: Database>() {
+async fn a_row_the_store_cannot_read_is_an_unexpected_answer<D: SqlDatabase>() {
     let db = D::start().await;
     let store = db.store();
     let (lock, owner) = hold_fenced(&store, "tampered").await;
@@ -688,14 +554,14 @@ async fn a_row_the_store_cannot_read_is_an_unexpected_answer<D: Database>() {
 }
 
 /// Waits until `key`'s queue has `places` places.
-async fn until_queued<D: Database>(db: &D, places: i64) {
+async fn until_queued<D: SqlDatabase>(db: &D, places: i64) {
     eventually(Duration::from_secs(5), "the waiter is queued", || async {
         db.count("idem_queue").await == places
     })
     .await;
 }
 
-async fn fair_locks_of_several_instances_take_turns_in_arrival_order<D: Database>() {
+async fn fair_locks_of_several_instances_take_turns_in_arrival_order<D: SqlDatabase>() {
     let db = D::start().await;
     let stores = [db.store(), db.store_of_another_instance()];
     let name = key("fair-instances");
@@ -729,7 +595,7 @@ async fn fair_locks_of_several_instances_take_turns_in_arrival_order<D: Database
     assert_eq!(db.count("idem_queue").await, 0, "each took its place out");
 }
 
-async fn a_fair_waiter_that_times_out_or_is_cancelled_leaves_the_queue<D: Database>() {
+async fn a_fair_waiter_that_times_out_or_is_cancelled_leaves_the_queue<D: SqlDatabase>() {
     let db = D::start().await;
     let name = key("fair-leaving");
     let fair = || Lock::new(db.store(), name.clone(), Lease::Fixed(LONG)).fair();
@@ -756,7 +622,7 @@ async fn a_fair_waiter_that_times_out_or_is_cancelled_leaves_the_queue<D: Databa
     assert!(holder.release().await.unwrap());
 }
 
-async fn a_record_waiter_sees_the_record_end<D: Database>() {
+async fn a_record_waiter_sees_the_record_end<D: SqlDatabase>() {
     let db = D::start().await;
     let (store, other) = (db.store(), db.store_of_another_instance());
     let (record, owner, fp) = (key("awaited"), Owner::random(), Fingerprint::of(["order"]));

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -63,6 +63,7 @@ pub(super) struct Settings {
     message: Option<Cow<'static, str>>,
     replay: bool,
     pub(super) spend_in_transaction: bool,
+    pub(super) lease: Option<Duration>,
 }
 
 impl VerifyFormTokenLayer {
@@ -157,6 +158,25 @@ impl VerifyFormTokenLayer {
     /// ```
     pub fn with_spend_in_transaction(mut self, spend_in_transaction: bool) -> Self {
         Arc::make_mut(&mut self.settings).spend_in_transaction = spend_in_transaction;
+        self
+    }
+
+    /// With [replay](Self::with_replay), how long a submission's record is held while its
+    /// handler runs (default 10 s, as [`IdempotencyLayer`](crate::IdempotencyLayer)'s):
+    /// renewed every third of it for as long as the handler runs, it ends with it only
+    /// when the server died, or lost its store, mid-submission. A repeat then waits
+    /// (up to 5 s, then 409) until the lease runs out and runs the submission again —
+    /// which, with the token [spent in the handler's
+    /// transaction](Self::with_spend_in_transaction), places the order once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let layer = idem_axum::VerifyFormTokenLayer::new()
+    ///     .with_replay(true)
+    ///     .with_lease(Duration::from_secs(5));
+    /// ```
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        Arc::make_mut(&mut self.settings).lease = Some(lease);
         self
     }
 

@@ -300,10 +300,15 @@ impl Settings {
     /// The settings of a first attempt whose key is a one-time form token
     /// ([`VerifyFormTokenLayer::with_replay`]):
     /// its response is kept for `retention`, the token's life, unless it is a 5xx.
-    pub(crate) fn for_form_submissions(retention: Duration) -> Arc<Self> {
+    /// Held under `lease` while the handler runs, if one is given; else the
+    /// [`IdempotencyLayer`]'s default.
+    pub(crate) fn for_form_submissions(retention: Duration, lease: Option<Duration>) -> Arc<Self> {
         let mut settings = Arc::clone(&IdempotencyLayer::new().settings);
         let form = Arc::make_mut(&mut settings);
         form.retention = retention;
+        if let Some(lease) = lease {
+            form.lease = lease;
+        }
         form.guard = Guard::FormToken;
         settings
     }

@@ -291,7 +291,10 @@ pub async fn looking_at_a_token_spends_nothing<B: Backend>() {
     let (_backend, store) = started::<B>().await;
     let (alice, bob) = (key("alice"), key("bob"));
     let (kept, fleeting) = (key("token-kept"), key("token-fleeting"));
-    assert!(!store.has_token(&alice, &kept).await.unwrap(), "never issued");
+    assert!(
+        !store.has_token(&alice, &kept).await.unwrap(),
+        "never issued"
+    );
     store.put_token(&alice, &kept, LONG, KEEP).await.unwrap();
     store
         .put_token(&alice, &fleeting, Duration::from_millis(20), KEEP)

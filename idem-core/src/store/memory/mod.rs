@@ -392,9 +392,7 @@ impl Store for MemoryStore {
 
     async fn has_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
         let (scope, token) = (&Packed::from(scope), &Packed::from(token));
-        Ok(self.with_shard(scope, |shard, now, _| {
-            shard.has_token(scope, token, now)
-        }))
+        Ok(self.with_shard(scope, |shard, now, _| shard.has_token(scope, token, now)))
     }
 
     async fn begin_record(
