@@ -165,7 +165,8 @@
 //! | `release_and_signal`, `abandon_record` | 1 `DELETE … RETURNING` in a `WITH` that also `pg_notify`s the key's waiters | 1 `DELETE … RETURNING` |
 //! | `renew`, `renew_record` | 1 `UPDATE … RETURNING` | 1 |
 //! | `complete_record` | 1 `UPDATE … RETURNING` in a `WITH` that also `pg_notify`s | 1 `UPDATE … RETURNING` |
-//! | `remaining` | 1 `SELECT` | 1 |
+//! | `remaining`, `has_token` | 1 `SELECT` | 1 |
+//! | [`consume_token_in`](SqlStore::consume_token_in), [`complete_record_in`](SqlStore::complete_record_in) | `consume_token`'s and `complete_record`'s, in the caller's transaction | the same |
 //! | `put_token` | 1: the upsert and the `DELETE` of the scope's lapsed tokens in one `WITH` | a `BEGIN IMMEDIATE` transaction of 2 (`REPLACE`, `DELETE`) |
 //! | `begin_record` | 1, like `acquire` (+1) | 1 when started; 2 otherwise |
 //! | `acquire_or_register_waiter` | the trait's default: `acquire` | the same |

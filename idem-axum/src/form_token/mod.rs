@@ -36,6 +36,7 @@
 //! | a token unknown, expired, already spent, or issued to another client | 409 [`InvalidFormToken`](crate::RejectionKind::InvalidFormToken) — one answer for all, so it tells nothing | — |
 //! | with [replay](crate::VerifyFormTokenLayer::with_replay): a token this client spent on this route | the first submission's response, replayed | — |
 //! | with replay: a token whose submission failed (5xx, panic) | the handler's, run again | yes, given back if it fails again |
+//! | spent in the handler's transaction: a live token | the handler's, which spends it with its writes | by the handler, at its commit |
 //! | no token (no header, no field, or a request without a `Content-Type`) | 400 [`MissingFormToken`](crate::RejectionKind::MissingFormToken) | no |
 //! | no token header and a body that is no form (`application/json`, …) | 415 [`UnsupportedMediaType`](crate::RejectionKind::UnsupportedMediaType) | no |
 //! | a urlencoded body that is not UTF-8; a multipart body malformed or cut short | 400 [`InvalidBody`](crate::RejectionKind::InvalidBody) | no |
@@ -60,6 +61,30 @@
 //! produced. A repeat that arrives while the first still runs waits for it. A submission
 //! belongs to its route: the token posted to another route is refused as spent. A
 //! submission that fails gives its token back, and the page can be posted again.
+//!
+//! **Spent in the handler's transaction** (off by default): with
+//! [`with_spend_in_transaction(true)`](crate::VerifyFormTokenLayer::with_spend_in_transaction),
+//! on a store that keeps tokens and records in the application's own database (the SQL
+//! stores of `idem-sqlx`), the layer begins the submission's record and only *looks* at
+//! the token; the handler, through its [`FormSubmission`], spends the token, writes the
+//! order and stores the response a repeat replays, all in one transaction. Spent before
+//! the handler runs, as otherwise, a token outlives a server that dies between the two: a
+//! death before the commit leaves the token spent and no order (the repeat gets 409 and
+//! the user fills the form again); a death after it leaves the order and no stored page
+//! (the repeat waits out the record's lease, then gets 409). In the transaction, the
+//! first leaves the token live — the repeat places the order, once the record's lease
+//! ([`with_lease`](crate::VerifyFormTokenLayer::with_lease)) has run out — and the
+//! second the stored page, which the repeat replays.
+//!
+//! An anti-repeat window (`#[avoid_repeat]`, [`AvoidRepeatLayer`](crate::AvoidRepeatLayer))
+//! is not taken in the transaction, on purpose. It refuses what arrives while it is held,
+//! and a key written in an open transaction refuses nobody until the commit: concurrent
+//! repeats would all run their handlers up to the key's row and wait there for its lock.
+//! Nor does a window need to commit with the data: it promises "not twice within the
+//! window", which a window kept beside the data keeps through any crash (taken before the
+//! handler, it outlives a server that dies at any point), and once the window has passed a
+//! repeat runs, by design. What must commit with the data is what answers a repeat *with
+//! the first outcome* — a form submission's or an idempotency key's record.
 //!
 //! **Rotation** (off by default): with
 //! [`with_rotation(true)`](crate::VerifyFormTokenLayer::with_rotation) an accepted submission

@@ -45,6 +45,7 @@ use crate::rejection::{Rejection, RejectionKind};
 /// `Option<FormSubmission>` and, without one, commit as the handler would unguarded.
 ///
 /// ```
+/// use axum::http::StatusCode;
 /// use axum::response::{IntoResponse, Redirect, Response};
 /// use idem_axum::form_token::FormSubmission;
 ///
@@ -56,7 +57,7 @@ use crate::rejection::{Rejection, RejectionKind};
 ///     // … the order's writes …
 ///     let record = submission.record();
 ///     let Ok((stored, response)) = record.stored_response(Redirect::to("/orders/7")).await else {
-///         return submission.refused();
+///         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
 ///     };
 ///     // SqliteStore::commit_with_record(tx, record.key(), record.owner(), stored, record.retention()).await?;
 ///     # let _ = stored;
