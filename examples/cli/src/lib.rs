@@ -2,11 +2,13 @@
 //! `example-avoid-repeat`, `example-form-token`, `example-idempotency-key`, `example-lock`)
 //! share, so that each one's `main` is only its
 //! own: the command line ([`CommandLine`]), the store `--redis` picks, and serving a
-//! router on 127.0.0.1 ([`serve`]).
+//! router on 127.0.0.1 ([`serve`]), and the crash switch of the crash tests ([`crash`]).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
+
+pub mod crash;
 
 use axum::Router;
 use idem_axum::store::AnyStore;

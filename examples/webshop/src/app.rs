@@ -29,6 +29,9 @@ pub struct Shop {
     idem: Idem,
     /// For the routes whose records commit with their writes ([`records`]).
     records: Idem,
+    /// The test-only crash switch: the process kills itself right after a form order's
+    /// transaction commits.
+    crash_after_commit: bool,
 }
 
 impl Shop {
@@ -44,7 +47,27 @@ impl Shop {
             .with_responder(refusal::respond)
             .build();
         let records = records::runtime(&db);
-        Self { db, idem, records }
+        Self {
+            db,
+            idem,
+            records,
+            crash_after_commit: false,
+        }
+    }
+
+    /// With the crash switch on (for crash tests only): the process kills itself, as
+    /// `kill -9` would, right after a form order's transaction commits and before its
+    /// page is sent.
+    pub fn with_crash_after_commit(mut self, crash: bool) -> Self {
+        self.crash_after_commit = crash;
+        self
+    }
+
+    /// Ends the process here if the crash switch is on.
+    pub(crate) fn crash_point(&self) {
+        if self.crash_after_commit {
+            example_cli::crash::now();
+        }
     }
 
     /// The shop's idem runtimes — its guards', and its records' in the database — which
@@ -83,16 +106,24 @@ impl Shop {
     pub fn router(&self) -> Router {
         Router::new()
             .route("/", get(pages::index))
-            .route("/orders/new", get(orders::new_form))
+            // The order form's tokens and submissions are rows of the database, beside the
+            // orders: each order commits with its spent token and the page a repeat gets.
+            .route(
+                "/orders/new",
+                get(orders::new_form).route_layer(self.records.layer()),
+            )
             .route(
                 "/orders",
                 // Outside `#[avoid_repeat]`: a post refused for its token takes no window.
-                post(orders::place).route_layer(
-                    VerifyFormTokenLayer::new()
-                        .with_message("This form was already submitted. 请勿重复提交")
-                        // A double click lands on the order the first click placed.
-                        .with_replay(true),
-                ),
+                post(orders::place)
+                    .route_layer(
+                        VerifyFormTokenLayer::new()
+                            .with_message("This form was already submitted. 请勿重复提交")
+                            // A double click lands on the order the first click placed,
+                            // whatever moment a server died at.
+                            .with_spend_in_transaction(true),
+                    )
+                    .route_layer(self.records.layer()),
             )
             .route("/orders/{id}", get(orders::show))
             .route(

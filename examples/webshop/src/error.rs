@@ -53,6 +53,15 @@ impl PageError {
     }
 }
 
+impl PageError {
+    /// The page for a store or a commit that failed: logged, and 500.
+    pub(crate) fn from_store(error: impl std::error::Error) -> Self {
+        let cause = error.source().map(ToString::to_string);
+        eprintln!("database error: {error}: {}", cause.unwrap_or_default());
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "The database failed.")
+    }
+}
+
 impl From<sqlx::Error> for PageError {
     fn from(error: sqlx::Error) -> Self {
         eprintln!("database error: {error}");

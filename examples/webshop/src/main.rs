@@ -42,7 +42,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let shop = Shop::new(
         example_webshop::connect(&db).await?,
         command_line.store().await?,
-    );
+    )
+    .with_crash_after_commit(example_cli::crash::switched_on());
     let cleanup = shop.clone();
     tokio::spawn(async move {
         if let Err(error) = cleanup.delete_expired_sessions(SESSION_CLEANUP).await {

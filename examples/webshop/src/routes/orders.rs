@@ -7,10 +7,11 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::{Form, Json};
+use idem_axum::form_token::FormSubmission;
 use idem_axum::idempotency::IdempotencyRecord;
 use idem_axum::{FormToken, avoid_repeat};
+use idem_sqlx::{CommitError, SqliteStore};
 use serde::Deserialize;
-use sqlx::SqlitePool;
 use tower_sessions::Session;
 
 use crate::app::Shop;
@@ -93,55 +94,77 @@ pub(crate) async fn new_form(
 /// `POST /orders`: places the order once, then sends the browser to its page
 /// (post/redirect/get, so a reload of the result repeats a `GET`, not the order).
 ///
-/// The form token (verified by the route's layer) makes each rendered form good for one
-/// order; the window refuses a second order from the same browser for a few seconds,
-/// such as one from the same form opened twice.
+/// The form token makes each rendered form good for one order: the route's layer has
+/// begun the submission's record and seen the token live, and the order, the spent token
+/// and the page a repeat gets commit in one transaction. A double click's second post
+/// waits for the first and lands on its order; a server killed after the commit leaves a
+/// repeat that lands there too, and one killed before it leaves the form good for the
+/// repeat, which places the order. The window refuses a second order from the same
+/// browser for a few seconds, such as one from the same form opened twice.
+///
+/// A browser abandons its first post for its second on a double click, closing the first
+/// one's connection: the layer runs the handler to its end all the same.
 #[avoid_repeat(
     timeout = "5s",
     message = "This order was already submitted. 请勿重复提交"
 )]
 pub(crate) async fn place(
     State(shop): State<Shop>,
+    submission: FormSubmission,
     headers: HeaderMap,
     session: Session,
     Form(form): Form<NewOrder>,
-) -> Result<Redirect, PageError> {
+) -> Result<Response, PageError> {
     // Every page request gets a session with an id before it gets here, so this only
     // fails for a request whose client the guards would have refused first.
     let client = Client::of(&headers, &session).ok_or(PageError::new(
         StatusCode::BAD_REQUEST,
         "Your browser sent no session cookie.",
     ))?;
-    // A double click makes the browser abandon its first post for the second: the first
-    // request's connection closes and the server drops its handler. Its form token is
-    // spent by then, so the second post is refused as a duplicate — the first one's order
-    // must still be placed. It is placed in a task of its own, which a dropped handler
-    // does not cancel.
-    let placing = tokio::spawn(place_order(shop.db().clone(), form, client.label()));
-    let order = placing.await.map_err(|_| {
-        PageError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "The order could not be placed.",
-        )
-    })??;
-    Ok(Redirect::to(&format!("/orders/{}", order.id)))
-}
-
-/// Validates and places a browser's order.
-async fn place_order(db: SqlitePool, form: NewOrder, client: String) -> Result<Order, PageError> {
     if !form.quantity_is_valid() {
         return Err(PageError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "The quantity must be between 1 and 99.",
         ));
     }
-    if Product::find(&db, form.product_id).await?.is_none() {
+    if Product::find(shop.db(), form.product_id).await?.is_none() {
         return Err(PageError::new(
             StatusCode::NOT_FOUND,
             "There is no such product.",
         ));
     }
-    Ok(Order::insert(&db, form.product_id, form.quantity, &client).await?)
+    let mut tx = shop.db().begin_with("BEGIN IMMEDIATE").await?;
+    let token = (submission.token_scope(), submission.token());
+    if !SqliteStore::consume_token_in(&mut tx, token.0, token.1)
+        .await
+        .map_err(PageError::from_store)?
+    {
+        // The token lapsed since the layer saw it (its TTL ran out, or newer forms of
+        // this browser pushed it out): no order.
+        return Ok(submission.refused());
+    }
+    let order = Order::insert(&mut *tx, form.product_id, form.quantity, &client.label()).await?;
+    let record = submission.record();
+    let (stored, page) = record
+        .stored_response(Redirect::to(&format!("/orders/{}", order.id)))
+        .await
+        .map_err(|_| PageError::new(StatusCode::INTERNAL_SERVER_ERROR, "The answer failed."))?;
+    let committed = SqliteStore::commit_with_record(
+        tx,
+        record.key(),
+        record.owner(),
+        stored,
+        record.retention(),
+    );
+    match committed.await {
+        Ok(()) => {}
+        // A repeat took the submission over after this one's lease ran out: its outcome
+        // is the order's, and this transaction placed nothing.
+        Err(CommitError::RecordLost) => return Ok(submission.refused()),
+        Err(error) => return Err(PageError::from_store(error)),
+    }
+    shop.crash_point();
+    Ok(page)
 }
 
 /// `GET /orders/{id}`: the order's page.

@@ -1,4 +1,5 @@
 //! What the shop's test binaries check alike.
+#![allow(dead_code, reason = "each test binary uses part of what they share")]
 
 use axum::http::{StatusCode, header};
 use idem_tests::Answer;
