@@ -312,6 +312,52 @@ impl RedisStoreBuilder {
     /// [timeout](Self::with_timeout)). A write acknowledged this way survives a failover
     /// that promotes one of the acknowledging replicas, as Sentinel does.
     ///
+    /// # How long a request waits
+    ///
+    /// Each store call that writes something decided takes its own round trip (at most the
+    /// timeout) and then `WAIT` (at most `within`, and at most the timeout): **timeout +
+    /// `within` per such call**, where a call without acks takes at most the timeout. The
+    /// guards make these calls per request, one after the other (the handler runs between
+    /// the first and the last):
+    ///
+    /// | guard | calls that wait for the replicas | other calls |
+    /// |---|---|---|
+    /// | `#[avoid_repeat]`, `AvoidRepeatLayer` | `acquire` | `release` (in finish mode) |
+    /// | form token | `consume_token` | `put_token` (when the form is rendered) |
+    /// | form token with replay | `begin_record`, `consume_token`, `complete_record` | renewals |
+    /// | `Idempotency-Key`, first request | `begin_record`, `complete_record` | renewals |
+    /// | `Idempotency-Key`, replay | — (a completed record is a read) | `begin_record` |
+    /// | `Lock` | `acquire` | `release`, renewals |
+    ///
+    /// A request therefore gets its answer within (timeout + `within`) × its waiting calls
+    /// \+ timeout × its other calls, plus its handler's own time. The first call that
+    /// fails ends the request by the store-failure policy, so in a fault it is usually
+    /// one call's bound that a request meets, not the sum.
+    ///
+    /// # What it costs in a failover
+    ///
+    /// Acknowledgements need replicas. When Sentinel promotes the only replica of a
+    /// master that died, the new master has no replica until one joins it — the old
+    /// master started again, or a new server — and every write that decides something is
+    /// refused meanwhile ([`ReplicasBehind`]): the guards answer by their store-failure
+    /// policy (503, or through unguarded) for the whole failover *plus* the time until a
+    /// replica is back in sync, where without acks they fail only during the failover.
+    /// Measured here (`cargo bench -p idem-bench --bench failover_acks`, BENCHMARKS.md): a
+    /// master killed and started again 5 s later refused acknowledged writes for about the
+    /// failover and those 5 s and its resync, against about the failover alone without
+    /// acks. If the old master's machine is gone, the refusal lasts until a replacement
+    /// replica is in sync. What to choose instead:
+    ///
+    /// - **two replicas, acks from one** (`with_replica_acks(1, …)` with two replicas): a
+    ///   failover leaves the promoted master one replica, and writes go on once the
+    ///   failover is over;
+    /// - **no acks, and Redis' own durability**: AOF with `appendfsync always` on every
+    ///   server keeps what a master acknowledged across its restart, not across a
+    ///   failover that promotes a replica behind it — the window acks close;
+    /// - **the records that must not be lost in a SQL store**, completed in the handler's
+    ///   transaction (`idem-sqlx`), and the guards that decide in a fraction of a
+    ///   millisecond on Redis without acks.
+    ///
     /// ```
     /// # use std::time::Duration;
     /// let builder = idem_redis::RedisStore::builder().with_replica_acks(1, Duration::from_millis(100));
