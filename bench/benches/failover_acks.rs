@@ -64,7 +64,7 @@ async fn measure(round: u64, acks: bool, rejoin: Duration) {
         builder = builder.with_replica_acks(1, Duration::from_millis(100));
     }
     let store = sentinels.store_with(builder);
-    let key = |n: u64| Key::new(&format!("w{n}")).expect("a key");
+    let key = |n: u64| Key::new(format!("w{n}")).expect("a key");
     for n in 0..100 {
         if store
             .acquire(
