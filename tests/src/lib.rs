@@ -46,7 +46,7 @@ pub use http::{
     shop_on_two_instances, u64_field,
 };
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
-pub use postgres_server::{PostgresServer, postgres_bin_dir};
+pub use postgres_server::{PostgresServer, postgres_bin_dir, postgres_url};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
 pub use redis_server::{
     RedisCluster, RedisServer, lazy_store, redis_server_binary, unreachable_redis_store,
