@@ -198,7 +198,11 @@ fn server_version() -> String {
 }
 
 /// Durability off: a test's data dies with it.
-const NOT_DURABLE: [&str; 3] = ["fsync=off", "synchronous_commit=off", "full_page_writes=off"];
+const NOT_DURABLE: [&str; 3] = [
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+];
 
 /// PostgreSQL's own durability: a commit is acknowledged once its log is on disk.
 const DURABLE: [&str; 3] = ["fsync=on", "synchronous_commit=on", "full_page_writes=on"];

@@ -46,6 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::http::header;
 use axum::http::request::Parts;
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::{self, Next};
@@ -53,7 +54,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
-use axum::http::header;
 use idem_axum::idempotency::{IdempotencyRecord, RecordScope};
 use idem_axum::lock::{Lease, Lock, LockError, LockGuard};
 use idem_axum::store::{AnyStore, Key, Owner, Store};
@@ -83,7 +83,11 @@ async fn main() -> ExitCode {
 
 async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let options = Options::from_args()?;
-    let (store, db) = match (&options.postgres, &options.redis, options.sentinels.as_slice()) {
+    let (store, db) = match (
+        &options.postgres,
+        &options.redis,
+        options.sentinels.as_slice(),
+    ) {
         (Some(url), None, []) => {
             // The harness created idem's tables before starting the instances.
             let store = PostgresStore::builder()
@@ -216,7 +220,12 @@ impl App {
 
     /// The work of an idempotency route: on PostgreSQL, its commit and its completed
     /// record in one transaction; elsewhere, [`work`](Self::work).
-    async fn work_with_record(&self, route: Route, key: &str, record: IdempotencyRecord) -> Response {
+    async fn work_with_record(
+        &self,
+        route: Route,
+        key: &str,
+        record: IdempotencyRecord,
+    ) -> Response {
         let Some(db) = &self.db else {
             return self.work(route, key).await;
         };
@@ -230,7 +239,10 @@ impl App {
                 return ([(header::RETRY_AFTER, "1")], refusal).into_response();
             }
             Ok(Err(_)) | Err(_) => {
-                let refusal = (StatusCode::SERVICE_UNAVAILABLE, "the store failed; try again");
+                let refusal = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the store failed; try again",
+                );
                 return ([(header::RETRY_AFTER, "1")], refusal).into_response();
             }
         };

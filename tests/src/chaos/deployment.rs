@@ -304,18 +304,12 @@ impl Deployment {
                 block_in_place(|| server.command(&["CLIENT", "PAUSE", &millis, "ALL"]));
                 tokio::time::sleep(self.pause).await;
             }
-            (
-                Fault::LinkStall,
-                Store::Standalone { link, .. } | Store::Postgres { link, .. },
-            ) => {
+            (Fault::LinkStall, Store::Standalone { link, .. } | Store::Postgres { link, .. }) => {
                 link.stall();
                 tokio::time::sleep(self.pause).await;
                 link.resume();
             }
-            (
-                Fault::LinkReset,
-                Store::Standalone { link, .. } | Store::Postgres { link, .. },
-            ) => {
+            (Fault::LinkReset, Store::Standalone { link, .. } | Store::Postgres { link, .. }) => {
                 for _ in 0..3 {
                     link.reset();
                     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -64,7 +64,10 @@ pub async fn note_commit_in(tx: &mut PgConnection, route: Route, key: &str) -> s
 /// # Errors
 ///
 /// The table cannot be read.
-pub(super) async fn add_commits(db: &mut PgConnection, ledgers: &mut Vec<LedgerFile>) -> sqlx::Result<()> {
+pub(super) async fn add_commits(
+    db: &mut PgConnection,
+    ledgers: &mut Vec<LedgerFile>,
+) -> sqlx::Result<()> {
     let rows: Vec<(i64, String, String, i64)> =
         sqlx::query_as("SELECT at, route, key, pid FROM chaos_commits")
             .fetch_all(db)

@@ -114,8 +114,18 @@ pub struct Report {
     pub latency: Vec<Latency>,
     /// The store's timeout + 100 ms: what no answer should take longer than.
     pub bound: Duration,
-    /// Answers that took longer.
+    /// Answers that took longer (on a route whose record commits with its side effect:
+    /// longer than [`bound_with_transaction`](Self::bound_with_transaction)).
     pub over_bound: u64,
+    /// On a route whose record commits with its side effect, the bound plus the store's
+    /// timeout once more: the handler's own transaction is bounded by the store's
+    /// timeout, and after it the idempotency layer calls the store once more (it removes
+    /// the record of a failed attempt, or finds it completed) before it answers. A fault
+    /// that stalls both waits out both.
+    pub bound_with_transaction: Duration,
+    /// Answers on such a route that took longer than [`bound`](Self::bound) and no
+    /// longer than [`bound_with_transaction`](Self::bound_with_transaction).
+    pub over_bound_after_transaction: u64,
     /// Requests unanswered (connection failed, or no answer in 10 s) while their instance
     /// was down (killed, not yet started again).
     pub unanswered_while_down: u64,
@@ -174,6 +184,8 @@ impl Report {
             latency: Vec::new(),
             bound: chaos.store_timeout + Duration::from_millis(100),
             over_bound: 0,
+            bound_with_transaction: chaos.store_timeout * 2 + Duration::from_millis(100),
+            over_bound_after_transaction: 0,
             unanswered_while_down: 0,
             unanswered_while_up: 0,
             lock_overlaps: 0,
@@ -264,7 +276,7 @@ impl Report {
             };
             figures.checks[slot] += 1;
         }
-        report.count_exchanges(&driver.exchanges());
+        report.count_exchanges(&driver.exchanges(), &chaos.setup);
         report
     }
 
@@ -303,7 +315,7 @@ impl Report {
         }
     }
 
-    fn count_exchanges(&mut self, exchanges: &[Exchange]) {
+    fn count_exchanges(&mut self, exchanges: &[Exchange], setup: &StoreSetup) {
         let down: Vec<(usize, u64, u64)> = self
             .faults
             .iter()
@@ -323,7 +335,14 @@ impl Report {
                         exchange.route.to_string()
                     };
                     took.entry(name).or_default().push(exchange.took);
-                    self.over_bound += u64::from(exchange.took > self.bound);
+                    if setup.commits_with_record(exchange.route) {
+                        let after = exchange.took > self.bound;
+                        let over = exchange.took > self.bound_with_transaction;
+                        self.over_bound_after_transaction += u64::from(after && !over);
+                        self.over_bound += u64::from(over);
+                    } else {
+                        self.over_bound += u64::from(exchange.took > self.bound);
+                    }
                     if replayed {
                         format!("{} replayed", status.as_u16())
                     } else {
@@ -452,6 +471,38 @@ impl Report {
         violations
     }
 
+    /// Asserts what a short run of `chaos` (as the test suite runs it) must show: every
+    /// fault injected, at least the requests asked for sent, records checked after the
+    /// faults that could lose data, and no [violation](Self::violations).
+    ///
+    /// # Panics
+    ///
+    /// When one of them does not hold, saying which.
+    pub fn assert_held(&self, chaos: &Chaos) {
+        assert_eq!(
+            self.faults.len(),
+            chaos.faults.len(),
+            "every fault was injected"
+        );
+        assert!(
+            self.requests >= chaos.requests,
+            "{} requests",
+            self.requests
+        );
+        let checked: u64 = self
+            .routes
+            .values()
+            .map(|route| route.checks.iter().sum::<u64>())
+            .sum();
+        let checks_due = chaos.faults.iter().any(|fault| fault.could_lose_data());
+        assert!(
+            checked > 0 || !checks_due,
+            "records were checked after the faults that could lose them"
+        );
+        let violations = self.violations();
+        assert!(violations.is_empty(), "{violations:#?}");
+    }
+
     /// The report as Markdown: a heading, the tables, the notes.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
@@ -534,12 +585,21 @@ impl Report {
 
         let _ = writeln!(
             out,
-            "\n- Answers later than the store timeout + 100 ms ({}): {}. Requests unanswered: {} while their instance was down, {} while it was up.",
+            "\n- Answers later than the store timeout + 100 ms ({}; on a route whose record commits in the handler's transaction, see below): {}. Requests unanswered: {} while their instance was down, {} while it was up.",
             millis(self.bound),
             self.over_bound,
             self.unanswered_while_down,
             self.unanswered_while_up
         );
+        if self.over_bound_after_transaction > 0 {
+            let _ = writeln!(
+                out,
+                "- Answers of routes whose record commits in the handler's transaction later than {} but within {} (a fault that stalled the transaction and the layer's call after it): {}.",
+                millis(self.bound),
+                millis(self.bound_with_transaction),
+                self.over_bound_after_transaction
+            );
+        }
         let _ = writeln!(
             out,
             "- Lock route: {} tickets with overlapping holders, {} locks lost before their lease ended.",
