@@ -12,8 +12,9 @@
 //! for tests that kill it.
 //!
 //! [`chaos`] is the chaos run: several instances of a purpose-built server on one Redis
-//! set-up, duplicates of every guarded kind sent to them while Redis, the instances and
-//! the link between them fail, and the executions counted from the servers' ledgers.
+//! set-up or one PostgreSQL, duplicates of every guarded kind sent to them while the
+//! store, the instances and the link between them fail, and the executions counted from
+//! the servers' ledgers.
 
 mod backend;
 mod bench_stores;

@@ -220,6 +220,13 @@ impl App {
 
     /// The work of an idempotency route: on PostgreSQL, its commit and its completed
     /// record in one transaction; elsewhere, [`work`](Self::work).
+    ///
+    /// The transaction runs in a task of its own, which the store's timeout stops waiting
+    /// for but never cancels. Cancelled in the middle (under a stalled link), such
+    /// transactions were seen to leave a connection of the pool inside a transaction:
+    /// records the store began on it afterwards were invisible to the other instances
+    /// until something on it committed. Run to its end, the transaction commits or rolls
+    /// back, and its connection goes back clean.
     async fn work_with_record(
         &self,
         route: Route,
@@ -231,14 +238,19 @@ impl App {
         };
         self.note(Event::Run, route, key);
         tokio::time::sleep(self.work).await;
-        let committing = commit_with_record(db, route, key, &record);
+        let committing = tokio::spawn(commit_with_record(
+            db.clone(),
+            route,
+            key.to_owned(),
+            record,
+        ));
         let response = match tokio::time::timeout(self.timeout, committing).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(CommitError::RecordLost)) => {
+            Ok(Ok(Ok(response))) => response,
+            Ok(Ok(Err(CommitError::RecordLost))) => {
                 let refusal = (StatusCode::CONFLICT, "a retry took this request over");
                 return ([(header::RETRY_AFTER, "1")], refusal).into_response();
             }
-            Ok(Err(_)) | Err(_) => {
+            Ok(Ok(Err(_)) | Err(_)) | Err(_) => {
                 let refusal = (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the store failed; try again",
@@ -254,18 +266,18 @@ impl App {
 /// Writes the commit of `key` on `route` and completes `record` with the response, in one
 /// transaction on `db`; the response.
 async fn commit_with_record(
-    db: &PgPool,
+    db: PgPool,
     route: Route,
-    key: &str,
-    record: &IdempotencyRecord,
+    key: String,
+    record: IdempotencyRecord,
 ) -> Result<Response, CommitError> {
     let store_error = |error| CommitError::Store(idem_axum::store::StoreError::backend(error));
     let mut tx = db.begin().await.map_err(store_error)?;
-    note_commit_in(&mut tx, route, key)
+    note_commit_in(&mut tx, route, &key)
         .await
         .map_err(store_error)?;
     let (stored, response) = record
-        .stored_response(ran(route, key, StatusCode::CREATED))
+        .stored_response(ran(route, &key, StatusCode::CREATED))
         .await
         .map_err(|error| CommitError::Store(idem_axum::store::StoreError::backend(error)))?;
     let (key, owner, retention) = (record.key(), record.owner(), record.retention());

@@ -1,9 +1,9 @@
 //! The chaos run: "never twice, never lost", measured through real faults on one machine.
 //!
-//! [`Chaos::run`] starts a store set-up ([`StoreSetup`]: Redis, or PostgreSQL) and several instances of the
-//! chaos server (`src/bin/chaos_server.rs`, each a process of its own), sends them
-//! operations of every guarded kind — most of them duplicates: a form submitted twice
-//! with one token, an `Idempotency-Key` retried on another instance, a callback
+//! [`Chaos::run`] starts a store set-up ([`StoreSetup`]: Redis, or PostgreSQL) and several
+//! instances of the chaos server (`src/bin/chaos_server.rs`, each a process of its own),
+//! sends them operations of every guarded kind — most of them duplicates: a form submitted
+//! twice with one token, an `Idempotency-Key` retried on another instance, a callback
 //! delivered again, a click repeated, concurrent clicks for one lock — and injects
 //! [`Fault`]s while they run. Every answer's status and latency is recorded; what a
 //! client would retry (a `409` saying the first attempt is still running, a `503`, a
@@ -13,10 +13,20 @@
 //! [`Ledger`], one append-only file per process that survives its `SIGKILL`. At the end
 //! the run reads the ledgers and counts executions per operation: an operation committed
 //! more than once is a double execution, put down to the fault that explains it, or to
-//! none. After each fault that could lose data (a Redis restart, a failover) the run
-//! sends again operations completed shortly before it and checks that their records are
-//! still there: a stored response replayed, a spent token or a window still refusing.
-//! The [`Report`] has the figures.
+//! none. After each fault that could lose data (a store restart, a failover, PostgreSQL's
+//! connections terminated) the run sends again operations completed shortly before it
+//! and checks that their records are still there: a stored response replayed, a spent
+//! token or a window still refusing. The [`Report`] has the figures.
+//!
+//! On PostgreSQL ([`StoreSetup::Postgres`]) the idempotency routes (`pay`, `callback`)
+//! note their commit as a row of [`COMMITS_TABLE`] written in the transaction that
+//! completes their record, so the commit and the record are one: an instance killed
+//! after that commit leaves a record a retry replays, and a double execution there is
+//! unexplained, never put down to the kill. The other routes note their commit in the
+//! file as on Redis: the form route counts each token's submission (its token spent
+//! before the handler runs, no response kept), the anti-repeat route each window, the
+//! lock route each withdrawal (its marker written after its commit, so a kill between
+//! the two is the one window it keeps open, on every store).
 //!
 //! Every process is started by the run and stopped by its pid when the run ends (when
 //! it panics too); all traffic stays on 127.0.0.1.
@@ -203,10 +213,11 @@ pub enum Fault {
     InstanceKill,
     /// `CLIENT PAUSE … ALL` on Redis.
     ClientPause,
-    /// The link between the instances and Redis holds every byte for a while.
+    /// The link between the instances and the store (Redis, PostgreSQL) holds every byte
+    /// for a while.
     LinkStall,
-    /// The link between the instances and Redis resets every connection, three times
-    /// 200 ms apart.
+    /// The link between the instances and the store (Redis, PostgreSQL) resets every
+    /// connection, three times 200 ms apart.
     LinkReset,
     /// `SIGKILL` the Sentinel set's master; the Sentinels promote the replica. The
     /// killed master then rejoins as the new master's replica. A delayed replication
@@ -292,7 +303,7 @@ pub struct Chaos {
     pub store_timeout: Duration,
     /// The idempotency records' lease (10 s).
     pub lease: Duration,
-    /// How long a killed Redis or instance stays down before it is started again (1 s).
+    /// How long a killed store or instance stays down before it is started again (1 s).
     pub down: Duration,
     /// How long `CLIENT PAUSE` and a link stall last (2 s).
     pub pause: Duration,

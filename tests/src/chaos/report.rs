@@ -131,6 +131,9 @@ pub struct Report {
     pub unanswered_while_down: u64,
     /// Requests unanswered while their instance was up.
     pub unanswered_while_up: u64,
+    /// Each of those, in words: what, to which instance, how it ended, and when it was
+    /// sent against the nearest fault.
+    pub unanswered_while_up_notes: Vec<String>,
     /// Tickets of the lock route whose critical sections overlapped in time.
     pub lock_overlaps: u64,
     /// Holders that found their lock gone before its lease ended.
@@ -188,6 +191,7 @@ impl Report {
             over_bound_after_transaction: 0,
             unanswered_while_down: 0,
             unanswered_while_up: 0,
+            unanswered_while_up_notes: Vec::new(),
             lock_overlaps: 0,
             lost_locks: 0,
             cut_before_commit: 0,
@@ -359,6 +363,8 @@ impl Report {
                         self.unanswered_while_down += 1;
                     } else {
                         self.unanswered_while_up += 1;
+                        let note = self.unanswered_note(exchange);
+                        self.unanswered_while_up_notes.push(note);
                     }
                     "no answer".to_owned()
                 }
@@ -372,6 +378,32 @@ impl Report {
             .map(|(label, took)| Latency::of(&label, took))
             .collect();
         self.latency.push(Latency::of("all", all));
+    }
+
+    /// `exchange`, unanswered while its instance was up, in words.
+    fn unanswered_note(&self, exchange: &Exchange) -> String {
+        let seconds = |from: u64, to: u64| (to as f64 - from as f64) / 1e9;
+        let nearest = self
+            .faults
+            .iter()
+            .min_by_key(|fault| fault.started.abs_diff(exchange.sent_at))
+            .map(|fault| {
+                format!(
+                    "sent {:+.3} s from the start of {} (which lasted {:.3} s)",
+                    seconds(fault.started, exchange.sent_at),
+                    fault.fault,
+                    seconds(fault.started, fault.ended)
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "{} {:?} to instance {}: {:?} after {:.1} ms, {nearest}",
+            exchange.route,
+            exchange.kind,
+            exchange.instance,
+            exchange.outcome,
+            exchange.took.as_secs_f64() * 1000.0
+        )
     }
 
     /// Operations committed more than once, every cause.
@@ -599,6 +631,9 @@ impl Report {
                 millis(self.bound_with_transaction),
                 self.over_bound_after_transaction
             );
+        }
+        for note in &self.unanswered_while_up_notes {
+            let _ = writeln!(out, "  - Unanswered on a live instance: {note}.");
         }
         let _ = writeln!(
             out,
