@@ -87,6 +87,8 @@ pub struct RouteFigures {
     pub checks: [u64; 3],
     /// Answers by status (`201`, `201 replayed`, `409`, …, `no answer`).
     pub statuses: BTreeMap<String, u64>,
+    /// Handlers of killed instances that had committed but whose response had not left.
+    pub cut_after_commit: u64,
 }
 
 impl RouteFigures {
@@ -312,6 +314,8 @@ impl Report {
                 }
                 if committed.contains(&(route, key)) {
                     self.cut_after_commit += 1;
+                    let figures = self.routes.get_mut(&route).expect("every route");
+                    figures.cut_after_commit += 1;
                 } else {
                     self.cut_before_commit += 1;
                 }
@@ -641,10 +645,22 @@ impl Report {
             self.lock_overlaps, self.lost_locks
         );
         if self.cut_before_commit + self.cut_after_commit > 0 {
+            let after: Vec<String> = self
+                .routes
+                .iter()
+                .filter(|(_, figures)| figures.cut_after_commit > 0)
+                .map(|(route, figures)| format!("{route} {}", figures.cut_after_commit))
+                .collect();
             let _ = writeln!(
                 out,
-                "- Handlers cut by a kill: {} before their commit, {} after it (before their response left).",
-                self.cut_before_commit, self.cut_after_commit
+                "- Handlers cut by a kill: {} before their commit, {} after it (before their response left){}.",
+                self.cut_before_commit,
+                self.cut_after_commit,
+                if after.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", after.join(", "))
+                }
             );
         }
         for fault in &self.faults {
