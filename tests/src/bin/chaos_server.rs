@@ -222,11 +222,10 @@ impl App {
     /// record in one transaction; elsewhere, [`work`](Self::work).
     ///
     /// The transaction runs in a task of its own, which the store's timeout stops waiting
-    /// for but never cancels. Cancelled in the middle (under a stalled link), such
-    /// transactions were seen to leave a connection of the pool inside a transaction:
-    /// records the store began on it afterwards were invisible to the other instances
-    /// until something on it committed. Run to its end, the transaction commits or rolls
-    /// back, and its connection goes back clean.
+    /// for but never cancels (as `PostgresStore::commit_with_record` says): sqlx gives a
+    /// connection whose `BEGIN` was cancelled back to the pool inside that transaction,
+    /// and the store's own statements on it (this pool is the store's) then ran
+    /// uncommitted, unseen by the other instances.
     async fn work_with_record(
         &self,
         route: Route,
