@@ -2,9 +2,10 @@
 # Proof by crash, at length: N crashes (default 100) per set-up of the payments example's
 # server, each killed with SIGKILL right after a payment's transaction commits and before
 # it answers, then the payment retried against a restarted server. Prints how many
-# retries paid a second time with the idempotency records in SQLite (committed with the
-# payment) and in Redis (stored after it; AOF with appendfsync always), and the commit
-# it ran on. Needs redis-server (bash scripts/test.sh installs it).
+# retries paid a second time with the idempotency records in SQLite and in PostgreSQL (each
+# committed with the payment, in the payments' own database) and in Redis (stored after it;
+# AOF with appendfsync always), and the commit it ran on. Needs redis-server and PostgreSQL
+# (bash scripts/test.sh installs them); the test starts and stops its own servers.
 # Usage: bash scripts/crash.sh [N] [extra cargo test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."

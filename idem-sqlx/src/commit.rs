@@ -84,6 +84,15 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// # Ok(()) }
     /// ```
     ///
+    /// # Bounding it
+    ///
+    /// To bound the transaction's time (say, by the store's
+    /// [`timeout`](Self::timeout)), stop *waiting* for it rather than dropping it: run it in
+    /// a task of its own and put the timeout on the task's handle. sqlx (0.8.6, PostgreSQL)
+    /// gives a connection whose `BEGIN` was cancelled before its answer back to the pool
+    /// inside the transaction that `BEGIN` opened; the statements of whatever uses it next,
+    /// the store's among them when it shares the pool, then run uncommitted.
+    ///
     /// # Errors
     ///
     /// [`CommitError::RecordLost`] when the record is no longer `owner`'s (the transaction is

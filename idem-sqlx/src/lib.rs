@@ -141,7 +141,12 @@
 //!   [`StoreError::Backend`](idem_core::StoreError::Backend) with the [`sqlx::Error`] as
 //!   its typed source, and a row the store cannot read is
 //!   [`StoreError::UnexpectedAnswer`](idem_core::StoreError::UnexpectedAnswer), never a
-//!   panic.
+//!   panic. A fair lock's attempt, which is a transaction, is never cut off in the
+//!   middle: its caller stops waiting at the timeout, and the transaction runs to its end
+//!   in a task of its own (sqlx would otherwise give its connection back to the pool
+//!   inside the transaction its cancelled `BEGIN` opened). A transaction of the
+//!   application's around [`commit_with_record`](SqlStore::commit_with_record) needs the
+//!   same care (see there).
 //!
 //! # Schema
 //!

@@ -431,6 +431,24 @@ async fn complete<DB: SqlBackend>(
     Ok(row.await?.is_some())
 }
 
+/// Runs `work`, a transaction, in a task of its own: the store's timeout stops waiting
+/// for it, but never cancels it in the middle. sqlx (0.8.6, PostgreSQL) hands a connection
+/// whose `BEGIN` was cancelled before its answer back to the pool still inside the
+/// transaction that `BEGIN` opened, where the statements of every later operation on it
+/// would run, uncommitted, holding their rows' locks, and lost when the connection ends.
+/// Run to its end, the transaction commits or rolls back as it would have, and frees its
+/// connection.
+async fn to_the_end<T: Send + 'static>(
+    work: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
+) -> Result<T, sqlx::Error> {
+    match tokio::spawn(work).await {
+        Ok(done) => done,
+        Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
+        // The runtime is shutting down.
+        Err(_) => Err(sqlx::Error::PoolClosed),
+    }
+}
+
 /// An sqlx error as the store reports it: a wait the database gave up on is a timeout, an
 /// answer that does not decode is unexpected, anything else the backend's own error.
 fn store_error<DB: SqlBackend>(
@@ -715,14 +733,16 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
         fencing: Fencing,
         place: Option<Duration>,
     ) -> Result<Turn, StoreError> {
-        let attempt = DB::acquire_in_turn(
-            &self.inner.pool,
-            key.as_str(),
-            owner.as_str(),
-            millis(ttl),
-            fencing == Fencing::On,
-            place.map(millis),
+        let (pool, key, owner) = (
+            self.inner.pool.clone(),
+            key.as_str().to_owned(),
+            owner.as_str().to_owned(),
         );
+        let (ttl, fenced, place) = (millis(ttl), fencing == Fencing::On, place.map(millis));
+        let attempt =
+            async move { DB::acquire_in_turn(&pool, &key, &owner, ttl, fenced, place).await };
+        // A transaction: it runs to its end whatever the timeout.
+        let attempt = to_the_end(attempt);
         in_turn(self.run("acquire_in_turn", attempt).await?, fencing)
             .map_err(|answer| StoreError::unexpected("acquire_in_turn", answer))
     }

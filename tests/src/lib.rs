@@ -12,8 +12,9 @@
 //! for tests that kill it.
 //!
 //! [`chaos`] is the chaos run: several instances of a purpose-built server on one Redis
-//! set-up, duplicates of every guarded kind sent to them while Redis, the instances and
-//! the link between them fail, and the executions counted from the servers' ledgers.
+//! set-up or one PostgreSQL, duplicates of every guarded kind sent to them while the
+//! store, the instances and the link between them fail, and the executions counted from
+//! the servers' ledgers.
 
 mod backend;
 mod bench_stores;
@@ -47,7 +48,7 @@ pub use http::{
     shop_on_two_instances, u64_field,
 };
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
-pub use postgres_server::{PostgresServer, postgres_bin_dir};
+pub use postgres_server::{PostgresServer, postgres_bin_dir, postgres_url};
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
 pub use redis_server::{
     RedisCluster, RedisServer, lazy_store, redis_server_binary, unreachable_redis_store,

@@ -197,12 +197,23 @@ fn server_version() -> String {
         .collect()
 }
 
+/// Durability off: a test's data dies with it.
+const NOT_DURABLE: [&str; 3] = [
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+];
+
+/// PostgreSQL's own durability: a commit is acknowledged once its log is on disk.
+const DURABLE: [&str; 3] = ["fsync=on", "synchronous_commit=on", "full_page_writes=on"];
+
 /// One PostgreSQL server, stopped when dropped.
 #[derive(Debug)]
 pub struct PostgresServer {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
+    durability: &'static [&'static str],
 }
 
 impl PostgresServer {
@@ -213,6 +224,21 @@ impl PostgresServer {
     ///
     /// When PostgreSQL is missing (saying how to install it) or does not come up.
     pub fn start() -> Self {
+        Self::start_with(&NOT_DURABLE)
+    }
+
+    /// Starts a server with PostgreSQL's default durability (`fsync`, `synchronous_commit`
+    /// and `full_page_writes` on), so that it acknowledges no commit it could lose: for
+    /// tests that kill it ([`stop`](Self::stop)) and count what survived.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_durable() -> Self {
+        Self::start_with(&DURABLE)
+    }
+
+    fn start_with(durability: &'static [&'static str]) -> Self {
         let template = template();
         // Another process may take the port between asking and binding: then try anew.
         for _ in 0..10 {
@@ -234,9 +260,10 @@ impl PostgresServer {
             hand_over(dir.path());
             let port = unused_port();
             let mut server = Self {
-                child: launch(&data, port, dir.path()),
+                child: launch(&data, port, dir.path(), durability),
                 port,
                 dir,
+                durability,
             };
             if server.wait_until_ready() {
                 return server;
@@ -281,7 +308,63 @@ impl PostgresServer {
 
     /// `postgres://postgres@127.0.0.1:PORT/postgres`: the superuser, no password.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        postgres_url(self.port)
+    }
+
+    /// Stops the server at once, as a crash would: `pg_ctl stop -m immediate` (every
+    /// process quits without a checkpoint; the next start recovers from the log).
+    ///
+    /// # Panics
+    ///
+    /// When `pg_ctl` fails.
+    pub fn stop(&mut self) {
+        let out = pg_command("pg_ctl")
+            .args(["stop", "-m", "immediate", "-w", "-D"])
+            .arg(self.data())
+            .stdin(Stdio::null())
+            .output()
+            .expect("pg_ctl runs");
+        assert!(
+            out.status.success(),
+            "pg_ctl stop failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again after [`stop`](Self::stop), on its data directory and
+    /// port, and waits until it accepts connections (its crash recovery done).
+    ///
+    /// # Panics
+    ///
+    /// When it does not come up within 30 s.
+    pub fn start_again(&mut self) {
+        self.child = launch(&self.data(), self.port, self.dir.path(), self.durability);
+        assert!(
+            self.wait_until_ready(),
+            "PostgreSQL did not start again on port {}",
+            self.port
+        );
+    }
+
+    /// Ends every connection to its database but the caller's own, with
+    /// `pg_terminate_backend`, as an administrator (or a failing pooler) would; how many.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot be reached.
+    pub async fn terminate_backends(&self) -> i64 {
+        let mut admin = self.connection().await;
+        let ended = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&mut admin)
+        .await
+        .expect("pg_terminate_backend");
+        let _ = sqlx::Connection::close(admin).await;
+        ended
     }
 
     /// A pool of the test's own on the server (for statements of its own).
@@ -294,6 +377,18 @@ impl PostgresServer {
             .connect(&self.url())
             .await
             .expect("a pool on the test server")
+    }
+
+    /// A connection of the test's own to the server, outside any pool.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot be opened.
+    pub async fn connection(&self) -> sqlx::PgConnection {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&self.url())
+            .await
+            .expect("a connection to the test server")
     }
 
     /// A [`PostgresStore`] with the default settings on a pool of its own, with idem's
@@ -330,20 +425,28 @@ impl PostgresServer {
     }
 }
 
-fn launch(data: &Path, port: u16, dir: &Path) -> Child {
-    let log = fs::File::create(dir.join("postgres.log")).expect("a log file for PostgreSQL");
+/// `postgres://postgres@127.0.0.1:PORT/postgres`: the test server's superuser on `port`
+/// (its own, or a forwarder's in front of it).
+pub fn postgres_url(port: u16) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/postgres")
+}
+
+fn launch(data: &Path, port: u16, dir: &Path, durability: &[&str]) -> Child {
+    // Appended to: a server started again keeps the log of its earlier life.
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("postgres.log"))
+        .expect("a log file for PostgreSQL");
     let settings = [
         "listen_addresses=127.0.0.1",
         "unix_socket_directories=",
-        "fsync=off",
-        "synchronous_commit=off",
-        "full_page_writes=off",
         "shared_buffers=32MB",
         "max_connections=300",
     ];
     let mut command = pg_command("postgres");
     command.arg("-D").arg(data).args(["-p", &port.to_string()]);
-    for setting in settings {
+    for setting in settings.iter().chain(durability) {
         command.args(["-c", setting]);
     }
     command

@@ -1,6 +1,6 @@
-//! A payments API in a few lines whose idempotency records are rows of its own SQLite
-//! database, each completed in the transaction that writes its payment: a payment and
-//! the answer a retry gets commit together, or neither does.
+//! A payments API in a few lines whose idempotency records are rows of its own database
+//! (SQLite, or PostgreSQL), each completed in the transaction that writes its payment: a
+//! payment and the answer a retry gets commit together, or neither does.
 //!
 //! | route | what |
 //! |---|---|
@@ -11,13 +11,14 @@
 //! payment, no record, so the client may send the corrected request with the same key.
 //! Keys are scoped by client, told by the peer's IP address.
 //!
-//! The handler that pays (`src/pay.rs`) is a transaction with one more call in it:
+//! The handler that pays (`src/pay.rs`) is a transaction with one more call in it, the
+//! same on either database (`DB` is `sqlx::Sqlite` or `sqlx::Postgres`):
 //!
 //! ```ignore
-//! let mut tx = app.db.begin_with("BEGIN IMMEDIATE").await?;
+//! let mut tx = pool.begin_with(DB::BEGIN).await?;
 //! let paid = insert(&mut tx, payment).await?;
 //! let (stored, response) = record.stored_response((StatusCode::CREATED, Json(paid))).await?;
-//! SqliteStore::commit_with_record(tx, record.key(), record.owner(), stored, record.retention()).await?;
+//! SqlStore::<DB>::commit_with_record(tx, record.key(), record.owner(), stored, record.retention()).await?;
 //! Ok(response)
 //! ```
 //!
@@ -37,27 +38,63 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 use idem_axum::{Idem, IdempotencyLayer, RedisStore};
-use idem_sqlx::SqliteStore;
-use idem_sqlx::sqlx::SqlitePool;
 use idem_sqlx::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+use idem_sqlx::sqlx::{PgPool, SqlitePool};
+use idem_sqlx::{PostgresStore, SqlBackend, SqlStore, SqliteStore};
 
 pub use crash::CRASH_AFTER_COMMIT;
 
-/// The payments table. No unique index but the id: a payment request names nothing that
-/// makes it unique (two payments of 12.00 by alice are two payments) but its
+/// idem's runtime for `records`, and whether they are in the database: there, on the store
+/// `open` connects (its tables created if missing).
+async fn runtime<DB, F>(
+    records: Records,
+    open: impl FnOnce() -> F,
+) -> Result<(Idem, bool), Box<dyn Error + Send + Sync>>
+where
+    DB: SqlBackend,
+    F: Future<Output = Result<SqlStore<DB>, idem_sqlx::sqlx::Error>>,
+{
+    Ok(match records {
+        Records::InDatabase => {
+            let store = open().await?;
+            store.migrate().await?;
+            (Idem::new(store), true)
+        }
+        Records::InRedis(store) => (Idem::new(store), false),
+    })
+}
+
+/// The payments table, in SQLite. No unique index but the id: a payment request names
+/// nothing that makes it unique (two payments of 12.00 by alice are two payments) but its
 /// idempotency key, so the record is all that stands between a retry and a second
 /// payment — and every run of the handler is a row the crash tests can count.
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS payments (
+const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS payments (
     id      INTEGER PRIMARY KEY AUTOINCREMENT,
     account TEXT    NOT NULL,
     amount  INTEGER NOT NULL CHECK (amount > 0)
 )";
 
+/// The same table in PostgreSQL.
+const POSTGRES_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS payments (
+    id      BIGSERIAL PRIMARY KEY,
+    account TEXT      NOT NULL,
+    amount  BIGINT    NOT NULL CHECK (amount > 0)
+)";
+
+/// The database the payments (and, with [`Records::InDatabase`], the records) are in.
+#[derive(Debug, Clone)]
+pub enum Database {
+    /// A SQLite file.
+    Sqlite(SqlitePool),
+    /// A PostgreSQL database.
+    Postgres(PgPool),
+}
+
 /// Where the idempotency records are kept.
 #[derive(Debug, Clone)]
 pub enum Records {
     /// In the payments' database, completed in each payment's transaction (the point of
-    /// this example).
+    /// this example): a `SqliteStore` or a `PostgresStore` on it.
     InDatabase,
     /// In Redis, completed by [`IdempotencyLayer`] after the handler answered: after the
     /// payment committed. For comparison.
@@ -67,7 +104,7 @@ pub enum Records {
 /// The payments service: its database and its idem runtime.
 #[derive(Debug, Clone)]
 pub struct Payments {
-    db: SqlitePool,
+    db: Database,
     idem: Idem,
     records_in_database: bool,
     lease: Duration,
@@ -92,23 +129,39 @@ impl Payments {
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(5));
         let db = SqlitePool::connect_with(options).await?;
-        idem_sqlx::sqlx::query(SCHEMA).execute(&db).await?;
-        let (idem, records_in_database) = match records {
-            Records::InDatabase => {
-                let store = SqliteStore::open(path).await?;
-                store.migrate().await?;
-                (Idem::new(store), true)
-            }
-            Records::InRedis(store) => (Idem::new(store), false),
-        };
-        Ok(Self {
+        idem_sqlx::sqlx::query(SQLITE_SCHEMA).execute(&db).await?;
+        let open_store = || SqliteStore::open(path);
+        let (idem, records_in_database) = runtime(records, open_store).await?;
+        Ok(Self::on(Database::Sqlite(db), idem, records_in_database))
+    }
+
+    /// The service on the PostgreSQL database at `url`
+    /// (`postgres://user:password@host/database`), its table and, for
+    /// [`Records::InDatabase`], idem's created if missing.
+    ///
+    /// # Errors
+    ///
+    /// No connection can be opened, or a table cannot be created.
+    pub async fn open_postgres(
+        url: &str,
+        records: Records,
+    ) -> Result<Self, Box<dyn Error + Send + Sync>> {
+        let db = PgPool::connect(url).await?;
+        idem_sqlx::sqlx::query(POSTGRES_SCHEMA).execute(&db).await?;
+        let (idem, records_in_database) = runtime(records, || PostgresStore::connect(url)).await?;
+        Ok(Self::on(Database::Postgres(db), idem, records_in_database))
+    }
+
+    /// The service on `db`, behind `idem`.
+    fn on(db: Database, idem: Idem, records_in_database: bool) -> Self {
+        Self {
             db,
             idem,
             records_in_database,
             lease: Duration::from_secs(10),
             crash_after_commit: false,
             provider_time: Duration::ZERO,
-        })
+        }
     }
 
     /// How long an attempt holds its key before a retry may run it again, should the
@@ -147,7 +200,7 @@ impl Payments {
     }
 
     /// The database.
-    pub fn db(&self) -> &SqlitePool {
+    pub fn db(&self) -> &Database {
         &self.db
     }
 

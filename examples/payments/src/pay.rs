@@ -1,16 +1,19 @@
 //! The handlers: `POST /payments` with its record completed in the payment's transaction
-//! ([`pay`]) or by the layer after it ([`pay_then_record`]), and `GET /payments`.
+//! ([`pay`]) or by the layer after it ([`pay_then_record`]), and `GET /payments`, each one
+//! core generic over the database (SQLite or PostgreSQL) that both arms of a `match` call.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use idem_axum::idempotency::IdempotencyRecord;
-use idem_sqlx::sqlx::{self, SqliteConnection};
-use idem_sqlx::{CommitError, SqliteStore};
+use idem_sqlx::sqlx::{
+    self, Encode, Executor, FromRow, IntoArguments, Pool, Postgres, Sqlite, Transaction, Type,
+};
+use idem_sqlx::{CommitError, SqlBackend, SqlStore};
 use serde::{Deserialize, Serialize};
 
-use crate::Payments;
+use crate::{Database, Payments};
 
 /// The largest payment, in cents.
 const MAX_AMOUNT: i64 = 100_000_000;
@@ -52,6 +55,63 @@ pub(crate) struct Payment {
     amount: i64,
 }
 
+/// How a payment's transaction begins on a database.
+pub(crate) trait Begin {
+    /// The statement: SQLite takes its write lock at once (`BEGIN IMMEDIATE`), so that two
+    /// payments never deadlock upgrading a read lock.
+    const BEGIN: &'static str;
+}
+
+impl Begin for Sqlite {
+    const BEGIN: &'static str = "BEGIN IMMEDIATE";
+}
+
+impl Begin for Postgres {
+    const BEGIN: &'static str = "BEGIN";
+}
+
+/// A database the payments can be in (SQLite, PostgreSQL): where a payment is written.
+pub(crate) trait PaymentsDatabase: SqlBackend {
+    /// Begins a transaction on `pool` and writes `payment` in it.
+    fn begin_payment(
+        pool: &Pool<Self>,
+        payment: NewPayment,
+    ) -> impl Future<Output = Result<(Transaction<'static, Self>, Payment), sqlx::Error>>;
+}
+
+impl<DB> PaymentsDatabase for DB
+where
+    DB: SqlBackend + Begin,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    Columns: for<'r> FromRow<'r, DB::Row>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+{
+    async fn begin_payment(
+        pool: &Pool<DB>,
+        payment: NewPayment,
+    ) -> Result<(Transaction<'static, DB>, Payment), sqlx::Error> {
+        let mut tx = pool.begin_with(DB::BEGIN).await?;
+        let (payment_id, account, amount): Columns = sqlx::query_as(
+            "INSERT INTO payments (account, amount) VALUES ($1, $2) RETURNING id, account, amount",
+        )
+        .bind(payment.account)
+        .bind(payment.amount)
+        .fetch_one(&mut *tx)
+        .await?;
+        let paid = Payment {
+            payment_id,
+            account,
+            amount,
+        };
+        Ok((tx, paid))
+    }
+}
+
+/// A payment's columns, as a row gives them.
+type Columns = (i64, String, i64);
+
 /// `POST /payments`, records in the database: the payment and the response a retry will
 /// get commit in one transaction.
 pub(crate) async fn pay(
@@ -61,13 +121,31 @@ pub(crate) async fn pay(
 ) -> Result<Response, PaymentError> {
     payment.check()?;
     app.call_the_provider().await;
-    let mut tx = app.db.begin_with("BEGIN IMMEDIATE").await?;
-    let paid = insert(&mut tx, payment).await?;
+    match &app.db {
+        Database::Sqlite(pool) => pay_with_record(&app, pool, &record, payment).await,
+        Database::Postgres(pool) => pay_with_record(&app, pool, &record, payment).await,
+    }
+}
+
+/// The payment and its record, committed in one transaction on `pool`.
+async fn pay_with_record<DB: PaymentsDatabase>(
+    app: &Payments,
+    pool: &Pool<DB>,
+    record: &IdempotencyRecord,
+    payment: NewPayment,
+) -> Result<Response, PaymentError> {
+    let (tx, paid) = DB::begin_payment(pool, payment).await?;
     let (stored, response) = record
         .stored_response((StatusCode::CREATED, Json(paid)))
         .await?;
-    SqliteStore::commit_with_record(tx, record.key(), record.owner(), stored, record.retention())
-        .await?;
+    SqlStore::<DB>::commit_with_record(
+        tx,
+        record.key(),
+        record.owner(),
+        stored,
+        record.retention(),
+    )
+    .await?;
     app.crash_point();
     Ok(response)
 }
@@ -80,34 +158,31 @@ pub(crate) async fn pay_then_record(
 ) -> Result<(StatusCode, Json<Payment>), PaymentError> {
     payment.check()?;
     app.call_the_provider().await;
-    let mut tx = app.db.begin_with("BEGIN IMMEDIATE").await?;
-    let paid = insert(&mut tx, payment).await?;
-    tx.commit().await?;
+    let paid = match &app.db {
+        Database::Sqlite(pool) => pay_alone(pool, payment).await?,
+        Database::Postgres(pool) => pay_alone(pool, payment).await?,
+    };
     app.crash_point();
     Ok((StatusCode::CREATED, Json(paid)))
 }
 
-/// Writes `payment`.
-async fn insert(tx: &mut SqliteConnection, payment: NewPayment) -> Result<Payment, sqlx::Error> {
-    let (payment_id,): (i64,) =
-        sqlx::query_as("INSERT INTO payments (account, amount) VALUES (?, ?) RETURNING id")
-            .bind(&payment.account)
-            .bind(payment.amount)
-            .fetch_one(tx)
-            .await?;
-    Ok(Payment {
-        payment_id,
-        account: payment.account,
-        amount: payment.amount,
-    })
+/// The payment alone, committed on `pool`.
+async fn pay_alone<DB: PaymentsDatabase>(
+    pool: &Pool<DB>,
+    payment: NewPayment,
+) -> Result<Payment, sqlx::Error> {
+    let (tx, paid) = DB::begin_payment(pool, payment).await?;
+    tx.commit().await?;
+    Ok(paid)
 }
 
 /// `GET /payments`: every payment, oldest first.
 pub(crate) async fn list(State(app): State<Payments>) -> Result<Json<Vec<Payment>>, PaymentError> {
-    let rows: Vec<(i64, String, i64)> =
-        sqlx::query_as("SELECT id, account, amount FROM payments ORDER BY id")
-            .fetch_all(&app.db)
-            .await?;
+    const ALL: &str = "SELECT id, account, amount FROM payments ORDER BY id";
+    let rows: Vec<Columns> = match &app.db {
+        Database::Sqlite(pool) => sqlx::query_as(ALL).fetch_all(pool).await?,
+        Database::Postgres(pool) => sqlx::query_as(ALL).fetch_all(pool).await?,
+    };
     let payments = rows
         .into_iter()
         .map(|(payment_id, account, amount)| Payment {

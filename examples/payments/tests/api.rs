@@ -1,6 +1,6 @@
 //! The payments API through its router (no sockets), counted in its database: with the
-//! records in that database, and with them in a real Redis the harness starts. Each case
-//! runs in both set-ups.
+//! records in that database (SQLite, or a real PostgreSQL the harness starts), and with
+//! them in a real Redis the harness starts. Each case runs in every set-up.
 
 use std::net::SocketAddr;
 
@@ -9,44 +9,47 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode, header};
-use example_payments::{Payments, Records};
-use idem_tests::{Answer, RedisServer, all_at_once, answer, assert_created_or_in_progress};
+use example_payments::{Database, Payments, Records};
+use idem_tests::{
+    Answer, PostgresServer, RedisServer, all_at_once, answer, assert_created_or_in_progress,
+};
 use serde_json::json;
 use tempfile::TempDir;
 use tower::ServiceExt;
 
-macro_rules! in_both_setups {
-    ($($case:ident),+ $(,)?) => {
-        mod database {
+macro_rules! in_every_setup {
+    (@setup $module:ident $setup:ident $($case:ident),+) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    super::$case(super::Setup::Database).await;
-                }
-            )+
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    super::$case(super::Setup::Redis).await;
+                    super::$case(super::Setup::$setup).await;
                 }
             )+
         }
     };
+    ($($case:ident),+ $(,)?) => {
+        in_every_setup!(@setup sqlite Sqlite $($case),+);
+        in_every_setup!(@setup postgres Postgres $($case),+);
+        in_every_setup!(@setup redis Redis $($case),+);
+    };
 }
 
-in_both_setups!(
+in_every_setup!(
     a_payment_is_made_once_per_key_and_replayed,
     concurrent_retries_pay_once,
     the_key_with_another_payment_is_422_and_pays_nothing,
     bad_input_gets_a_4xx_and_leaves_nothing_behind,
 );
 
-/// Where the records are kept.
+/// Where the payments and the records are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Setup {
-    Database,
+    /// Both in SQLite.
+    Sqlite,
+    /// Both in PostgreSQL.
+    Postgres,
+    /// The payments in SQLite, the records in Redis.
     Redis,
 }
 
@@ -56,6 +59,7 @@ struct TestApp {
     payments: Payments,
     redis: Option<RedisServer>,
     _dir: TempDir,
+    _postgres: Option<PostgresServer>,
 }
 
 impl TestApp {
@@ -66,9 +70,12 @@ impl TestApp {
             Some(server) => Records::InRedis(server.store()),
             None => Records::InDatabase,
         };
-        let payments = Payments::open(dir.path().join("payments.db"), records)
-            .await
-            .expect("the database");
+        let postgres = (setup == Setup::Postgres).then(PostgresServer::start);
+        let payments = match &postgres {
+            Some(server) => Payments::open_postgres(&server.url(), records).await,
+            None => Payments::open(dir.path().join("payments.db"), records).await,
+        };
+        let payments = payments.expect("the database");
         // What serving with `into_make_service_with_connect_info` gives each request.
         let client = SocketAddr::from(([127, 0, 0, 1], 40_000));
         let router = payments.router().layer(Extension(ConnectInfo(client)));
@@ -77,14 +84,17 @@ impl TestApp {
             payments,
             redis,
             _dir: dir,
+            _postgres: postgres,
         }
     }
 
     async fn count(&self, sql: &str) -> i64 {
-        idem_sqlx::sqlx::query_scalar(sql)
-            .fetch_one(self.payments.db())
-            .await
-            .expect("a count")
+        use idem_sqlx::sqlx::query_scalar;
+        let count = match self.payments.db() {
+            Database::Sqlite(pool) => query_scalar(sql).fetch_one(pool).await,
+            Database::Postgres(pool) => query_scalar(sql).fetch_one(pool).await,
+        };
+        count.expect("a count")
     }
 
     async fn payments(&self) -> i64 {
@@ -139,7 +149,7 @@ async fn a_payment_is_made_once_per_key_and_replayed(setup: Setup) {
     }
     assert_eq!(app.payments().await, 1);
     assert_eq!(app.records().await, 1);
-    if setup == Setup::Database {
+    if setup != Setup::Redis {
         let completed = app
             .count("SELECT COUNT(*) FROM idem_records WHERE response IS NOT NULL")
             .await;

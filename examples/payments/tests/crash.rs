@@ -3,8 +3,9 @@
 //! apart from the data cannot cover — and the request is retried against a restarted
 //! server on the same database:
 //!
-//! - records in the database: the retry gets the stored answer (`Idempotent-Replayed:
-//!   true`) and the handler does not run again, one payment per crash;
+//! - records in the database (SQLite, and PostgreSQL: a real server the harness starts):
+//!   the retry gets the stored answer (`Idempotent-Replayed: true`) and the handler does
+//!   not run again, one payment per crash;
 //! - records in Redis (a real `redis-server` the harness starts, with an append-only file
 //!   written with `appendfsync always`, so Redis loses nothing it acknowledged: the window
 //!   is not about Redis' durability): the record stays in progress, and once its lease
@@ -30,7 +31,7 @@ use idem_tests::{
 };
 use serde_json::json;
 
-use common::{Setup, payment, payments_of, start};
+use common::{Db, Setup, payment, start};
 
 /// How long an attempt holds its key: what a retry waits for after a crash, with the
 /// records in Redis.
@@ -71,9 +72,17 @@ fn crashes() -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_records_in_the_database_a_retry_after_a_crash_is_replayed_and_pays_nothing() {
-    let result = crash_and_retry(None).await;
+async fn with_records_in_sqlite_a_retry_after_a_crash_is_replayed_and_pays_nothing() {
+    let result = crash_and_retry(&Db::sqlite(), None).await;
     println!("records in SQLite, committed with the payments: {result}");
+    assert_eq!(result.paid_twice, 0, "{result:?}");
+    assert_eq!(result.replayed, result.crashes, "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_records_in_postgresql_a_retry_after_a_crash_is_replayed_and_pays_nothing() {
+    let result = crash_and_retry(&Db::postgres(), None).await;
+    println!("records in PostgreSQL, committed with the payments: {result}");
     assert_eq!(result.paid_twice, 0, "{result:?}");
     assert_eq!(result.replayed, result.crashes, "{result:?}");
 }
@@ -81,17 +90,15 @@ async fn with_records_in_the_database_a_retry_after_a_crash_is_replayed_and_pays
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_records_in_redis_a_retry_after_a_crash_pays_again_once_the_lease_runs_out() {
     let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let result = crash_and_retry(Some(&redis)).await;
+    let result = crash_and_retry(&Db::sqlite(), Some(&redis)).await;
     println!("records in Redis (AOF, appendfsync always), stored after the commit: {result}");
     assert_eq!(result.paid_twice, result.crashes, "{result:?}");
     assert_eq!(result.replayed, 0, "{result:?}");
 }
 
 /// Crashes the server after a payment's commit [`crashes`] times, each time retrying the
-/// payment against a restarted server, with the records in `redis` or in the database.
-async fn crash_and_retry(redis: Option<&RedisServer>) -> Crashes {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let db = dir.path().join("payments.db");
+/// payment against a restarted server on `db`, with the records in `redis` or in `db`.
+async fn crash_and_retry(db: &Db, redis: Option<&RedisServer>) -> Crashes {
     let http = http_client();
     let started = Instant::now();
     let mut result = Crashes {
@@ -104,7 +111,7 @@ async fn crash_and_retry(redis: Option<&RedisServer>) -> Crashes {
         let account = format!("crash-{run}");
         let body = json!({ "account": account, "amount": 100 }).to_string();
 
-        let mut crashing = start(&db, setup(redis, true));
+        let mut crashing = start(db, setup(redis, true));
         let lost = send_over_tcp(&http, payment(&crashing, &account, &body)).await;
         assert!(lost.is_err(), "the server died before answering: {lost:?}");
         let ended = crashing.ended(Duration::from_secs(10)).await;
@@ -113,14 +120,14 @@ async fn crash_and_retry(redis: Option<&RedisServer>) -> Crashes {
             Some(SIGKILL),
             "killed by its switch: {ended:?}"
         );
-        let (paid, first) = payments_of(&db, &account).await;
+        let (paid, first) = db.payments_of(&account).await;
         assert_eq!(paid, 1, "it died after the commit");
         drop(crashing);
 
-        let server = start(&db, setup(redis, false));
+        let server = start(db, setup(redis, false));
         let answer = retry(&http, &server, &account, &body).await;
         assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
-        let (paid, _) = payments_of(&db, &account).await;
+        let (paid, _) = db.payments_of(&account).await;
         assert!(paid <= 2, "{paid} payments for one request");
         if paid == 2 {
             result.paid_twice += 1;

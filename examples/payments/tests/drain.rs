@@ -5,7 +5,7 @@
 //! and the retry would pay once the record's lease ran out.
 //!
 //! The server runs as a process of its own (records in a real Redis the harness starts,
-//! or in the payments' database); the payment provider takes 1.5 s, and the first client
+//! or in the payments' database: SQLite, or a real PostgreSQL the harness starts); the payment provider takes 1.5 s, and the first client
 //! closes its connection once the server holds the payment's key.
 
 #![cfg(unix)]
@@ -13,7 +13,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use common::{Setup, payment, payments_of, start};
+use common::{Db, Setup, payment, start};
 
 /// How long a payment takes at the provider: the time the drain must wait.
 const PROVIDER_MS: &str = "1500";
@@ -32,18 +31,22 @@ const PROVIDER_MS: &str = "1500";
 async fn with_records_in_redis_a_sigterm_lets_the_detached_payment_finish_and_its_retry_is_replayed()
  {
     let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    sigterm_while_a_payment_runs_detached(Some(&redis)).await;
+    sigterm_while_a_payment_runs_detached(&Db::sqlite(), Some(&redis)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_records_in_the_database_a_sigterm_lets_the_detached_payment_finish_and_its_retry_is_replayed()
+async fn with_records_in_sqlite_a_sigterm_lets_the_detached_payment_finish_and_its_retry_is_replayed()
  {
-    sigterm_while_a_payment_runs_detached(None).await;
+    sigterm_while_a_payment_runs_detached(&Db::sqlite(), None).await;
 }
 
-async fn sigterm_while_a_payment_runs_detached(redis: Option<&RedisServer>) {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let db = dir.path().join("payments.db");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_records_in_postgresql_a_sigterm_lets_the_detached_payment_finish_and_its_retry_is_replayed()
+ {
+    sigterm_while_a_payment_runs_detached(&Db::postgres(), None).await;
+}
+
+async fn sigterm_while_a_payment_runs_detached(db: &Db, redis: Option<&RedisServer>) {
     let setup = Setup {
         redis,
         lease_ms: "10000",
@@ -52,14 +55,13 @@ async fn sigterm_while_a_payment_runs_detached(redis: Option<&RedisServer>) {
     };
     let (account, http) = ("deploy-1", http_client());
     let body = json!({ "account": account, "amount": 100 }).to_string();
-    let mut server = start(&db, setup);
+    let mut server = start(db, setup);
 
     let abandoned = send_and_keep_open(&server, account, &body).await;
-    let db_path = db.as_path();
     eventually(
         Duration::from_secs(10),
         "the first attempt holds its key",
-        || async move { records_begun(db_path, redis).await > 0 },
+        || async move { records_begun(db, redis).await > 0 },
     )
     .await;
     let retry = send_over_tcp(&http, payment(&server, account, &body))
@@ -73,14 +75,14 @@ async fn sigterm_while_a_payment_runs_detached(redis: Option<&RedisServer>) {
         ended.success(),
         "it stopped by itself, after the drain: {ended:?}"
     );
-    let (paid, first) = payments_of(&db, account).await;
+    let (paid, first) = db.payments_of(account).await;
     assert_eq!(
         paid, 1,
         "the payment ran to its end before the process exited"
     );
     drop(server);
 
-    let restarted = start(&db, setup);
+    let restarted = start(db, setup);
     let retry = send_over_tcp(&http, payment(&restarted, account, &body))
         .await
         .expect("the restarted server answers");
@@ -88,23 +90,17 @@ async fn sigterm_while_a_payment_runs_detached(redis: Option<&RedisServer>) {
     assert!(retry.replayed(), "the record completed: {retry:?}");
     assert_eq!(retry.json()["payment_id"], json!(first));
     assert_eq!(
-        payments_of(&db, account).await.0,
+        db.payments_of(account).await.0,
         1,
         "and nothing more was paid"
     );
 }
 
 /// How many idempotency records the store holds: in `redis`, or else in the database.
-async fn records_begun(db: &Path, redis: Option<&RedisServer>) -> usize {
+async fn records_begun(db: &Db, redis: Option<&RedisServer>) -> usize {
     match redis {
         Some(redis) => redis.keys().len(),
-        None => {
-            let count: (i64,) = idem_sqlx::sqlx::query_as("SELECT COUNT(*) FROM idem_records")
-                .fetch_one(&common::database(db).await)
-                .await
-                .expect("a count");
-            usize::try_from(count.0).unwrap_or(0)
-        }
+        None => usize::try_from(db.records().await).unwrap_or(0),
     }
 }
 

@@ -1,19 +1,22 @@
-//! The chaos run's driver (`idem_tests::chaos`): starts a Redis set-up and four chaos
-//! servers (`chaos_server`, found beside this binary), sends them duplicates of every
-//! guarded kind while it injects faults, and prints the report as Markdown.
+//! The chaos run's driver (`idem_tests::chaos`): starts a store set-up (Redis, or
+//! PostgreSQL) and four chaos servers (`chaos_server`, found beside this binary), sends
+//! them duplicates of every guarded kind while it injects faults, and prints the report
+//! as Markdown.
 //!
 //! ```text
-//! chaos [--setup durable|volatile|sentinel] [--replica-acks N --acks-within-ms MS]
+//! chaos [--setup durable|volatile|sentinel|postgres] [--replica-acks N --acks-within-ms MS]
 //!       [--replication-delay-ms MS] [--faults F,F,...] [--rounds N] [--requests N]
 //!       [--concurrency N] [--timeout-ms MS] [--lease-ms MS] [--seed N] [--server PATH]
 //!       [--assert]
 //! ```
 //!
 //! Faults: `redis-restart`, `instance-kill`, `client-pause`, `link-stall`, `link-reset`
-//! (standalone set-ups), `failover` (Sentinel). By default the durable set-up gets the
-//! first five, the volatile one `redis-restart`, Sentinel `failover`; the list is
-//! repeated `--rounds` times. With `--assert` the exit status is 1
-//! when a guarantee of the durable set-up did not hold (each is printed).
+//! (standalone Redis set-ups), `failover` (Sentinel), `postgres-restart`,
+//! `postgres-terminate`, `instance-kill`, `link-stall`, `link-reset` (PostgreSQL). By
+//! default the durable set-up gets the first five, the volatile one `redis-restart`,
+//! Sentinel `failover`, PostgreSQL its five; the list is repeated `--rounds` times. With
+//! `--assert` the exit status is 1 when a guarantee of the durable set-ups (Redis,
+//! PostgreSQL) did not hold (each is printed).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,7 +24,7 @@ use std::time::Duration;
 
 use idem_tests::chaos::{Chaos, Fault, StoreSetup};
 
-const USAGE: &str = "usage: chaos [--setup durable|volatile|sentinel] \
+const USAGE: &str = "usage: chaos [--setup durable|volatile|sentinel|postgres] \
 [--replica-acks N --acks-within-ms MS] [--replication-delay-ms MS] [--faults F,F,...] \
 [--rounds N] [--requests N] [--concurrency N] [--timeout-ms MS] [--lease-ms MS] [--seed N] \
 [--server PATH] [--assert]";
@@ -98,6 +101,7 @@ fn options() -> Result<(Chaos, bool), String> {
     chaos.setup = match setup.as_str() {
         "durable" => StoreSetup::Durable,
         "volatile" => StoreSetup::Volatile,
+        "postgres" => StoreSetup::Postgres,
         "sentinel" => StoreSetup::Sentinel {
             replica_acks: match (acks, acks_within) {
                 (Some(replicas), Some(within)) => Some((replicas, within)),
@@ -118,6 +122,13 @@ fn options() -> Result<(Chaos, bool), String> {
         ],
         StoreSetup::Volatile => vec![Fault::RedisRestart],
         StoreSetup::Sentinel { .. } => vec![Fault::Failover],
+        StoreSetup::Postgres => vec![
+            Fault::PostgresRestart,
+            Fault::InstanceKill,
+            Fault::PostgresTerminate,
+            Fault::LinkStall,
+            Fault::LinkReset,
+        ],
     });
     chaos.faults = (0..rounds).flat_map(|_| faults.iter().copied()).collect();
     Ok((chaos, assert))

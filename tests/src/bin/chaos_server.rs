@@ -1,10 +1,11 @@
 //! The server the chaos run drives (`idem_tests::chaos`): one guarded route of every
-//! kind on a Redis store, whose handlers note every run they start and every commit they
-//! make in a ledger that survives a `SIGKILL` (one append-only file per process).
+//! kind on a Redis or PostgreSQL store, whose handlers note every run they start and every
+//! commit they make in a ledger that survives a `SIGKILL` (one append-only file per
+//! process).
 //!
 //! ```text
 //! chaos_server --name NAME --ledger DIR --state DIR
-//!              (--redis URL | --sentinels URL,URL,... --master NAME)
+//!              (--redis URL | --sentinels URL,URL,... --master NAME | --postgres URL)
 //!              [--timeout-ms 1000] [--lease-ms 10000] [--lock-lease-ms 10000]
 //!              [--replica-acks N --acks-within-ms MS] [--work-ms 3] [--render-ms 3]
 //! ```
@@ -27,6 +28,15 @@
 //! killed between those steps, and some of its handlers between their commit and the
 //! moment the guard stores their response. A middleware outside the guards notes
 //! `answer` when a response the handler produced leaves the server.
+//!
+//! On PostgreSQL (`--postgres`) every guard runs on `PostgresStore`, and the idempotency
+//! routes (`/pay`, `/callback`) commit differently: their `commit` is a row of the
+//! commits' table (`idem_tests::chaos::COMMITS_TABLE`), written in one transaction with
+//! their completed record (`PostgresStore::commit_with_record`), so a kill leaves both or
+//! neither. That transaction is bounded by the store's timeout; one that fails or runs
+//! out answers `503` (the layer then removes the record, unless it committed after all),
+//! and one whose record a retry took over answers `409` with `Retry-After`. The form route
+//! keeps its ledger line in the file: its token is spent before the handler runs.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -36,6 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::http::header;
 use axum::http::request::Parts;
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::{self, Next};
@@ -43,17 +54,20 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
-use idem_axum::idempotency::RecordScope;
+use idem_axum::idempotency::{IdempotencyRecord, RecordScope};
 use idem_axum::lock::{Lease, Lock, LockError, LockGuard};
-use idem_axum::store::{Key, Owner, Store};
+use idem_axum::store::{AnyStore, Key, Owner, Store};
 use idem_axum::{
     FormToken, Idem, IdempotencyLayer, RedisServer, RedisStore, VerifyFormTokenLayer, avoid_repeat,
 };
-use idem_tests::chaos::{CLIENT_HEADER, Event, Ledger, OP_HEADER, Route};
+use idem_sqlx::sqlx::PgPool;
+use idem_sqlx::{CommitError, PostgresStore};
+use idem_tests::chaos::{CLIENT_HEADER, Event, Ledger, OP_HEADER, Route, note_commit_in};
 use serde_json::json;
 
 const USAGE: &str = "usage: chaos_server --name NAME --ledger DIR --state DIR \
-(--redis URL | --sentinels URL,URL,... --master NAME) [--timeout-ms N] [--lease-ms N] \
+(--redis URL | --sentinels URL,URL,... --master NAME | --postgres URL) [--timeout-ms N] \
+[--lease-ms N] \
 [--lock-lease-ms N] [--replica-acks N --acks-within-ms N] [--work-ms N] [--render-ms N]";
 
 #[tokio::main]
@@ -69,22 +83,32 @@ async fn main() -> ExitCode {
 
 async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let options = Options::from_args()?;
-    // Lazy: the chaos run starts and kills Redis under the servers.
-    let mut builder = RedisStore::builder()
-        .with_timeout(options.timeout)
-        .with_lazy_connect(true);
-    if let Some((replicas, within)) = options.replica_acks {
-        builder = builder.with_replica_acks(replicas, within);
-    }
-    let server = match (&options.redis, options.sentinels.as_slice()) {
-        (Some(url), []) => RedisServer::url(url),
-        (None, [_, ..]) => RedisServer::sentinel(&options.sentinels, &options.master),
-        _ => return Err(format!("give --redis or --sentinels; {USAGE}").into()),
+    let (store, db) = match (
+        &options.postgres,
+        &options.redis,
+        options.sentinels.as_slice(),
+    ) {
+        (Some(url), None, []) => {
+            // The harness created idem's tables before starting the instances.
+            let store = PostgresStore::builder()
+                .with_timeout(options.timeout)
+                .connect(url)
+                .await?;
+            let db = store.pool().clone();
+            (AnyStore::new(store), Some(db))
+        }
+        (None, Some(url), []) => (redis_store(&options, RedisServer::url(url)).await?, None),
+        (None, None, [_, ..]) => {
+            let sentinels = RedisServer::sentinel(&options.sentinels, &options.master);
+            (redis_store(&options, sentinels).await?, None)
+        }
+        _ => return Err(format!("give one of --redis, --sentinels, --postgres; {USAGE}").into()),
     };
-    let store = builder.connect(server).await?;
     let app = App {
         ledger: Arc::new(Ledger::create(&options.ledger, &options.name)?),
         store: store.clone(),
+        db,
+        timeout: options.timeout,
         state: Arc::new(options.state.clone()),
         work: options.work,
         render: options.render,
@@ -108,6 +132,21 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     Ok(())
+}
+
+/// The Redis store on `server`, as the options say.
+async fn redis_store(
+    options: &Options,
+    server: RedisServer,
+) -> Result<AnyStore, Box<dyn std::error::Error>> {
+    // Lazy: the chaos run starts and kills Redis under the servers.
+    let mut builder = RedisStore::builder()
+        .with_timeout(options.timeout)
+        .with_lazy_connect(true);
+    if let Some((replicas, within)) = options.replica_acks {
+        builder = builder.with_replica_acks(replicas, within);
+    }
+    Ok(AnyStore::new(builder.connect(server).await?))
 }
 
 fn routes(app: App, idem: &Idem, lease: Duration) -> Router {
@@ -148,7 +187,11 @@ fn routes(app: App, idem: &Idem, lease: Duration) -> Router {
 #[derive(Debug, Clone)]
 struct App {
     ledger: Arc<Ledger>,
-    store: RedisStore,
+    store: AnyStore,
+    /// On PostgreSQL, the store's pool: the idempotency routes commit in it.
+    db: Option<PgPool>,
+    /// The store's timeout, which bounds those routes' transactions too.
+    timeout: Duration,
     /// Where the lock route keeps its "withdrawn" markers, one file per ticket.
     state: Arc<PathBuf>,
     work: Duration,
@@ -174,6 +217,71 @@ impl App {
         tokio::time::sleep(self.render).await;
         ran(route, key, StatusCode::CREATED)
     }
+
+    /// The work of an idempotency route: on PostgreSQL, its commit and its completed
+    /// record in one transaction; elsewhere, [`work`](Self::work).
+    ///
+    /// The transaction runs in a task of its own, which the store's timeout stops waiting
+    /// for but never cancels (as `PostgresStore::commit_with_record` says): sqlx gives a
+    /// connection whose `BEGIN` was cancelled back to the pool inside that transaction,
+    /// and the store's own statements on it (this pool is the store's) then ran
+    /// uncommitted, unseen by the other instances.
+    async fn work_with_record(
+        &self,
+        route: Route,
+        key: &str,
+        record: IdempotencyRecord,
+    ) -> Response {
+        let Some(db) = &self.db else {
+            return self.work(route, key).await;
+        };
+        self.note(Event::Run, route, key);
+        tokio::time::sleep(self.work).await;
+        let committing = tokio::spawn(commit_with_record(
+            db.clone(),
+            route,
+            key.to_owned(),
+            record,
+        ));
+        let response = match tokio::time::timeout(self.timeout, committing).await {
+            Ok(Ok(Ok(response))) => response,
+            Ok(Ok(Err(CommitError::RecordLost))) => {
+                let refusal = (StatusCode::CONFLICT, "a retry took this request over");
+                return ([(header::RETRY_AFTER, "1")], refusal).into_response();
+            }
+            Ok(Ok(Err(_)) | Err(_)) | Err(_) => {
+                let refusal = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the store failed; try again",
+                );
+                return ([(header::RETRY_AFTER, "1")], refusal).into_response();
+            }
+        };
+        tokio::time::sleep(self.render).await;
+        response
+    }
+}
+
+/// Writes the commit of `key` on `route` and completes `record` with the response, in one
+/// transaction on `db`; the response.
+async fn commit_with_record(
+    db: PgPool,
+    route: Route,
+    key: String,
+    record: IdempotencyRecord,
+) -> Result<Response, CommitError> {
+    let store_error = |error| CommitError::Store(idem_axum::store::StoreError::backend(error));
+    let mut tx = db.begin().await.map_err(store_error)?;
+    note_commit_in(&mut tx, route, &key)
+        .await
+        .map_err(store_error)?;
+    let (stored, response) = record
+        .stored_response(ran(route, &key, StatusCode::CREATED))
+        .await
+        .map_err(|error| CommitError::Store(idem_axum::store::StoreError::backend(error)))?;
+    let (key, owner, retention) = (record.key(), record.owner(), record.retention());
+    PostgresStore::commit_with_record(tx, key, owner, stored, retention).await?;
+    Ok(response)
 }
 
 /// Marks a response the handler produced, for [`note_answer`].
@@ -238,12 +346,12 @@ async fn repeat(State(app): State<App>, Op(key): Op) -> Response {
     app.work(Route::Repeat, &key).await
 }
 
-async fn pay_in(State(app): State<App>, Op(key): Op) -> Response {
-    app.work(Route::Pay, &key).await
+async fn pay_in(State(app): State<App>, Op(key): Op, record: IdempotencyRecord) -> Response {
+    app.work_with_record(Route::Pay, &key, record).await
 }
 
-async fn callback_in(State(app): State<App>, Op(key): Op) -> Response {
-    app.work(Route::Callback, &key).await
+async fn callback_in(State(app): State<App>, Op(key): Op, record: IdempotencyRecord) -> Response {
+    app.work_with_record(Route::Callback, &key, record).await
 }
 
 /// Withdraws once per ticket: under the ticket's lock, looks the withdrawal up and makes
@@ -305,7 +413,7 @@ async fn withdraw(State(app): State<App>, Path(ticket): Path<String>) -> Respons
 /// every 100 ms while the store cannot answer, for as long as the lease lasts.
 async fn release(
     app: App,
-    guard: LockGuard<RedisStore>,
+    guard: LockGuard<AnyStore>,
     owner: Owner,
     ticket: String,
     until: Instant,
@@ -340,6 +448,7 @@ struct Options {
     state: PathBuf,
     redis: Option<String>,
     sentinels: Vec<String>,
+    postgres: Option<String>,
     master: String,
     timeout: Duration,
     lease: Duration,
@@ -357,6 +466,7 @@ impl Options {
             state: PathBuf::new(),
             redis: None,
             sentinels: Vec::new(),
+            postgres: None,
             master: String::new(),
             timeout: Duration::from_secs(1),
             lease: Duration::from_secs(10),
@@ -382,6 +492,7 @@ impl Options {
                 "--ledger" => options.ledger = value.into(),
                 "--state" => options.state = value.into(),
                 "--redis" => options.redis = Some(value),
+                "--postgres" => options.postgres = Some(value),
                 "--sentinels" => options.sentinels = value.split(',').map(str::to_owned).collect(),
                 "--master" => options.master = value,
                 "--timeout-ms" => options.timeout = millis()?,

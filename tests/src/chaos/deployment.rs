@@ -1,5 +1,5 @@
-//! What a chaos run starts — the Redis set-up, the link to it, the server instances —
-//! and how it breaks them.
+//! What a chaos run starts — the store set-up (Redis, or PostgreSQL), the link to it,
+//! the server instances — and how it breaks them.
 
 use std::path::Path;
 use std::process::Command;
@@ -9,9 +9,13 @@ use std::time::{Duration, Instant};
 
 use tokio::task::block_in_place;
 
+use super::ledger::{add_commits, create_commits_table};
 use super::workload::Driver;
-use super::{Chaos, Fault, StoreSetup, monotonic_ns};
-use crate::{Forwarder, MASTER_NAME, RedisSentinels, RedisServer, ServerProcess};
+use super::{Chaos, Fault, LedgerFile, StoreSetup, monotonic_ns};
+use crate::{
+    Forwarder, MASTER_NAME, PostgresServer, RedisSentinels, RedisServer, ServerProcess,
+    postgres_url,
+};
 
 /// Redis' durability settings for every set-up that keeps data: nothing acknowledged
 /// that is not on disk.
@@ -29,8 +33,8 @@ pub struct FaultEvent {
     pub fault: Fault,
     /// When it began ([`monotonic_ns`]).
     pub started: u64,
-    /// When what it broke was back: Redis or the instance started again and answering,
-    /// the pause or stall over, the failover done.
+    /// When what it broke was back: the store or the instance started again and
+    /// answering, the pause or stall over, the failover done, the backends ended.
     pub ended: u64,
     /// The instance killed and its pid, for [`Fault::InstanceKill`].
     pub killed: Option<(usize, u32)>,
@@ -107,10 +111,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The Redis set-up.
+/// The store set-up.
 #[derive(Debug)]
-enum Redis {
-    /// One server, reached through a forwarder.
+enum Store {
+    /// One Redis, reached through a forwarder.
     Standalone {
         server: RedisServer,
         link: Forwarder,
@@ -119,6 +123,11 @@ enum Redis {
     Sentinel {
         set: RedisSentinels,
         replication: Option<Forwarder>,
+    },
+    /// One PostgreSQL, reached through a forwarder.
+    Postgres {
+        server: PostgresServer,
+        link: Forwarder,
     },
 }
 
@@ -141,7 +150,7 @@ impl Launch {
 /// Everything a run started; dropping it stops every process, each by its pid.
 #[derive(Debug)]
 pub(super) struct Deployment {
-    redis: Redis,
+    store: Store,
     instances: Arc<Instances>,
     launch: Launch,
     ledger: tempfile::TempDir,
@@ -152,7 +161,7 @@ pub(super) struct Deployment {
 }
 
 impl Deployment {
-    /// Starts the Redis set-up of `chaos` and its instances.
+    /// Starts the store set-up of `chaos` and its instances.
     pub(super) async fn start(chaos: &Chaos) -> Self {
         let ledger = tempfile::tempdir().expect("a directory for the ledgers");
         let state = tempfile::tempdir().expect("a directory for the servers' state");
@@ -168,7 +177,7 @@ impl Deployment {
             "--lock-lease-ms".into(),
             chaos.lease.as_millis().to_string(),
         ];
-        let redis = match &chaos.setup {
+        let store = match &chaos.setup {
             StoreSetup::Durable | StoreSetup::Volatile => {
                 let config: &[&str] = if chaos.setup == StoreSetup::Durable {
                     &DURABLE
@@ -178,7 +187,7 @@ impl Deployment {
                 let server = block_in_place(|| RedisServer::start_with(config));
                 let link = Forwarder::start(server.port()).await;
                 args.extend(["--redis".into(), link.url()]);
-                Redis::Standalone { server, link }
+                Store::Standalone { server, link }
             }
             StoreSetup::Sentinel {
                 replica_acks,
@@ -210,7 +219,19 @@ impl Deployment {
                         within.as_millis().to_string(),
                     ]);
                 }
-                Redis::Sentinel { set, replication }
+                Store::Sentinel { set, replication }
+            }
+            StoreSetup::Postgres => {
+                let server = block_in_place(PostgresServer::start_durable);
+                // idem's tables and the commits' table, before the instances use them.
+                server.store().await;
+                let mut db = server.connection().await;
+                create_commits_table(&mut db)
+                    .await
+                    .expect("the commits' table");
+                let link = Forwarder::start(server.port()).await;
+                args.extend(["--postgres".into(), postgres_url(link.port())]);
+                Store::Postgres { server, link }
             }
         };
         let launch = Launch {
@@ -230,7 +251,7 @@ impl Deployment {
             instances.start(index, launch.start(&slot.name));
         }
         Self {
-            redis,
+            store,
             instances,
             launch,
             ledger,
@@ -249,6 +270,20 @@ impl Deployment {
         self.ledger.path()
     }
 
+    /// Adds to `ledgers` the commits noted in PostgreSQL, on that set-up.
+    ///
+    /// # Panics
+    ///
+    /// When they cannot be read.
+    pub(super) async fn add_database_commits(&self, ledgers: &mut Vec<LedgerFile>) {
+        if let Store::Postgres { server, .. } = &self.store {
+            let mut db = server.connection().await;
+            add_commits(&mut db, ledgers)
+                .await
+                .expect("the commits can be read");
+        }
+    }
+
     /// Injects `fault` and waits until what it broke is back; after a fault that could
     /// lose data, has `driver` check the records of operations completed just before.
     ///
@@ -258,23 +293,23 @@ impl Deployment {
     pub(super) async fn inject(&mut self, fault: Fault, driver: &Arc<Driver>) -> FaultEvent {
         let mut started = monotonic_ns();
         let (mut killed, mut note) = (None, String::new());
-        match (fault, &mut self.redis) {
-            (Fault::RedisRestart, Redis::Standalone { server, .. }) => {
+        match (fault, &mut self.store) {
+            (Fault::RedisRestart, Store::Standalone { server, .. }) => {
                 block_in_place(|| server.stop());
                 tokio::time::sleep(self.down).await;
                 block_in_place(|| server.start_again());
             }
-            (Fault::ClientPause, Redis::Standalone { server, .. }) => {
+            (Fault::ClientPause, Store::Standalone { server, .. }) => {
                 let millis = self.pause.as_millis().to_string();
                 block_in_place(|| server.command(&["CLIENT", "PAUSE", &millis, "ALL"]));
                 tokio::time::sleep(self.pause).await;
             }
-            (Fault::LinkStall, Redis::Standalone { link, .. }) => {
+            (Fault::LinkStall, Store::Standalone { link, .. } | Store::Postgres { link, .. }) => {
                 link.stall();
                 tokio::time::sleep(self.pause).await;
                 link.resume();
             }
-            (Fault::LinkReset, Redis::Standalone { link, .. }) => {
+            (Fault::LinkReset, Store::Standalone { link, .. } | Store::Postgres { link, .. }) => {
                 for _ in 0..3 {
                     link.reset();
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -292,7 +327,21 @@ impl Deployment {
                 killed = Some((index, pid));
                 note = format!("{name} (pid {pid}) killed with {in_flight} requests in flight");
             }
-            (Fault::Failover, Redis::Sentinel { set, replication }) => {
+            (Fault::PostgresRestart, Store::Postgres { server, .. }) => {
+                block_in_place(|| server.stop());
+                tokio::time::sleep(self.down).await;
+                let recovering = Instant::now();
+                block_in_place(|| server.start_again());
+                note = format!(
+                    "recovered from its log in {:.1} s",
+                    recovering.elapsed().as_secs_f64()
+                );
+            }
+            (Fault::PostgresTerminate, Store::Postgres { server, .. }) => {
+                let ended = server.terminate_backends().await;
+                note = format!("{ended} backends terminated");
+            }
+            (Fault::Failover, Store::Sentinel { set, replication }) => {
                 // A killed process' socket still sends what it had written; the bytes a
                 // slow link holds are lost when the master's machine goes, as here.
                 if let Some(link) = replication {
@@ -308,10 +357,10 @@ impl Deployment {
                     rejoining.elapsed().as_secs_f64()
                 );
             }
-            (fault, redis) => panic!("{fault} does not fit {redis:?}"),
+            (fault, store) => panic!("{fault} does not fit {store:?}"),
         }
         let ended = monotonic_ns();
-        if matches!(fault, Fault::RedisRestart | Fault::Failover) {
+        if fault.could_lose_data() {
             driver.verify(started).await;
         }
         FaultEvent {

@@ -2,6 +2,12 @@
 //! append-only file per server process. Written before the handler answers and never
 //! deduplicated, so the run counts executions, not rows; a line written is in the
 //! kernel's page cache, so it survives the process' `SIGKILL`.
+//!
+//! On PostgreSQL the routes whose records commit with their side effect note their
+//! `commit` not in the file but as a row of [`COMMITS_TABLE`], in the transaction that
+//! completes the record ([`note_commit_in`]): the commit and its record are one. The run
+//! reads the rows back into the ledgers of the processes that wrote them
+//! ([`add_commits`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -9,7 +15,93 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::Mutex;
 
+use sqlx::PgConnection;
+
 use super::Route;
+
+/// The PostgreSQL set-up's table of commits made in a record's transaction: one row per
+/// commit, never deduplicated.
+pub const COMMITS_TABLE: &str = "chaos_commits";
+
+/// Creates [`COMMITS_TABLE`] if it is missing.
+///
+/// # Errors
+///
+/// The statement failed.
+pub(super) async fn create_commits_table(db: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS chaos_commits (
+            at    BIGINT NOT NULL,
+            route TEXT   NOT NULL,
+            key   TEXT   NOT NULL,
+            pid   BIGINT NOT NULL)",
+    )
+    .execute(db)
+    .await
+    .map(drop)
+}
+
+/// Notes a `commit` of `key` on `route` by this process, in the transaction `tx` is in.
+///
+/// # Errors
+///
+/// The statement failed.
+pub async fn note_commit_in(tx: &mut PgConnection, route: Route, key: &str) -> sqlx::Result<()> {
+    sqlx::query("INSERT INTO chaos_commits (at, route, key, pid) VALUES ($1, $2, $3, $4)")
+        .bind(i64::try_from(monotonic_ns()).unwrap_or(i64::MAX))
+        .bind(route.name())
+        .bind(key)
+        .bind(i64::from(std::process::id()))
+        .execute(tx)
+        .await
+        .map(drop)
+}
+
+/// Adds the commits of [`COMMITS_TABLE`] to the ledgers of the processes that made them
+/// (a ledger of its own for a process that has none, which no server is), each ledger
+/// in time order again.
+///
+/// # Errors
+///
+/// The table cannot be read.
+pub(super) async fn add_commits(
+    db: &mut PgConnection,
+    ledgers: &mut Vec<LedgerFile>,
+) -> sqlx::Result<()> {
+    let rows: Vec<(i64, String, String, i64)> =
+        sqlx::query_as("SELECT at, route, key, pid FROM chaos_commits")
+            .fetch_all(db)
+            .await?;
+    for (at, route, key, pid) in rows {
+        let pid = u32::try_from(pid).unwrap_or(0);
+        let index = match ledgers.iter().position(|ledger| ledger.pid == pid) {
+            Some(index) => index,
+            None => {
+                ledgers.push(LedgerFile {
+                    instance: "unknown".to_owned(),
+                    pid,
+                    entries: Vec::new(),
+                    unreadable: 0,
+                });
+                ledgers.len() - 1
+            }
+        };
+        let ledger = &mut ledgers[index];
+        match route.parse() {
+            Ok(route) => ledger.entries.push(Entry {
+                at: u64::try_from(at).unwrap_or(0),
+                event: Event::Commit,
+                route,
+                key,
+            }),
+            Err(_) => ledger.unreadable += 1,
+        }
+    }
+    for ledger in ledgers {
+        ledger.entries.sort_by_key(|entry| entry.at);
+    }
+    Ok(())
+}
 
 /// Nanoseconds on the machine's monotonic clock, which every process on it shares: the
 /// time of ledger lines and of faults, comparable across processes.

@@ -1,9 +1,9 @@
 //! The chaos run: "never twice, never lost", measured through real faults on one machine.
 //!
-//! [`Chaos::run`] starts a Redis set-up ([`StoreSetup`]) and several instances of the
-//! chaos server (`src/bin/chaos_server.rs`, each a process of its own), sends them
-//! operations of every guarded kind — most of them duplicates: a form submitted twice
-//! with one token, an `Idempotency-Key` retried on another instance, a callback
+//! [`Chaos::run`] starts a store set-up ([`StoreSetup`]: Redis, or PostgreSQL) and several
+//! instances of the chaos server (`src/bin/chaos_server.rs`, each a process of its own),
+//! sends them operations of every guarded kind — most of them duplicates: a form submitted
+//! twice with one token, an `Idempotency-Key` retried on another instance, a callback
 //! delivered again, a click repeated, concurrent clicks for one lock — and injects
 //! [`Fault`]s while they run. Every answer's status and latency is recorded; what a
 //! client would retry (a `409` saying the first attempt is still running, a `503`, a
@@ -13,10 +13,20 @@
 //! [`Ledger`], one append-only file per process that survives its `SIGKILL`. At the end
 //! the run reads the ledgers and counts executions per operation: an operation committed
 //! more than once is a double execution, put down to the fault that explains it, or to
-//! none. After each fault that could lose data (a Redis restart, a failover) the run
-//! sends again operations completed shortly before it and checks that their records are
-//! still there: a stored response replayed, a spent token or a window still refusing.
-//! The [`Report`] has the figures.
+//! none. After each fault that could lose data (a store restart, a failover, PostgreSQL's
+//! connections terminated) the run sends again operations completed shortly before it
+//! and checks that their records are still there: a stored response replayed, a spent
+//! token or a window still refusing. The [`Report`] has the figures.
+//!
+//! On PostgreSQL ([`StoreSetup::Postgres`]) the idempotency routes (`pay`, `callback`)
+//! note their commit as a row of [`COMMITS_TABLE`] written in the transaction that
+//! completes their record, so the commit and the record are one: an instance killed
+//! after that commit leaves a record a retry replays, and a double execution there is
+//! unexplained, never put down to the kill. The other routes note their commit in the
+//! file as on Redis: the form route counts each token's submission (its token spent
+//! before the handler runs, no response kept), the anti-repeat route each window, the
+//! lock route each withdrawal (its marker written after its commit, so a kill between
+//! the two is the one window it keeps open, on every store).
 //!
 //! Every process is started by the run and stopped by its pid when the run ends (when
 //! it panics too); all traffic stays on 127.0.0.1.
@@ -56,7 +66,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub use self::deployment::FaultEvent;
-pub use self::ledger::{Entry, Event, Ledger, LedgerFile, monotonic_ns, read_ledgers};
+pub use self::ledger::{
+    COMMITS_TABLE, Entry, Event, Ledger, LedgerFile, monotonic_ns, note_commit_in, read_ledgers,
+};
 pub use self::report::{Cause, Latency, Report};
 
 use self::deployment::Deployment;
@@ -118,7 +130,7 @@ impl Route {
 
 by_name!(Route: "route", Fault: "fault");
 
-/// Which Redis the instances share, and how they reach it.
+/// Which store the instances share, and how they reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreSetup {
     /// One Redis writing its append-only file with `appendfsync always`, so that it
@@ -137,6 +149,27 @@ pub enum StoreSetup {
         /// the replica lag behind; zero for a direct link.
         replication_delay: Duration,
     },
+    /// One PostgreSQL with its default durability (a commit acknowledged once its log is
+    /// on disk), every guard on `PostgresStore`, reached through a
+    /// [`Forwarder`](crate::Forwarder) that the link faults act on. The idempotency
+    /// routes (`pay`, `callback`) complete their records in the transaction that writes
+    /// their commit (a row of the table [`COMMITS_TABLE`] names): their commit window is
+    /// closed.
+    Postgres,
+}
+
+impl StoreSetup {
+    /// Whether `route`'s record commits with its side effect, so that no instance kill
+    /// can make it run twice.
+    pub fn commits_with_record(&self, route: Route) -> bool {
+        *self == Self::Postgres && matches!(route, Route::Pay | Route::Callback)
+    }
+
+    /// Whether the run's guarantees are asserted on it: the set-ups that lose nothing
+    /// they acknowledged.
+    pub fn asserted(&self) -> bool {
+        matches!(self, Self::Durable | Self::Postgres)
+    }
 }
 
 impl fmt::Display for StoreSetup {
@@ -162,6 +195,9 @@ impl fmt::Display for StoreSetup {
                     None => f.write_str(", no replica acks"),
                 }
             }
+            Self::Postgres => f.write_str(
+                "PostgreSQL (fsync, synchronous_commit on), records completed in the transaction",
+            ),
         }
     }
 }
@@ -177,27 +213,37 @@ pub enum Fault {
     InstanceKill,
     /// `CLIENT PAUSE … ALL` on Redis.
     ClientPause,
-    /// The link between the instances and Redis holds every byte for a while.
+    /// The link between the instances and the store (Redis, PostgreSQL) holds every byte
+    /// for a while.
     LinkStall,
-    /// The link between the instances and Redis resets every connection, three times
-    /// 200 ms apart.
+    /// The link between the instances and the store (Redis, PostgreSQL) resets every
+    /// connection, three times 200 ms apart.
     LinkReset,
     /// `SIGKILL` the Sentinel set's master; the Sentinels promote the replica. The
     /// killed master then rejoins as the new master's replica. A delayed replication
     /// link is reset at the same moment, losing what it held, as when the master's
     /// machine fails.
     Failover,
+    /// `pg_ctl stop -m immediate` on PostgreSQL (every process quits at once, as in a
+    /// crash), and start it again on its data directory after a pause: it recovers from
+    /// its log.
+    PostgresRestart,
+    /// `pg_terminate_backend` of every connection to the test database but the
+    /// harness's own: the store's pool, its listener, the handlers' transactions.
+    PostgresTerminate,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::RedisRestart,
         Self::InstanceKill,
         Self::ClientPause,
         Self::LinkStall,
         Self::LinkReset,
         Self::Failover,
+        Self::PostgresRestart,
+        Self::PostgresTerminate,
     ];
 
     /// Its name in reports and on the command line.
@@ -209,16 +255,29 @@ impl Fault {
             Self::LinkStall => "link-stall",
             Self::LinkReset => "link-reset",
             Self::Failover => "failover",
+            Self::PostgresRestart => "postgres-restart",
+            Self::PostgresTerminate => "postgres-terminate",
         }
     }
 
     /// Whether it can be injected into `setup`.
     pub fn fits(self, setup: &StoreSetup) -> bool {
+        let redis = matches!(setup, StoreSetup::Durable | StoreSetup::Volatile);
         match self {
             Self::InstanceKill => true,
             Self::Failover => matches!(setup, StoreSetup::Sentinel { .. }),
-            _ => !matches!(setup, StoreSetup::Sentinel { .. }),
+            Self::RedisRestart | Self::ClientPause => redis,
+            Self::LinkStall | Self::LinkReset => redis || *setup == StoreSetup::Postgres,
+            Self::PostgresRestart | Self::PostgresTerminate => *setup == StoreSetup::Postgres,
         }
+    }
+
+    /// The faults after which completed records are sent again, to see them kept.
+    pub fn could_lose_data(self) -> bool {
+        matches!(
+            self,
+            Self::RedisRestart | Self::Failover | Self::PostgresRestart | Self::PostgresTerminate
+        )
     }
 }
 
@@ -229,7 +288,7 @@ impl Fault {
 pub struct Chaos {
     /// The chaos server binary.
     pub server: PathBuf,
-    /// The Redis set-up.
+    /// The store set-up.
     pub setup: StoreSetup,
     /// The faults, injected in this order at even intervals of the requests sent.
     pub faults: Vec<Fault>,
@@ -244,7 +303,7 @@ pub struct Chaos {
     pub store_timeout: Duration,
     /// The idempotency records' lease (10 s).
     pub lease: Duration,
-    /// How long a killed Redis or instance stays down before it is started again (1 s).
+    /// How long a killed store or instance stays down before it is started again (1 s).
     pub down: Duration,
     /// How long `CLIENT PAUSE` and a link stall last (2 s).
     pub pause: Duration,
@@ -326,7 +385,8 @@ impl Chaos {
         let faults_over = || faults_done.load(Ordering::SeqCst) || injecting.is_finished();
         driver.send(self.requests, faults_over, deadline).await;
         let (deployment, faults) = injecting.await.expect("the fault injector does not panic");
-        let ledgers = read_ledgers(deployment.ledger_dir()).expect("the ledgers can be read");
+        let mut ledgers = read_ledgers(deployment.ledger_dir()).expect("the ledgers can be read");
+        deployment.add_database_commits(&mut ledgers).await;
         let report = Report::new(&self, &driver, &faults, &ledgers, started.elapsed());
         drop(deployment);
         report

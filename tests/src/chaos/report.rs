@@ -14,7 +14,9 @@ use super::{Chaos, Event, Fault, LedgerFile, Route, StoreSetup};
 pub enum Cause {
     /// The instance that committed first was killed before its response left, so before
     /// or while the guard stored it: the window a record kept apart from the data cannot
-    /// close.
+    /// close. Never the cause on a route whose record commits with its side effect
+    /// ([`StoreSetup::commits_with_record`]): there the window is closed, and a double
+    /// execution after a kill is unexplained.
     InstanceKill,
     /// Between the two commits (or shortly before the first, after its guard's key was
     /// written) a fault made the store forget: a restart without persistence, a
@@ -85,6 +87,8 @@ pub struct RouteFigures {
     pub checks: [u64; 3],
     /// Answers by status (`201`, `201 replayed`, `409`, …, `no answer`).
     pub statuses: BTreeMap<String, u64>,
+    /// Handlers of killed instances that had committed but whose response had not left.
+    pub cut_after_commit: u64,
 }
 
 impl RouteFigures {
@@ -99,7 +103,8 @@ impl RouteFigures {
 pub struct Report {
     /// The set-up.
     pub setup: String,
-    /// Whether the run's guarantees are asserted (the durable set-up).
+    /// Whether the run's guarantees are asserted (the set-ups that lose nothing they
+    /// acknowledged: durable Redis, PostgreSQL).
     pub asserted: bool,
     /// Requests sent, every retry counted.
     pub requests: u64,
@@ -111,13 +116,26 @@ pub struct Report {
     pub latency: Vec<Latency>,
     /// The store's timeout + 100 ms: what no answer should take longer than.
     pub bound: Duration,
-    /// Answers that took longer.
+    /// Answers that took longer (on a route whose record commits with its side effect:
+    /// longer than [`bound_with_transaction`](Self::bound_with_transaction)).
     pub over_bound: u64,
+    /// On a route whose record commits with its side effect, the bound plus the store's
+    /// timeout once more: the handler's own transaction is bounded by the store's
+    /// timeout, and after it the idempotency layer calls the store once more (it removes
+    /// the record of a failed attempt, or finds it completed) before it answers. A fault
+    /// that stalls both waits out both.
+    pub bound_with_transaction: Duration,
+    /// Answers on such a route that took longer than [`bound`](Self::bound) and no
+    /// longer than [`bound_with_transaction`](Self::bound_with_transaction).
+    pub over_bound_after_transaction: u64,
     /// Requests unanswered (connection failed, or no answer in 10 s) while their instance
     /// was down (killed, not yet started again).
     pub unanswered_while_down: u64,
     /// Requests unanswered while their instance was up.
     pub unanswered_while_up: u64,
+    /// Each of those, in words: what, to which instance, how it ended, and when it was
+    /// sent against the nearest fault.
+    pub unanswered_while_up_notes: Vec<String>,
     /// Tickets of the lock route whose critical sections overlapped in time.
     pub lock_overlaps: u64,
     /// Holders that found their lock gone before its lease ended.
@@ -161,7 +179,7 @@ impl Report {
         let mut answered: HashSet<(usize, Route, &str)> = HashSet::new();
         let mut report = Self {
             setup: chaos.setup.to_string(),
-            asserted: chaos.setup == StoreSetup::Durable,
+            asserted: chaos.setup.asserted(),
             requests: driver.sent(),
             instances: chaos.instances,
             routes: Route::ALL
@@ -171,8 +189,11 @@ impl Report {
             latency: Vec::new(),
             bound: chaos.store_timeout + Duration::from_millis(100),
             over_bound: 0,
+            bound_with_transaction: chaos.store_timeout * 2 + Duration::from_millis(100),
+            over_bound_after_transaction: 0,
             unanswered_while_down: 0,
             unanswered_while_up: 0,
+            unanswered_while_up_notes: Vec::new(),
             lock_overlaps: 0,
             lost_locks: 0,
             cut_before_commit: 0,
@@ -230,6 +251,7 @@ impl Report {
                 [(first, file), (second, _), ..] => {
                     let cause = if killed[*file]
                         && !answered.contains(&(*file, operation.route, operation.key.as_str()))
+                        && !chaos.setup.commits_with_record(operation.route)
                     {
                         Cause::InstanceKill
                     } else if let Some(fault) = faults.iter().find(|fault| {
@@ -260,7 +282,7 @@ impl Report {
             };
             figures.checks[slot] += 1;
         }
-        report.count_exchanges(&driver.exchanges());
+        report.count_exchanges(&driver.exchanges(), &chaos.setup);
         report
     }
 
@@ -292,6 +314,8 @@ impl Report {
                 }
                 if committed.contains(&(route, key)) {
                     self.cut_after_commit += 1;
+                    let figures = self.routes.get_mut(&route).expect("every route");
+                    figures.cut_after_commit += 1;
                 } else {
                     self.cut_before_commit += 1;
                 }
@@ -299,7 +323,7 @@ impl Report {
         }
     }
 
-    fn count_exchanges(&mut self, exchanges: &[Exchange]) {
+    fn count_exchanges(&mut self, exchanges: &[Exchange], setup: &StoreSetup) {
         let down: Vec<(usize, u64, u64)> = self
             .faults
             .iter()
@@ -319,7 +343,14 @@ impl Report {
                         exchange.route.to_string()
                     };
                     took.entry(name).or_default().push(exchange.took);
-                    self.over_bound += u64::from(exchange.took > self.bound);
+                    if setup.commits_with_record(exchange.route) {
+                        let after = exchange.took > self.bound;
+                        let over = exchange.took > self.bound_with_transaction;
+                        self.over_bound_after_transaction += u64::from(after && !over);
+                        self.over_bound += u64::from(over);
+                    } else {
+                        self.over_bound += u64::from(exchange.took > self.bound);
+                    }
                     if replayed {
                         format!("{} replayed", status.as_u16())
                     } else {
@@ -336,6 +367,8 @@ impl Report {
                         self.unanswered_while_down += 1;
                     } else {
                         self.unanswered_while_up += 1;
+                        let note = self.unanswered_note(exchange);
+                        self.unanswered_while_up_notes.push(note);
                     }
                     "no answer".to_owned()
                 }
@@ -349,6 +382,32 @@ impl Report {
             .map(|(label, took)| Latency::of(&label, took))
             .collect();
         self.latency.push(Latency::of("all", all));
+    }
+
+    /// `exchange`, unanswered while its instance was up, in words.
+    fn unanswered_note(&self, exchange: &Exchange) -> String {
+        let seconds = |from: u64, to: u64| (to as f64 - from as f64) / 1e9;
+        let nearest = self
+            .faults
+            .iter()
+            .min_by_key(|fault| fault.started.abs_diff(exchange.sent_at))
+            .map(|fault| {
+                format!(
+                    "sent {:+.3} s from the start of {} (which lasted {:.3} s)",
+                    seconds(fault.started, exchange.sent_at),
+                    fault.fault,
+                    seconds(fault.started, fault.ended)
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "{} {:?} to instance {}: {:?} after {:.1} ms, {nearest}",
+            exchange.route,
+            exchange.kind,
+            exchange.instance,
+            exchange.outcome,
+            exchange.took.as_secs_f64() * 1000.0
+        )
     }
 
     /// Operations committed more than once, every cause.
@@ -369,11 +428,12 @@ impl Report {
         self.routes.values().map(|figures| figures.checks[1]).sum()
     }
 
-    /// What breaks the guarantees asserted on the durable set-up, in words; empty when
-    /// they held: no double execution but those of a killed instance's commit window;
-    /// every request answered within the bound unless its instance was down; every
-    /// record completed before a Redis restart still there; every operation settled;
-    /// the lock exclusive.
+    /// What breaks the guarantees asserted on the durable set-ups (Redis, PostgreSQL), in
+    /// words; empty when they held: no double execution but those of a killed instance's
+    /// commit window (none on a route whose record commits with its side effect); every
+    /// request answered within the bound unless its instance was down; every record
+    /// completed before a store restart still there; every operation settled; the lock
+    /// exclusive.
     pub fn violations(&self) -> Vec<String> {
         let mut violations = Vec::new();
         let mut check = |broken: bool, what: String| {
@@ -445,6 +505,38 @@ impl Report {
             format!("{} unreadable ledger lines", self.unreadable_lines),
         );
         violations
+    }
+
+    /// Asserts what a short run of `chaos` (as the test suite runs it) must show: every
+    /// fault injected, at least the requests asked for sent, records checked after the
+    /// faults that could lose data, and no [violation](Self::violations).
+    ///
+    /// # Panics
+    ///
+    /// When one of them does not hold, saying which.
+    pub fn assert_held(&self, chaos: &Chaos) {
+        assert_eq!(
+            self.faults.len(),
+            chaos.faults.len(),
+            "every fault was injected"
+        );
+        assert!(
+            self.requests >= chaos.requests,
+            "{} requests",
+            self.requests
+        );
+        let checked: u64 = self
+            .routes
+            .values()
+            .map(|route| route.checks.iter().sum::<u64>())
+            .sum();
+        let checks_due = chaos.faults.iter().any(|fault| fault.could_lose_data());
+        assert!(
+            checked > 0 || !checks_due,
+            "records were checked after the faults that could lose them"
+        );
+        let violations = self.violations();
+        assert!(violations.is_empty(), "{violations:#?}");
     }
 
     /// The report as Markdown: a heading, the tables, the notes.
@@ -529,22 +621,46 @@ impl Report {
 
         let _ = writeln!(
             out,
-            "\n- Answers later than the store timeout + 100 ms ({}): {}. Requests unanswered: {} while their instance was down, {} while it was up.",
+            "\n- Answers later than the store timeout + 100 ms ({}; on a route whose record commits in the handler's transaction, see below): {}. Requests unanswered: {} while their instance was down, {} while it was up.",
             millis(self.bound),
             self.over_bound,
             self.unanswered_while_down,
             self.unanswered_while_up
         );
+        if self.over_bound_after_transaction > 0 {
+            let _ = writeln!(
+                out,
+                "- Answers of routes whose record commits in the handler's transaction later than {} but within {} (a fault that stalled the transaction and the layer's call after it): {}.",
+                millis(self.bound),
+                millis(self.bound_with_transaction),
+                self.over_bound_after_transaction
+            );
+        }
+        for note in &self.unanswered_while_up_notes {
+            let _ = writeln!(out, "  - Unanswered on a live instance: {note}.");
+        }
         let _ = writeln!(
             out,
             "- Lock route: {} tickets with overlapping holders, {} locks lost before their lease ended.",
             self.lock_overlaps, self.lost_locks
         );
         if self.cut_before_commit + self.cut_after_commit > 0 {
+            let after: Vec<String> = self
+                .routes
+                .iter()
+                .filter(|(_, figures)| figures.cut_after_commit > 0)
+                .map(|(route, figures)| format!("{route} {}", figures.cut_after_commit))
+                .collect();
             let _ = writeln!(
                 out,
-                "- Handlers cut by a kill: {} before their commit, {} after it (before their response left).",
-                self.cut_before_commit, self.cut_after_commit
+                "- Handlers cut by a kill: {} before their commit, {} after it (before their response left){}.",
+                self.cut_before_commit,
+                self.cut_after_commit,
+                if after.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", after.join(", "))
+                }
             );
         }
         for fault in &self.faults {

@@ -438,10 +438,12 @@ impl Driver {
         instance: usize,
         kind: Kind,
     ) -> Option<Answer> {
+        // Timed from before the instance's address is read: a request built with the
+        // address of an instance killed meanwhile is then dated inside its downtime.
+        let (sent_at, clock) = (monotonic_ns(), Instant::now());
         let request = send.request(&self.instances.base(instance), click);
         self.sent.fetch_add(1, Ordering::SeqCst);
         let in_flight = self.instances.enter(instance);
-        let (sent_at, clock) = (monotonic_ns(), Instant::now());
         let answered =
             tokio::time::timeout(EXCHANGE_TIMEOUT, send_over_tcp(&self.http, request)).await;
         let took = clock.elapsed();
