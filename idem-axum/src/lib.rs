@@ -64,6 +64,9 @@ mod field_lines;
 pub mod form_token;
 pub mod future;
 pub mod guard;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod grpc;
 mod idem;
 pub mod idempotency;
 pub mod outcome;

@@ -294,6 +294,12 @@ pub(crate) struct Settings {
     replayed_header: HeaderName,
     /// The guard whose outcomes these records are reported under.
     guard: Guard,
+    /// The gRPC methods guarded; other gRPC calls pass through.
+    #[cfg(feature = "grpc")]
+    grpc_methods: crate::grpc::GrpcMethods,
+    /// Which gRPC calls are stored, by their status.
+    #[cfg(feature = "grpc")]
+    stores_grpc_code: Arc<dyn Fn(crate::grpc::Code) -> bool + Send + Sync>,
 }
 
 impl Settings {
@@ -306,6 +312,29 @@ impl Settings {
         form.retention = retention;
         form.guard = Guard::FormToken;
         settings
+    }
+
+    /// Whether the layer guards `request`: a guarded method, and for a gRPC call a guarded
+    /// gRPC method.
+    fn takes<B>(&self, request: &http::Request<B>) -> bool {
+        #[cfg(feature = "grpc")]
+        if !self.grpc_methods.take(request) {
+            return false;
+        }
+        self.methods.contains(request.method())
+    }
+
+    /// Whether a gRPC call answered with `head` and `trailers` is kept by the gRPC status
+    /// policy; any response that is no gRPC call is.
+    #[cfg(feature = "grpc")]
+    fn keeps_call(&self, head: &http::HeaderMap, trailers: Option<&http::HeaderMap>) -> bool {
+        crate::grpc::call_code(head, trailers).is_none_or(|code| {
+            let kept = (self.stores_grpc_code)(code);
+            if !kept {
+                tracing::debug!(?code, "idem: gRPC call not stored (by policy)");
+            }
+            kept
+        })
     }
 
     fn requires_key(&self, method: &Method) -> bool {

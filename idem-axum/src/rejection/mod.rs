@@ -112,6 +112,18 @@ impl RejectionKind {
         }
     }
 
+    /// The status a gRPC call refused with this kind gets (see [`grpc`](crate::grpc)).
+    ///
+    /// ```
+    /// use idem_axum::{RejectionKind, grpc::Code};
+    /// assert_eq!(RejectionKind::IdempotencyKeyReused.grpc_code(), Code::FailedPrecondition);
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn grpc_code(self) -> crate::grpc::Code {
+        crate::grpc::code_of(self)
+    }
+
     /// A short, fixed summary (the problem's `title`).
     pub fn title(self) -> &'static str {
         match self {
