@@ -70,6 +70,7 @@ pub struct GuardContext {
 }
 
 impl GuardContext {
+    #[cfg(test)]
     pub(crate) fn new(idem: Idem, html: bool) -> Self {
         let rendering = if html {
             Rendering::Html
