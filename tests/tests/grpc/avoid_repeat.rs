@@ -10,7 +10,7 @@ use idem_tests::Shop;
 use tokio::task::JoinSet;
 use tonic::Status;
 
-use super::{Amount, Caller, PAY, assert_retry_later, idem, serve, unary};
+use super::{Amount, Caller, PAY, REFUND, assert_retry_later, idem, serve, unary};
 
 /// `Pay` in a 30 s window: it counts its run, waits at the gate, and refuses a negative
 /// amount with `INVALID_ARGUMENT`.
@@ -69,4 +69,30 @@ async fn a_failed_call_gives_its_window_back() {
     let corrected = caller.call(PAY, 10, None).await.unwrap();
     assert_eq!(corrected.get_ref().cents, 10);
     assert_eq!(shop.runs(), 2);
+}
+
+#[tokio::test]
+async fn each_method_has_a_window_of_its_own_even_under_route_layer() {
+    let shop = Shop::new();
+    let handler_shop = shop.clone();
+    // One route for the whole service, as tonic's router has.
+    let bank = unary(move |_, amount| {
+        let shop = handler_shop.clone();
+        async move {
+            shop.ran();
+            Ok(tonic::Response::new(amount))
+        }
+    });
+    let window = AvoidRepeatLayer::new(Duration::from_secs(30)).with_grpc_methods([PAY, REFUND]);
+    let router = Router::new()
+        .route("/bank.Bank/{*method}", bank)
+        .route_layer(window)
+        .layer(idem(MemoryStore::new(), StoreFailure::FailClosed));
+    let mut caller = Caller::connect(&serve(router).await).await;
+
+    caller.call(PAY, 10, None).await.unwrap();
+    caller.call(REFUND, 10, None).await.unwrap();
+    assert_eq!(shop.runs(), 2);
+    let repeat = caller.call(PAY, 10, None).await.unwrap_err();
+    assert_retry_later(&repeat, Code::Aborted);
 }
