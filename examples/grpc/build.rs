@@ -20,9 +20,14 @@ fn main() {
         .method(method("pay", "Pay", "PayRequest", "Payment").build())
         .method(method("send_receipt", "SendReceipt", "ReceiptRequest", "Receipt").build())
         .method(
-            method("list_payments", "ListPayments", "ListPaymentsRequest", "Payment")
-                .server_streaming()
-                .build(),
+            method(
+                "list_payments",
+                "ListPayments",
+                "ListPaymentsRequest",
+                "Payment",
+            )
+            .server_streaming()
+            .build(),
         )
         .build();
     Builder::new().compile(&[payments]);

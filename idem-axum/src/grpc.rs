@@ -278,6 +278,9 @@ mod tests {
         head.insert(Status::GRPC_STATUS, HeaderValue::from(3));
         assert_eq!(call_code(&head, None), Some(Code::InvalidArgument));
         assert!(failed_in_head(&head));
-        assert_eq!(call_code(&content_type("text/plain"), Some(&trailers)), None);
+        assert_eq!(
+            call_code(&content_type("text/plain"), Some(&trailers)),
+            None
+        );
     }
 }

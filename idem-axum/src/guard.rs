@@ -82,8 +82,7 @@ impl GuardContext {
 
     /// The runtime [`Idem::layer`] put in `request`, and whether its client prefers HTML
     /// (its `Accept` ranks `text/html` above JSON). With the feature `grpc`, a gRPC call's
-    /// refusals are gRPC statuses, whatever the runtime's responder
-    /// ([`grpc`](crate::grpc#refusals-are-grpc-statuses)).
+    /// refusals are gRPC statuses, whatever the runtime's responder (the `grpc` module).
     ///
     /// # Errors
     ///

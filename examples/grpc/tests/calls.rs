@@ -15,7 +15,8 @@ use tokio::task::JoinSet;
 use tonic::Code;
 
 use common::{
-    API_KEY_ENTRY, MERCHANT, client, keyed, ledger_entry, pay_retrying, payment, replayed, retry_delay, serve,
+    API_KEY_ENTRY, MERCHANT, client, keyed, ledger_entry, pay_retrying, payment, replayed,
+    retry_delay, serve,
 };
 
 /// Long enough for every concurrent call to arrive while the first one runs.
@@ -53,7 +54,10 @@ async fn twenty_concurrent_retries_on_two_instances_charge_once_and_get_one_answ
         .map(|answer| (answer.get_ref().payment_id.clone(), ledger_entry(answer)))
         .collect();
     assert_eq!(payments.len(), 1, "one answer for all: {payments:?}");
-    let amounts: HashSet<_> = answers.iter().map(|answer| answer.get_ref().amount_cents).collect();
+    let amounts: HashSet<_> = answers
+        .iter()
+        .map(|answer| answer.get_ref().amount_cents)
+        .collect();
     assert_eq!(amounts, HashSet::from([4_200]));
     let first = answers.iter().filter(|answer| !replayed(answer)).count();
     assert_eq!(first, 1, "one first answer, the other 19 replayed");
@@ -76,7 +80,10 @@ async fn a_malformed_or_missing_key_is_invalid_argument() {
     let mut client = client(&serve(&example).await).await;
 
     let too_long = "k".repeat(256);
-    let malformed = client.pay(keyed(payment(100), &too_long)).await.unwrap_err();
+    let malformed = client
+        .pay(keyed(payment(100), &too_long))
+        .await
+        .unwrap_err();
     assert_eq!(malformed.code(), Code::InvalidArgument, "{malformed:?}");
 
     let mut unkeyed = tonic::Request::new(payment(100));
@@ -149,7 +156,10 @@ async fn trailers_and_a_kept_error_are_replayed() {
         (replay.code(), replay.message()),
         (invalid.code(), invalid.message())
     );
-    assert_eq!(replay.metadata().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(
+        replay.metadata().get("idempotent-replayed").unwrap(),
+        "true"
+    );
 }
 
 #[tokio::test]
@@ -177,7 +187,10 @@ async fn a_receipt_repeated_within_its_window_is_aborted() {
     let repeat = client.send_receipt(receipt(id)).await.unwrap_err();
     assert_eq!(repeat.code(), Code::Aborted, "{repeat:?}");
     let delay = retry_delay(&repeat);
-    assert!(delay > Duration::from_secs(25), "most of the window: {delay:?}");
+    assert!(
+        delay > Duration::from_secs(25),
+        "most of the window: {delay:?}"
+    );
     assert_eq!(example.receipts_sent(), 1, "no second mail");
 }
 

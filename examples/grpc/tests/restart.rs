@@ -39,7 +39,11 @@ async fn a_payment_is_replayed_after_the_server_and_redis_restart() {
         .expect("the replay");
 
     assert!(replayed(&again), "idempotent-replayed: true");
-    assert_eq!(again.get_ref(), paid.get_ref(), "the first payment, by its id");
+    assert_eq!(
+        again.get_ref(),
+        paid.get_ref(),
+        "the first payment, by its id"
+    );
     assert_eq!(ledger_entry(&again), ledger_entry(&paid), "and its trailer");
     let mut made_here = second_client
         .list_payments(ListPaymentsRequest {})

@@ -75,8 +75,9 @@
 //!
 //! The status, every header value in order (repeated ones such as `Set-Cookie` kept;
 //! hop-by-hop ones such as `Connection` left out) and the body — what the handler
-//! produced, and what the first client got. Trailers reach the first client but are not
-//! stored.
+//! produced, and what the first client got — and the trailers, when it ended with some (a
+//! gRPC call's `grpc-status` and trailing metadata; see the `grpc` module, with the
+//! feature `grpc`).
 //!
 //! - **Cookies under a shared key**: a [`RecordScope::Shared`] record is replayed to whoever
 //!   presents its key, so its stored copy has no `Set-Cookie`: the first client gets its

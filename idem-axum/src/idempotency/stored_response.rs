@@ -188,7 +188,8 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
     let Some((&format, rest)) = stored.split_first() else {
         return Err(Unreadable("the stored record is empty".to_owned()));
     };
-    let corrupt = |error: postcard::Error| Unreadable(format!("the stored record is corrupt: {error}"));
+    let corrupt =
+        |error: postcard::Error| Unreadable(format!("the stored record is corrupt: {error}"));
     let (record, trailers): (Record<'_>, Option<Fields<'_>>) = match format {
         FORMAT => (postcard::from_bytes(rest).map_err(corrupt)?, None),
         WITH_TRAILERS => {
@@ -243,7 +244,11 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
 }
 
 /// Appends the stored `fields` to `map`, their values slices of `stored`, not copies.
-fn append_fields(stored: &Bytes, fields: Fields<'_>, map: &mut HeaderMap) -> Result<(), Unreadable> {
+fn append_fields(
+    stored: &Bytes,
+    fields: Fields<'_>,
+    map: &mut HeaderMap,
+) -> Result<(), Unreadable> {
     for (name, Raw(value)) in fields {
         let name = HeaderName::from_bytes(name.as_bytes());
         let value = HeaderValue::from_maybe_shared(stored.slice_ref(value));
@@ -380,7 +385,10 @@ mod tests {
             body: Raw(b"ok"),
         };
         first_format.extend(postcard::to_allocvec(&record).unwrap());
-        assert_eq!(stored, first_format, "one format byte, then the record alone");
+        assert_eq!(
+            stored, first_format,
+            "one format byte, then the record alone"
+        );
     }
 
     #[test]
@@ -396,7 +404,12 @@ mod tests {
 
     #[test]
     fn foreign_or_corrupt_records_are_unreadable_not_misread() {
-        let stored = encode_response(&parts(StatusCode::OK, &[]), b"body", None, RecordScope::Client);
+        let stored = encode_response(
+            &parts(StatusCode::OK, &[]),
+            b"body",
+            None,
+            RecordScope::Client,
+        );
         let mut other_format = stored.to_vec();
         other_format[0] = FORMAT + 1;
         assert!(decode(&Bytes::from(other_format)).is_err());
@@ -494,7 +507,10 @@ mod tests {
             prop::option::of(prop::collection::vec(field, 0..5).prop_map(|fields| {
                 let mut map = HeaderMap::new();
                 for (name, value) in fields {
-                    map.append(name, HeaderValue::from_bytes(&value).expect("a field value"));
+                    map.append(
+                        name,
+                        HeaderValue::from_bytes(&value).expect("a field value"),
+                    );
                 }
                 map
             }))

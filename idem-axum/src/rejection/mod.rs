@@ -3,7 +3,8 @@
 //! One type for all guards, with [`status`](Rejection::status) and [`IntoResponse`]. By
 //! default it is an RFC 9457 `application/problem+json` body, or a small HTML page when
 //! the client prefers `text/html` (a browser submitting a form). Replace both with
-//! [`IdemBuilder::with_responder`](crate::IdemBuilder::with_responder).
+//! [`IdemBuilder::with_responder`](crate::IdemBuilder::with_responder). With the feature
+//! `grpc`, a gRPC call is refused with a gRPC status instead (the `grpc` module's table).
 //!
 //! | kind | status | when |
 //! |---|---|---|

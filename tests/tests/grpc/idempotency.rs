@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Request, header};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use bytes::Bytes;
-use axum::http::{HeaderMap, HeaderValue, Request, header};
 use http_body_util::{BodyExt, Full};
 use idem_axum::grpc::{Code, stored_by_default};
 use idem_axum::{IdempotencyLayer, MemoryStore, StoreFailure};
@@ -125,7 +125,11 @@ async fn a_failure_in_the_trailers_is_not_kept_and_the_retry_is_replayed_with_it
     let again = caller.call(PAY, 7, Some("k-t")).await.unwrap();
     assert!(replayed(&again));
     assert_eq!(again.get_ref(), paid.get_ref());
-    assert_eq!(again.metadata().get("x-attempt").unwrap(), "2", "its trailer");
+    assert_eq!(
+        again.metadata().get("x-attempt").unwrap(),
+        "2",
+        "its trailer"
+    );
     assert_eq!(shop.runs(), 2);
 }
 
@@ -153,12 +157,15 @@ async fn which_statuses_are_kept_is_the_layers_policy() {
         let answer = caller.call(PAY, 1, Some("k-n")).await.unwrap_err();
         assert_eq!(answer.code(), Code::NotFound);
     }
-    assert_eq!(kept.runs(), 1, "NOT_FOUND answers the message: kept by default");
+    assert_eq!(
+        kept.runs(),
+        1,
+        "NOT_FOUND answers the message: kept by default"
+    );
 
     let run_again = Shop::new();
-    let policy = guarding_both().with_stored_grpc_codes(|code| {
-        stored_by_default(code) && code != Code::NotFound
-    });
+    let policy = guarding_both()
+        .with_stored_grpc_codes(|code| stored_by_default(code) && code != Code::NotFound);
     let mut caller = Caller::connect(&serve(not_found(&run_again, policy)).await).await;
     for _ in 0..2 {
         let answer = caller.call(PAY, 1, Some("k-n")).await.unwrap_err();
@@ -177,7 +184,11 @@ async fn one_key_on_two_methods_is_two_calls_even_under_route_layer() {
         let shop = handler_shop.clone();
         async move {
             shop.ran();
-            let cents = if path == REFUND { -amount.cents } else { amount.cents };
+            let cents = if path == REFUND {
+                -amount.cents
+            } else {
+                amount.cents
+            };
             Ok(tonic::Response::new(Amount { cents }))
         }
     });
@@ -189,7 +200,10 @@ async fn one_key_on_two_methods_is_two_calls_even_under_route_layer() {
 
     let paid = caller.call(PAY, 300, Some("k-m")).await.unwrap();
     let refunded = caller.call(REFUND, 300, Some("k-m")).await.unwrap();
-    assert_eq!((paid.get_ref().cents, refunded.get_ref().cents), (300, -300));
+    assert_eq!(
+        (paid.get_ref().cents, refunded.get_ref().cents),
+        (300, -300)
+    );
     assert!(!replayed(&refunded));
     assert_eq!(shop.runs(), 2);
 }
@@ -208,7 +222,11 @@ async fn a_method_not_named_passes_through_even_when_keys_are_required() {
     let router = Router::new()
         .route(PAY, counted.clone())
         .route(REFUND, counted)
-        .layer(IdempotencyLayer::new().with_grpc_methods([PAY]).with_required(true))
+        .layer(
+            IdempotencyLayer::new()
+                .with_grpc_methods([PAY])
+                .with_required(true),
+        )
         .layer(idem(MemoryStore::new(), StoreFailure::FailClosed));
     let mut caller = Caller::connect(&serve(router).await).await;
 

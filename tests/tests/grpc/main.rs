@@ -12,12 +12,12 @@ mod idempotency;
 use std::future::Future;
 
 use axum::Router;
+use axum::http::uri::PathAndQuery;
 use axum::response::IntoResponse;
 use axum::routing::{MethodRouter, post};
-use axum::http::uri::PathAndQuery;
-use idem_axum::{Idem, IdemLayer, StoreFailure};
 use idem_axum::client::ClientHeader;
 use idem_axum::store::Store;
+use idem_axum::{Idem, IdemLayer, StoreFailure};
 use tonic::client::Grpc;
 use tonic::service::Routes;
 use tonic::transport::Channel;
@@ -108,9 +108,7 @@ impl Caller {
         }
         self.grpc.ready().await.unwrap();
         let path = PathAndQuery::from_static(path);
-        self.grpc
-            .unary(request, path, ProstCodec::default())
-            .await
+        self.grpc.unary(request, path, ProstCodec::default()).await
     }
 }
 

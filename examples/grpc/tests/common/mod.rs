@@ -77,7 +77,10 @@ pub(crate) fn retry_delay(status: &Status) -> Duration {
         .unwrap_or_else(|| panic!("{status:?} carries a RetryInfo"));
     let retry_after = status.metadata().get("retry-after").expect("retry-after");
     let whole_seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
-    assert_eq!(retry_after.to_str().unwrap(), whole_seconds.max(1).to_string());
+    assert_eq!(
+        retry_after.to_str().unwrap(),
+        whole_seconds.max(1).to_string()
+    );
     delay
 }
 
@@ -90,5 +93,9 @@ pub(crate) fn replayed<T>(answer: &Response<T>) -> bool {
 /// The ledger entry a payment's trailers gave.
 pub(crate) fn ledger_entry(answer: &Response<Payment>) -> String {
     let entry = answer.metadata().get(LEDGER_ENTRY.as_str());
-    entry.expect("a ledger-entry trailer").to_str().unwrap().to_owned()
+    entry
+        .expect("a ledger-entry trailer")
+        .to_str()
+        .unwrap()
+        .to_owned()
 }
