@@ -1,6 +1,6 @@
 //! The guards on [tonic](https://docs.rs/tonic) gRPC services (feature `grpc`).
 //!
-//! A tonic server is an axum router inside: [`tonic::service::Routes::into_axum_router`]
+//! A tonic server is an axum router inside: `tonic::service::Routes::into_axum_router`
 //! gives it, the layers go on it as on any router, and
 //! `tonic::transport::Server::builder().add_routes(router.into())` serves it. The layers are
 //! told which methods they guard, by their full path:
@@ -12,7 +12,8 @@
 //! let idem = Idem::builder()
 //!     .with_client_identity(ClientHeader::new(http::HeaderName::from_static("x-api-key")))
 //!     .build();
-//! let router = axum::Router::new() // in an application: `Routes::new(svc).into_axum_router()`
+//! // In an application: `Routes::new(PaymentsServer::new(svc)).into_axum_router()`.
+//! let router: axum::Router = axum::Router::new()
 //!     .layer(IdempotencyLayer::new().with_grpc_methods(["/payments.Payments/Pay"]))
 //!     .layer(idem.layer());
 //! ```
