@@ -8,11 +8,13 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use example_grpc::PaymentsExample;
+use example_grpc::proto::payments_client::PaymentsClient;
 use example_grpc::proto::{ListPaymentsRequest, ReceiptRequest};
 use idem_axum::MemoryStore;
 use idem_tests::eventually;
 use tokio::task::JoinSet;
 use tonic::Code;
+use tonic::transport::Channel;
 
 use common::{
     API_KEY_ENTRY, MERCHANT, client, keyed, ledger_entry, pay_retrying, payment, replayed,
@@ -24,6 +26,13 @@ const PROCESSING_TIME: Duration = Duration::from_millis(300);
 
 fn example(store: &MemoryStore) -> PaymentsExample {
     PaymentsExample::new(store.clone(), PROCESSING_TIME)
+}
+
+/// An example on a store of its own, served, and a client of it.
+async fn served() -> (PaymentsExample, PaymentsClient<Channel>) {
+    let example = example(&MemoryStore::new());
+    let client = client(&serve(&example).await).await;
+    (example, client)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -65,8 +74,7 @@ async fn twenty_concurrent_retries_on_two_instances_charge_once_and_get_one_answ
 
 #[tokio::test]
 async fn the_key_reused_with_another_message_is_failed_precondition() {
-    let example = example(&MemoryStore::new());
-    let mut client = client(&serve(&example).await).await;
+    let (example, mut client) = served().await;
     client.pay(keyed(payment(100), "k-1")).await.unwrap();
 
     let other = client.pay(keyed(payment(999), "k-1")).await.unwrap_err();
@@ -76,8 +84,7 @@ async fn the_key_reused_with_another_message_is_failed_precondition() {
 
 #[tokio::test]
 async fn a_malformed_or_missing_key_is_invalid_argument() {
-    let example = example(&MemoryStore::new());
-    let mut client = client(&serve(&example).await).await;
+    let (example, mut client) = served().await;
 
     let too_long = "k".repeat(256);
     let malformed = client
@@ -116,8 +123,7 @@ async fn a_call_in_progress_is_aborted_with_when_to_retry() {
 
 #[tokio::test]
 async fn a_failed_call_is_not_kept_and_its_retry_charges_again() {
-    let example = example(&MemoryStore::new());
-    let mut client = client(&serve(&example).await).await;
+    let (example, mut client) = served().await;
     example.set_processor_up(false);
     let failed = client.pay(keyed(payment(100), "k-2")).await.unwrap_err();
     assert_eq!(failed.code(), Code::Unavailable);
@@ -136,8 +142,7 @@ async fn a_failed_call_is_not_kept_and_its_retry_charges_again() {
 
 #[tokio::test]
 async fn trailers_and_a_kept_error_are_replayed() {
-    let example = example(&MemoryStore::new());
-    let mut client = client(&serve(&example).await).await;
+    let (_, mut client) = served().await;
     client.pay(keyed(payment(1), "earlier")).await.unwrap();
 
     let paid = client.pay(keyed(payment(100), "k-3")).await.unwrap();
@@ -164,8 +169,7 @@ async fn trailers_and_a_kept_error_are_replayed() {
 
 #[tokio::test]
 async fn a_receipt_repeated_within_its_window_is_aborted() {
-    let example = example(&MemoryStore::new());
-    let mut client = client(&serve(&example).await).await;
+    let (example, mut client) = served().await;
     let paid = client.pay(keyed(payment(100), "k-5")).await.unwrap();
     let receipt = |payment_id: &str| {
         let mut request = tonic::Request::new(ReceiptRequest {
@@ -196,8 +200,7 @@ async fn a_receipt_repeated_within_its_window_is_aborted() {
 
 #[tokio::test]
 async fn a_streaming_call_passes_through_the_guards() {
-    let example = example(&MemoryStore::new());
-    let mut client = client(&serve(&example).await).await;
+    let (_, mut client) = served().await;
     for key in ["a", "b"] {
         client.pay(keyed(payment(100), key)).await.unwrap();
     }

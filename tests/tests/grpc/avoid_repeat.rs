@@ -10,7 +10,7 @@ use idem_tests::Shop;
 use tokio::task::JoinSet;
 use tonic::Status;
 
-use super::{Amount, Caller, PAY, REFUND, assert_retry_later, idem, serve, unary};
+use super::{Amount, Caller, PAY, REFUND, assert_retry_later, counting, idem, serve, unary};
 
 /// `Pay` in a 30 s window: it counts its run, waits at the gate, and refuses a negative
 /// amount with `INVALID_ARGUMENT`.
@@ -74,15 +74,8 @@ async fn a_failed_call_gives_its_window_back() {
 #[tokio::test]
 async fn each_method_has_a_window_of_its_own_even_under_route_layer() {
     let shop = Shop::new();
-    let handler_shop = shop.clone();
     // One route for the whole service, as tonic's router has.
-    let bank = unary(move |_, amount| {
-        let shop = handler_shop.clone();
-        async move {
-            shop.ran();
-            Ok(tonic::Response::new(amount))
-        }
-    });
+    let bank = counting(&shop);
     let window = AvoidRepeatLayer::new(Duration::from_secs(30)).with_grpc_methods([PAY, REFUND]);
     let router = Router::new()
         .route("/bank.Bank/{*method}", bank)

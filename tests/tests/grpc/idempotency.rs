@@ -19,7 +19,9 @@ use tokio::task::JoinSet;
 use tonic::Status;
 use tower::ServiceExt;
 
-use super::{Amount, Caller, PAY, REFUND, assert_retry_later, idem, replayed, serve, unary};
+use super::{
+    Amount, Caller, PAY, REFUND, assert_retry_later, counting, idem, replayed, serve, unary,
+};
 
 /// `Pay`, whose body counts its run in `shop`, waits at its gate, and answers the amount.
 fn gated_bank(shop: &Shop, layer: IdempotencyLayer) -> Router {
@@ -211,14 +213,7 @@ async fn one_key_on_two_methods_is_two_calls_even_under_route_layer() {
 #[tokio::test]
 async fn a_method_not_named_passes_through_even_when_keys_are_required() {
     let shop = Shop::new();
-    let handler_shop = shop.clone();
-    let counted = unary(move |_, amount| {
-        let shop = handler_shop.clone();
-        async move {
-            shop.ran();
-            Ok(tonic::Response::new(amount))
-        }
-    });
+    let counted = counting(&shop);
     let router = Router::new()
         .route(PAY, counted.clone())
         .route(REFUND, counted)
@@ -243,14 +238,7 @@ async fn a_method_not_named_passes_through_even_when_keys_are_required() {
 async fn the_store_down_is_unavailable_failing_closed_and_unguarded_failing_open() {
     for failure in [StoreFailure::FailClosed, StoreFailure::FailOpen] {
         let shop = Shop::new();
-        let handler_shop = shop.clone();
-        let pay = unary(move |_, amount| {
-            let shop = handler_shop.clone();
-            async move {
-                shop.ran();
-                Ok(tonic::Response::new(amount))
-            }
-        });
+        let pay = counting(&shop);
         let store = unreachable_redis_store(Duration::from_millis(200));
         let router = Router::new()
             .route(PAY, pay)

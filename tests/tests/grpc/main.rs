@@ -18,6 +18,7 @@ use axum::routing::{MethodRouter, post};
 use idem_axum::client::ClientHeader;
 use idem_axum::store::Store;
 use idem_axum::{Idem, IdemLayer, StoreFailure};
+use idem_tests::Shop;
 use tonic::client::Grpc;
 use tonic::service::Routes;
 use tonic::transport::Channel;
@@ -63,6 +64,18 @@ where
             });
             let mut grpc = tonic::server::Grpc::new(ProstCodec::<Amount, Amount>::default());
             grpc.unary(service, request).await.into_response()
+        }
+    })
+}
+
+/// A unary method that counts its run in `shop` and answers its message.
+fn counting(shop: &Shop) -> MethodRouter {
+    let shop = shop.clone();
+    unary(move |_, amount| {
+        let shop = shop.clone();
+        async move {
+            shop.ran();
+            Ok(tonic::Response::new(amount))
         }
     })
 }
