@@ -53,7 +53,7 @@
 //! | refusal | status |
 //! |---|---|
 //! | the first call with this key still runs | `ABORTED` + retry info |
-//! | the key was used with another message (or method) | `FAILED_PRECONDITION` |
+//! | the key was used with another message to the same method | `FAILED_PRECONDITION` |
 //! | the key is malformed, or missing where required | `INVALID_ARGUMENT` |
 //! | the store is down and the runtime fails closed | `UNAVAILABLE` + retry info |
 //! | the server drains, or runs too many detached handlers | `UNAVAILABLE` + retry info |
