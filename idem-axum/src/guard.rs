@@ -66,16 +66,23 @@ use crate::rejection::{Rejection, RejectionKind, prefers_html};
 #[derive(Debug, Clone)]
 pub struct GuardContext {
     idem: Idem,
-    html: bool,
+    rendering: Rendering,
 }
 
 impl GuardContext {
+    #[cfg(test)]
     pub(crate) fn new(idem: Idem, html: bool) -> Self {
-        Self { idem, html }
+        let rendering = if html {
+            Rendering::Html
+        } else {
+            Rendering::Problem
+        };
+        Self { idem, rendering }
     }
 
     /// The runtime [`Idem::layer`] put in `request`, and whether its client prefers HTML
-    /// (its `Accept` ranks `text/html` above JSON).
+    /// (its `Accept` ranks `text/html` above JSON). With the feature `grpc`, a gRPC call's
+    /// refusals are gRPC statuses, whatever the runtime's responder (the `grpc` module).
     ///
     /// # Errors
     ///
@@ -85,11 +92,14 @@ impl GuardContext {
     /// ([`IdemBuilder::with_detached_limit`](crate::IdemBuilder::with_detached_limit)), the
     /// 503 that says so: a new guarded request is not let in.
     pub fn of(request: &ClientRequest<'_>) -> Result<Self, Response> {
-        let html = prefers_html(request.headers());
+        let rendering = Rendering::of(request.headers());
         match request.extensions().get::<Idem>() {
             Some(idem) => match idem.handlers().admit() {
-                Ok(()) => Ok(Self::new(idem.clone(), html)),
-                Err(refusal) => Err(idem.respond(refusal.with_html(html))),
+                Ok(()) => Ok(Self {
+                    idem: idem.clone(),
+                    rendering,
+                }),
+                Err(refusal) => Err(rendering.respond(Some(idem), refusal)),
             },
             None => {
                 tracing::error!("idem: a guard ran without `Idem::layer()` on the router");
@@ -98,7 +108,7 @@ impl GuardContext {
                     "idem's runtime is missing: add `.layer(idem.layer())` to the Router, \
                      outside the guarded routes",
                 );
-                Err(missing.with_html(html).into_response())
+                Err(rendering.respond(None, missing))
             }
         }
     }
@@ -131,7 +141,7 @@ impl GuardContext {
     /// The response for `rejection`: the runtime's responder's, or the default rendering,
     /// as HTML when the client prefers it.
     pub fn refuse(&self, rejection: Rejection) -> Response {
-        self.idem.respond(rejection.with_html(self.html))
+        self.rendering.respond(Some(&self.idem), rejection)
     }
 
     /// Applies the runtime's [`StoreFailure`] policy to `error`, met while doing `what`
@@ -169,13 +179,54 @@ impl GuardContext {
 
     /// Whether the client prefers HTML to problem JSON.
     pub fn prefers_html(&self) -> bool {
-        self.html
+        self.rendering == Rendering::Html
     }
 
     /// [`on_store_error`](Self::on_store_error), for a guard that goes on with a
     /// [`Rejection`] rather than a response.
     pub(crate) fn store_failed(&self, error: &StoreError, what: &str) -> Result<(), Rejection> {
         self.idem.store_failed(error, what)
+    }
+}
+
+/// How a request's refusals are rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rendering {
+    /// Problem JSON, or what the runtime's responder makes of it.
+    Problem,
+    /// A small HTML page, or what the runtime's responder makes of it.
+    Html,
+    /// A gRPC status: the responder renders HTTP bodies, which a gRPC client cannot read.
+    #[cfg(feature = "grpc")]
+    Grpc,
+}
+
+impl Rendering {
+    /// How the refusals of a request with `headers` are rendered.
+    fn of(headers: &http::HeaderMap) -> Self {
+        #[cfg(feature = "grpc")]
+        if crate::grpc::is_grpc(headers) {
+            return Self::Grpc;
+        }
+        if prefers_html(headers) {
+            Self::Html
+        } else {
+            Self::Problem
+        }
+    }
+
+    /// The response for `rejection`: through the runtime's responder, if there is a
+    /// runtime, or else by default.
+    fn respond(self, idem: Option<&Idem>, rejection: Rejection) -> Response {
+        #[cfg(feature = "grpc")]
+        if self == Self::Grpc {
+            return crate::grpc::refusal(&rejection);
+        }
+        let rejection = rejection.with_html(self == Self::Html);
+        match idem {
+            Some(idem) => idem.respond(rejection),
+            None => rejection.into_response(),
+        }
     }
 }
 

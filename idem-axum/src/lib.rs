@@ -16,6 +16,8 @@
 //! 4. Make API requests idempotent with [`IdempotencyLayer`]: a retry with the same
 //!    `Idempotency-Key` gets the first response back, and the handler runs once
 //!    ([`idempotency`]).
+//!    With the feature `grpc`, it and [`AvoidRepeatLayer`] guard the unary methods of a
+//!    tonic gRPC service too, and refuse with gRPC statuses (the `grpc` module).
 //! 5. Serialise work across instances with a distributed [`Lock`](lock::Lock) (owner
 //!    tokens, watchdog renewal, fencing tokens with `.fenced()`), re-exported from
 //!    `idem_core` in [`lock`].
@@ -63,6 +65,9 @@ mod detached;
 mod field_lines;
 pub mod form_token;
 pub mod future;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod grpc;
 pub mod guard;
 mod idem;
 pub mod idempotency;

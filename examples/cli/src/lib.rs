@@ -1,8 +1,10 @@
 //! What the examples (`example-webshop`, `example-payments`, and the small ones:
-//! `example-avoid-repeat`, `example-form-token`, `example-idempotency-key`, `example-lock`)
+//! `example-avoid-repeat`, `example-form-token`, `example-idempotency-key`, `example-lock`,
+//! `example-grpc`)
 //! share, so that each one's `main` is only its
 //! own: the command line ([`CommandLine`]), the store `--redis` picks, and serving a
-//! router on 127.0.0.1 ([`serve`]), and the crash switch of the crash tests ([`crash`]).
+//! router on 127.0.0.1 ([`serve`]) until it is told to stop ([`stop_signal`]), and the
+//! crash switch of the crash tests ([`crash`]).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -183,7 +185,7 @@ pub async fn serve(what: &str, router: Router, port: u16) -> io::Result<()> {
 }
 
 /// Ctrl-C, or `SIGTERM` (what a deploy sends); without a handler for either, never.
-async fn stop_signal() {
+pub async fn stop_signal() {
     let interrupt = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;

@@ -49,6 +49,8 @@ impl Spec {
                     Some(message) => Some(std::borrow::Cow::Borrowed(message)),
                     None => None,
                 },
+                #[cfg(feature = "grpc")]
+                grpc_methods: crate::grpc::GrpcMethods::NONE,
             },
         }
     }

@@ -51,6 +51,8 @@ impl AvoidRepeatLayer {
                 release: Release::default(),
                 by: RepeatBy::default(),
                 message: None,
+                #[cfg(feature = "grpc")]
+                grpc_methods: crate::grpc::GrpcMethods::NONE,
             }),
         }
     }
@@ -79,6 +81,25 @@ impl AvoidRepeatLayer {
         self
     }
 
+    /// The gRPC methods guarded, by their full path (`/payments.Payments/Pay`); default
+    /// none. Every other gRPC call passes through untouched, streaming ones included (see
+    /// [`grpc`](crate::grpc)). Each method has a window of its own.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let layer = idem_axum::AvoidRepeatLayer::new(Duration::from_secs(30))
+    ///     .with_grpc_methods(["/payments.Payments/Pay"]);
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn with_grpc_methods(
+        mut self,
+        methods: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Arc::make_mut(&mut self.settings).grpc_methods = crate::grpc::GrpcMethods::new(methods);
+        self
+    }
+
     /// The message a refused duplicate gets.
     ///
     /// ```
@@ -102,7 +123,8 @@ define_guard_service!(
     AvoidRepeatLayer => AvoidRepeat
 );
 
-impl_guard_service!(AvoidRepeat, avoid_repeat);
+impl_guard_service!(AvoidRepeat, avoid_repeat, |settings, request| settings
+    .takes(request));
 
 /// Answers one request to a guarded route.
 ///
@@ -137,6 +159,10 @@ fn avoid_repeat<S: Inner>(
 /// The handler identity of a route: its method and matched path (`POST /orders/{id}`),
 /// or, outside a router's routes, the path requested.
 fn handler_id(request: &Request) -> String {
+    #[cfg(feature = "grpc")]
+    if let Some(path) = crate::grpc::method_path(request.headers(), request.uri().path()) {
+        return format!("{} {path}", request.method().as_str());
+    }
     let path = request
         .extensions()
         .get::<MatchedPath>()

@@ -33,9 +33,21 @@ pub(crate) struct Settings {
     pub(crate) release: Release,
     pub(crate) by: RepeatBy,
     pub(crate) message: Option<Cow<'static, str>>,
+    /// The gRPC methods guarded; other gRPC calls pass through.
+    #[cfg(feature = "grpc")]
+    pub(crate) grpc_methods: crate::grpc::GrpcMethods,
 }
 
 impl Settings {
+    /// Whether the layer guards `request`: any request, but for a gRPC call only a guarded
+    /// gRPC method.
+    pub(super) fn takes<B>(&self, _request: &http::Request<B>) -> bool {
+        #[cfg(feature = "grpc")]
+        return self.grpc_methods.take(_request);
+        #[cfg(not(feature = "grpc"))]
+        true
+    }
+
     pub(super) fn message(&self) -> Cow<'static, str> {
         self.message.clone().unwrap_or(Cow::Borrowed(
             "This request was already submitted; please wait before repeating it.",

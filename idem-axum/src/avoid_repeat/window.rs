@@ -101,8 +101,13 @@ where
 ///
 /// A 4xx or a 5xx — from the handler, its extractors or a layer inside the guard, idem's
 /// own refusals among them — means the request was refused or failed, and the user may
-/// fix it and send it again at once.
+/// fix it and send it again at once. So does a gRPC call whose head says it failed (a
+/// handler's `Err(Status)`, or idem's own refusal).
 fn succeeded(response: &Response) -> bool {
+    #[cfg(feature = "grpc")]
+    if crate::grpc::failed_in_head(response.headers()) {
+        return false;
+    }
     !(response.status().is_client_error() || response.status().is_server_error())
 }
 

@@ -421,7 +421,12 @@ fn route_of(request: &Request) -> &str {
 
 /// The route a request was sent to: the path pattern it matched, in full under `nest`; a
 /// layer around a whole router runs before any route matched, and then it is the path.
+/// A gRPC call's route is its method's path.
 fn route<'a>(request: &ClientRequest<'a>) -> &'a str {
+    #[cfg(feature = "grpc")]
+    if let Some(path) = crate::grpc::method_path(request.headers(), request.uri().path()) {
+        return path;
+    }
     match request.extensions().get::<MatchedPath>() {
         Some(matched) => matched.as_str(),
         None => original_uri(request).path(),

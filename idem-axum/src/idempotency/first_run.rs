@@ -570,7 +570,13 @@ impl Record {
             return None;
         }
         match captured {
-            Captured::Whole { data, .. } => {
+            #[cfg(feature = "grpc")]
+            Captured::Whole { trailers, .. }
+                if !self.settings.keeps_call(&parts.headers, trailers.as_ref()) =>
+            {
+                None
+            }
+            Captured::Whole { data, trailers } => {
                 if let Some(coding) = parts.headers.get(CONTENT_ENCODING) {
                     tracing::warn!(
                         content_encoding = ?coding,
@@ -584,6 +590,7 @@ impl Record {
                 Some(stored_response::encode_response(
                     parts,
                     data,
+                    trailers.as_ref(),
                     self.settings.scope,
                 ))
             }

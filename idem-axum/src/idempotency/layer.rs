@@ -60,6 +60,10 @@ impl IdempotencyLayer {
                 key_header: key_header::IDEMPOTENCY_KEY.clone(),
                 replayed_header: stored_response::IDEMPOTENT_REPLAYED.clone(),
                 guard: Guard::Idempotency,
+                #[cfg(feature = "grpc")]
+                grpc_methods: crate::grpc::GrpcMethods::NONE,
+                #[cfg(feature = "grpc")]
+                stores_grpc_code: Arc::new(crate::grpc::stored_by_default),
             }),
         }
     }
@@ -217,6 +221,47 @@ impl IdempotencyLayer {
         self
     }
 
+    /// The gRPC methods guarded, by their full path (`/payments.Payments/Pay`); default
+    /// none. Name unary methods only: every other gRPC call passes through untouched,
+    /// streaming ones included (see [`grpc`](crate::grpc)).
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new()
+    ///     .with_grpc_methods(["/payments.Payments/Pay", "/payments.Payments/Refund"]);
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn with_grpc_methods(
+        mut self,
+        methods: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.settings().grpc_methods = crate::grpc::GrpcMethods::new(methods);
+        self
+    }
+
+    /// Which gRPC calls are stored and replayed, by the status they ended with (default
+    /// [`stored_by_default`](crate::grpc::stored_by_default): `OK` and the codes that
+    /// answer the message itself, such as `INVALID_ARGUMENT`). A call that is not stored
+    /// removes its record, so a retry runs the handler again. The HTTP status of a gRPC
+    /// response (200) goes through [`with_stored_statuses`](Self::with_stored_statuses)
+    /// as well.
+    ///
+    /// ```
+    /// use idem_axum::grpc::{Code, stored_by_default};
+    /// // Let a call that found nothing run again under its key.
+    /// let layer = idem_axum::IdempotencyLayer::new()
+    ///     .with_stored_grpc_codes(|code| stored_by_default(code) && code != Code::NotFound);
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn with_stored_grpc_codes<F>(mut self, stores: F) -> Self
+    where
+        F: Fn(crate::grpc::Code) -> bool + Send + Sync + 'static,
+    {
+        self.settings().stores_grpc_code = Arc::new(stores);
+        self
+    }
+
     /// The header a request's key is read from (default `Idempotency-Key`), for an API
     /// that already names it otherwise (`X-Idempotency-Key`, `Idempotent-Key`).
     ///
@@ -264,5 +309,4 @@ define_guard_service!(
 );
 
 impl_guard_service!(Idempotency, answer, |settings, request| settings
-    .methods
-    .contains(request.method()));
+    .takes(request));

@@ -75,8 +75,9 @@
 //!
 //! The status, every header value in order (repeated ones such as `Set-Cookie` kept;
 //! hop-by-hop ones such as `Connection` left out) and the body — what the handler
-//! produced, and what the first client got. Trailers reach the first client but are not
-//! stored.
+//! produced, and what the first client got — and the trailers, when it ended with some (a
+//! gRPC call's `grpc-status` and trailing metadata; see the `grpc` module, with the
+//! feature `grpc`).
 //!
 //! - **Cookies under a shared key**: a [`RecordScope::Shared`] record is replayed to whoever
 //!   presents its key, so its stored copy has no `Set-Cookie`: the first client gets its
@@ -294,6 +295,12 @@ pub(crate) struct Settings {
     replayed_header: HeaderName,
     /// The guard whose outcomes these records are reported under.
     guard: Guard,
+    /// The gRPC methods guarded; other gRPC calls pass through.
+    #[cfg(feature = "grpc")]
+    grpc_methods: crate::grpc::GrpcMethods,
+    /// Which gRPC calls are stored, by their status.
+    #[cfg(feature = "grpc")]
+    stores_grpc_code: Arc<dyn Fn(crate::grpc::Code) -> bool + Send + Sync>,
 }
 
 impl Settings {
@@ -311,6 +318,29 @@ impl Settings {
         }
         form.guard = Guard::FormToken;
         settings
+    }
+
+    /// Whether the layer guards `request`: a guarded method, and for a gRPC call a guarded
+    /// gRPC method.
+    fn takes<B>(&self, request: &http::Request<B>) -> bool {
+        #[cfg(feature = "grpc")]
+        if !self.grpc_methods.take(request) {
+            return false;
+        }
+        self.methods.contains(request.method())
+    }
+
+    /// Whether a gRPC call answered with `head` and `trailers` is kept by the gRPC status
+    /// policy; any response that is no gRPC call is.
+    #[cfg(feature = "grpc")]
+    fn keeps_call(&self, head: &http::HeaderMap, trailers: Option<&http::HeaderMap>) -> bool {
+        crate::grpc::call_code(head, trailers).is_none_or(|code| {
+            let kept = (self.stores_grpc_code)(code);
+            if !kept {
+                tracing::debug!(?code, "idem: gRPC call not stored (by policy)");
+            }
+            kept
+        })
     }
 
     fn requires_key(&self, method: &Method) -> bool {

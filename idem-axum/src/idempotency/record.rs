@@ -135,8 +135,8 @@ impl IdempotencyRecord {
             captured => captured,
         };
         let stored = match &captured {
-            Captured::Whole { data, .. } => {
-                stored_response::encode_response(&parts, data, self.scope)
+            Captured::Whole { data, trailers } => {
+                stored_response::encode_response(&parts, data, trailers.as_ref(), self.scope)
             }
             _ => stored_response::encode_too_large(parts.status),
         };

@@ -10,6 +10,12 @@
 //! a varint. Replaying borrows the body from the bytes the store returned, without a
 //! copy.
 //!
+//! A response that ended with trailers (a gRPC call's `grpc-status`, `grpc-message` and
+//! trailing metadata) has the format byte [`WITH_TRAILERS`]: the same [`Record`], then the
+//! trailer fields in order, encoded as the headers are. A response without trailers — any
+//! plain HTTP response — is stored as it always was, in the first format, at the same
+//! size.
+//!
 //! Why postcard rather than a hand-laid format: its decoder is bounds-checked, so a
 //! corrupted or foreign record is an error, never a panic or an over-read; why not JSON:
 //! bodies are arbitrary bytes. A record written by a release with another format byte is
@@ -26,9 +32,17 @@ use http::{HeaderMap, HeaderValue, StatusCode, response};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::RecordScope;
+use super::capture::Captured;
 
-/// The format byte every record starts with.
+/// The format byte of a record: a [`Record`] alone.
 const FORMAT: u8 = 1;
+
+/// The format byte of a record of a response with trailers: a [`Record`], then the
+/// trailer fields.
+const WITH_TRAILERS: u8 = 2;
+
+/// Fields in order, each a name and its value's bytes.
+type Fields<'a> = Vec<(&'a str, Raw<'a>)>;
 
 /// The header that marks a replayed response (Stripe's).
 pub(crate) static IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -86,12 +100,18 @@ impl fmt::Display for Unreadable {
     }
 }
 
-/// The record of a response whose body is `body`, for a key of `scope`.
+/// The record of a response whose body is `body`, followed by `trailers` if it had any,
+/// for a key of `scope`.
 ///
 /// A [`RecordScope::Shared`] record is replayed to whoever presents its key, so it keeps no
 /// `Set-Cookie`: a cookie (a session, say) was meant for the client that made the first
 /// request, and only that client gets it.
-pub(crate) fn encode_response(parts: &response::Parts, body: &[u8], scope: RecordScope) -> Bytes {
+pub(crate) fn encode_response(
+    parts: &response::Parts,
+    body: &[u8],
+    trailers: Option<&HeaderMap>,
+    scope: RecordScope,
+) -> Bytes {
     let shared = scope == RecordScope::Shared;
     let headers: Vec<_> = parts
         .headers
@@ -101,21 +121,29 @@ pub(crate) fn encode_response(parts: &response::Parts, body: &[u8], scope: Recor
         })
         .map(|(name, value)| (name.as_str(), Raw(value.as_bytes())))
         .collect();
-    // An upper bound of the encoding: each length is a varint of at most 10 bytes.
-    let size = 16
-        + body.len()
-        + headers
-            .iter()
-            .map(|(name, Raw(value))| name.len() + value.len() + 20)
-            .sum::<usize>();
-    encode(
-        &Record::Response {
-            status: parts.status.as_u16(),
-            headers,
-            body: Raw(body),
-        },
-        size,
-    )
+    let record = Record::Response {
+        status: parts.status.as_u16(),
+        headers,
+        body: Raw(body),
+    };
+    let trailers: Fields<'_> = trailers
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| (name.as_str(), Raw(value.as_bytes())))
+        .collect();
+    if trailers.is_empty() {
+        return encode(&record, 0);
+    }
+    let size = fields_size(&trailers);
+    postcard_extend(&(WITH_TRAILERS, record, trailers), size + 16 + body.len())
+}
+
+/// An upper bound of the encoding of `fields`: each length is a varint of at most 10 bytes.
+fn fields_size(fields: &Fields<'_>) -> usize {
+    fields
+        .iter()
+        .map(|(name, Raw(value))| name.len() + value.len() + 20)
+        .sum()
 }
 
 /// The record of a response too large to keep.
@@ -138,9 +166,19 @@ pub(crate) fn encode_failed(status: StatusCode) -> Bytes {
     )
 }
 
+/// `record` in the first format; `size`, an upper bound of the encoding, for a response
+/// as much as its headers and body take.
 fn encode(record: &Record<'_>, size: usize) -> Bytes {
+    let size = match record {
+        Record::Response { headers, body, .. } => size + 16 + body.0.len() + fields_size(headers),
+        _ => size,
+    };
+    postcard_extend(&(FORMAT, record), size)
+}
+
+fn postcard_extend(value: &impl Serialize, size: usize) -> Bytes {
     // Serialising into a growing Vec fails only if memory does, which aborts anyway.
-    postcard::to_extend(&(FORMAT, record), Vec::with_capacity(size))
+    postcard::to_extend(value, Vec::with_capacity(size))
         .unwrap_or_default()
         .into()
 }
@@ -150,13 +188,21 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
     let Some((&format, rest)) = stored.split_first() else {
         return Err(Unreadable("the stored record is empty".to_owned()));
     };
-    if format != FORMAT {
-        return Err(Unreadable(format!(
-            "the stored record has format {format}, this release reads {FORMAT}"
-        )));
-    }
-    let record: Record<'_> = postcard::from_bytes(rest)
-        .map_err(|error| Unreadable(format!("the stored record is corrupt: {error}")))?;
+    let corrupt =
+        |error: postcard::Error| Unreadable(format!("the stored record is corrupt: {error}"));
+    let (record, trailers): (Record<'_>, Option<Fields<'_>>) = match format {
+        FORMAT => (postcard::from_bytes(rest).map_err(corrupt)?, None),
+        WITH_TRAILERS => {
+            let (record, trailers) = postcard::from_bytes(rest).map_err(corrupt)?;
+            (record, Some(trailers))
+        }
+        _ => {
+            return Err(Unreadable(format!(
+                "the stored record has format {format}, this release reads {FORMAT} and \
+                 {WITH_TRAILERS}"
+            )));
+        }
+    };
     let status = |code| {
         StatusCode::from_u16(code)
             .map_err(|_| Unreadable(format!("the stored status {code} is not a status")))
@@ -173,19 +219,21 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
             headers,
             body,
         } => {
-            let mut response = Response::new(Body::from(stored.slice_ref(body.0)));
+            let data = stored.slice_ref(body.0);
+            let body = match trailers {
+                None => Body::from(data),
+                Some(trailers) => {
+                    let mut map = HeaderMap::with_capacity(trailers.len());
+                    append_fields(stored, trailers, &mut map)?;
+                    let trailers = Some(map);
+                    Captured::Whole { data, trailers }.into_body()
+                }
+            };
+            let mut response = Response::new(body);
             *response.status_mut() = status(code)?;
             let map = response.headers_mut();
             map.reserve(headers.len() + 1);
-            for (name, Raw(value)) in headers {
-                let name = HeaderName::from_bytes(name.as_bytes());
-                // A slice of the stored record, not a copy.
-                let value = HeaderValue::from_maybe_shared(stored.slice_ref(value));
-                let (Ok(name), Ok(value)) = (name, value) else {
-                    return Err(Unreadable("a stored header is not a header".to_owned()));
-                };
-                map.append(name, value);
-            }
+            append_fields(stored, headers, map)?;
             map.insert(
                 IDEMPOTENT_REPLAYED.clone(),
                 HeaderValue::from_static("true"),
@@ -193,6 +241,23 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
             Ok(Replay::Response(response))
         }
     }
+}
+
+/// Appends the stored `fields` to `map`, their values slices of `stored`, not copies.
+fn append_fields(
+    stored: &Bytes,
+    fields: Fields<'_>,
+    map: &mut HeaderMap,
+) -> Result<(), Unreadable> {
+    for (name, Raw(value)) in fields {
+        let name = HeaderName::from_bytes(name.as_bytes());
+        let value = HeaderValue::from_maybe_shared(stored.slice_ref(value));
+        let (Ok(name), Ok(value)) = (name, value) else {
+            return Err(Unreadable("a stored field is not a field".to_owned()));
+        };
+        map.append(name, value);
+    }
+    Ok(())
 }
 
 /// The fields that always describe one connection (RFC 9110 §7.6.1).
@@ -254,7 +319,7 @@ mod tests {
             ],
         );
         let body = [0_u8, 159, 146, 150, b'{', b'}'];
-        let stored = encode_response(&original, &body, RecordScope::Client);
+        let stored = encode_response(&original, &body, None, RecordScope::Client);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
@@ -281,7 +346,7 @@ mod tests {
             CONNECTION,
             HeaderValue::from_bytes(b"X-Per-Hop, \x80").unwrap(),
         );
-        let stored = encode_response(&original, b"", RecordScope::Client);
+        let stored = encode_response(&original, b"", None, RecordScope::Client);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
@@ -298,12 +363,32 @@ mod tests {
                 ("set-cookie", "b=2"),
             ],
         );
-        let stored = encode_response(&original, b"ok", RecordScope::Shared);
+        let stored = encode_response(&original, b"ok", None, RecordScope::Shared);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
         assert!(!replayed.headers().contains_key(SET_COOKIE));
         assert_eq!(replayed.headers()[CONTENT_TYPE], "text/plain");
+    }
+
+    #[test]
+    fn a_response_without_trailers_is_stored_as_before_trailers_were() {
+        let original = parts(StatusCode::OK, &[("content-type", "text/plain")]);
+        let stored = encode_response(&original, b"ok", None, RecordScope::Client);
+        let empty = HeaderMap::new();
+        let with_none = encode_response(&original, b"ok", Some(&empty), RecordScope::Client);
+        assert_eq!(stored, with_none);
+        let mut first_format = vec![FORMAT];
+        let record = Record::Response {
+            status: 200,
+            headers: vec![("content-type", Raw(b"text/plain"))],
+            body: Raw(b"ok"),
+        };
+        first_format.extend(postcard::to_allocvec(&record).unwrap());
+        assert_eq!(
+            stored, first_format,
+            "one format byte, then the record alone"
+        );
     }
 
     #[test]
@@ -319,7 +404,12 @@ mod tests {
 
     #[test]
     fn foreign_or_corrupt_records_are_unreadable_not_misread() {
-        let stored = encode_response(&parts(StatusCode::OK, &[]), b"body", RecordScope::Client);
+        let stored = encode_response(
+            &parts(StatusCode::OK, &[]),
+            b"body",
+            None,
+            RecordScope::Client,
+        );
         let mut other_format = stored.to_vec();
         other_format[0] = FORMAT + 1;
         assert!(decode(&Bytes::from(other_format)).is_err());
@@ -343,6 +433,7 @@ mod tests {
 
     mod properties {
         use futures_util::FutureExt;
+        use http_body_util::BodyExt;
         use proptest::prelude::*;
         use proptest::sample::Index;
 
@@ -410,6 +501,21 @@ mod tests {
             })
         }
 
+        /// Trailers a response may end with, or none.
+        fn trailers() -> impl Strategy<Value = Option<HeaderMap>> {
+            let field = (header_name(), field_bytes());
+            prop::option::of(prop::collection::vec(field, 0..5).prop_map(|fields| {
+                let mut map = HeaderMap::new();
+                for (name, value) in fields {
+                    map.append(
+                        name,
+                        HeaderValue::from_bytes(&value).expect("a field value"),
+                    );
+                }
+                map
+            }))
+        }
+
         fn scope() -> impl Strategy<Value = RecordScope> {
             prop_oneof![Just(RecordScope::Client), Just(RecordScope::Shared)]
         }
@@ -445,9 +551,12 @@ mod tests {
                 (
                     response_parts(),
                     prop::collection::vec(any::<u8>(), 0..64),
+                    trailers(),
                     scope()
                 )
-                    .prop_map(|(parts, body, scope)| encode_response(&parts, &body, scope)),
+                    .prop_map(|(parts, body, trailers, scope)| {
+                        encode_response(&parts, &body, trailers.as_ref(), scope)
+                    }),
                 (100_u16..1000).prop_map(|status| {
                     encode_too_large(StatusCode::from_u16(status).expect("a status"))
                 }),
@@ -471,10 +580,12 @@ mod tests {
             fn no_stored_bytes_make_the_decoder_panic(
                 stored in prop_oneof![
                     prop::collection::vec(any::<u8>(), 0..100),
-                    prop::collection::vec(any::<u8>(), 0..100).prop_map(|mut bytes| {
-                        bytes.insert(0, FORMAT);
-                        bytes
-                    }),
+                    (prop::collection::vec(any::<u8>(), 0..100), prop::bool::ANY).prop_map(
+                        |(mut bytes, trailed)| {
+                            bytes.insert(0, if trailed { WITH_TRAILERS } else { FORMAT });
+                            bytes
+                        }
+                    ),
                     damaged_record(),
                 ],
             ) {
@@ -487,14 +598,19 @@ mod tests {
             }
 
             /// Encoding then decoding gives the status, every header kept in order with
-            /// its repeats, the body, and the replay mark.
+            /// its repeats, the body, every trailer in order, and the replay mark. A
+            /// response without trailers is stored in the first format.
             #[test]
             fn a_response_round_trips(
                 parts in response_parts(),
                 body in prop::collection::vec(any::<u8>(), 0..200),
+                trailers in trailers(),
                 scope in scope(),
             ) {
-                let stored = encode_response(&parts, &body, scope);
+                let stored = encode_response(&parts, &body, trailers.as_ref(), scope);
+                let trailers = trailers.filter(|trailers| !trailers.is_empty());
+                let format = if trailers.is_some() { WITH_TRAILERS } else { FORMAT };
+                prop_assert_eq!(stored[0], format);
                 let Ok(Replay::Response(replayed)) = decode(&stored) else {
                     panic!("a fresh record decodes");
                 };
@@ -508,11 +624,14 @@ mod tests {
                 prop_assert_eq!(headers, replayed_headers(&parts, scope));
                 let marks: Vec<_> = replayed.headers().get_all(&IDEMPOTENT_REPLAYED).iter().collect();
                 prop_assert_eq!(marks, ["true"]);
-                let replayed_body = axum::body::to_bytes(replayed.into_body(), usize::MAX)
+                let collected = replayed
+                    .into_body()
+                    .collect()
                     .now_or_never()
                     .expect("a body in memory")
                     .expect("the body");
-                prop_assert_eq!(replayed_body, body);
+                prop_assert_eq!(collected.trailers(), trailers.as_ref());
+                prop_assert_eq!(collected.to_bytes(), body);
             }
 
             #[test]

@@ -3,7 +3,8 @@
 //! One type for all guards, with [`status`](Rejection::status) and [`IntoResponse`]. By
 //! default it is an RFC 9457 `application/problem+json` body, or a small HTML page when
 //! the client prefers `text/html` (a browser submitting a form). Replace both with
-//! [`IdemBuilder::with_responder`](crate::IdemBuilder::with_responder).
+//! [`IdemBuilder::with_responder`](crate::IdemBuilder::with_responder). With the feature
+//! `grpc`, a gRPC call is refused with a gRPC status instead (the `grpc` module's table).
 //!
 //! | kind | status | when |
 //! |---|---|---|
@@ -110,6 +111,18 @@ impl RejectionKind {
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::UnreadableIdempotencyRecord => StatusCode::INTERNAL_SERVER_ERROR,
         }
+    }
+
+    /// The status a gRPC call refused with this kind gets (see [`grpc`](crate::grpc)).
+    ///
+    /// ```
+    /// use idem_axum::{RejectionKind, grpc::Code};
+    /// assert_eq!(RejectionKind::IdempotencyKeyReused.grpc_code(), Code::FailedPrecondition);
+    /// ```
+    #[cfg(feature = "grpc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+    pub fn grpc_code(self) -> crate::grpc::Code {
+        crate::grpc::code_of(self)
     }
 
     /// A short, fixed summary (the problem's `title`).
