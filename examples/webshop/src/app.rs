@@ -14,6 +14,7 @@ use idem_axum::{
 use sqlx::SqlitePool;
 use tower_sessions::ExpiredDeletion;
 
+use crate::provider::PaymentProvider;
 use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
 use crate::{client, metrics, records, refusal};
 
@@ -29,6 +30,10 @@ pub struct Shop {
     idem: Idem,
     /// For the routes whose records commit with their writes ([`records`]).
     records: Idem,
+    /// How long an API order's attempt holds its key should the shop die running it.
+    order_lease: Duration,
+    /// Where API orders are charged, if anywhere.
+    provider: Option<PaymentProvider>,
 }
 
 impl Shop {
@@ -44,7 +49,32 @@ impl Shop {
             .with_responder(refusal::respond)
             .build();
         let records = records::runtime(&db);
-        Self { db, idem, records }
+        Self {
+            db,
+            idem,
+            records,
+            order_lease: Duration::from_secs(10),
+            provider: None,
+        }
+    }
+
+    /// Charges every API order through `provider` before placing it (default: none).
+    pub fn with_payment_provider(mut self, provider: PaymentProvider) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// How long an API order's attempt holds its key before a retry may run it again,
+    /// should the shop die running it (default 10 s; see
+    /// [`IdempotencyLayer::with_lease`]).
+    pub fn with_order_lease(mut self, lease: Duration) -> Self {
+        self.order_lease = lease;
+        self
+    }
+
+    /// The payment provider API orders are charged through, if any.
+    pub(crate) fn payment_provider(&self) -> Option<&PaymentProvider> {
+        self.provider.as_ref()
     }
 
     /// The shop's idem runtimes — its guards', and its records' in the database — which
@@ -101,7 +131,11 @@ impl Shop {
                 // overrides the outer one: the records are in the database.
                 get(orders::list)
                     .post(orders::create)
-                    .route_layer(IdempotencyLayer::new().with_required(true))
+                    .route_layer(
+                        IdempotencyLayer::new()
+                            .with_required(true)
+                            .with_lease(self.order_lease),
+                    )
                     .route_layer(self.records.layer()),
             )
             .route(
