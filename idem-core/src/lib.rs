@@ -24,6 +24,9 @@
 //!   written outside this crate to run with one line.
 //! - [`Key`], [`Owner`], [`Fingerprint`]: what a store is addressed with. Anything a client
 //!   sends is hashed into them, so no input can name another key.
+//! - [`outbound`]: the `Idempotency-Key`s of a guarded handler's own calls to other
+//!   services, derived from its record's key, so that a rerun of the handler sends the
+//!   same keys (the client layer of crate `idem-client` sends them).
 //!
 //! ```
 //! use std::time::Duration;
@@ -47,6 +50,7 @@
 pub mod conformance;
 pub mod key;
 pub mod lock;
+pub mod outbound;
 pub mod store;
 
 // What an application or a store author writes first. Each item is public here only, and

@@ -20,8 +20,9 @@ use std::process::Command;
 use public_api::PublicApi;
 
 /// The published crates: package name, library name.
-const CRATES: [(&str, &str); 5] = [
+const CRATES: [(&str, &str); 6] = [
     ("idem-core", "idem_core"),
+    ("idem-client", "idem_client"),
     ("idem-redis", "idem_redis"),
     ("idem-sqlx", "idem_sqlx"),
     ("idem-axum", "idem_axum"),

@@ -14,6 +14,7 @@ use idem_axum::{
 use sqlx::SqlitePool;
 use tower_sessions::ExpiredDeletion;
 
+use crate::provider::PaymentProvider;
 use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
 use crate::{client, metrics, records, refusal};
 
@@ -32,6 +33,10 @@ pub struct Shop {
     /// The test-only crash switch: the process kills itself right after a form order's
     /// transaction commits.
     crash_after_commit: bool,
+    /// How long an API order's attempt holds its key should the shop die running it.
+    order_lease: Duration,
+    /// Where API orders are charged, if anywhere.
+    provider: Option<PaymentProvider>,
 }
 
 impl Shop {
@@ -52,6 +57,8 @@ impl Shop {
             idem,
             records,
             crash_after_commit: false,
+            order_lease: Duration::from_secs(10),
+            provider: None,
         }
     }
 
@@ -68,6 +75,25 @@ impl Shop {
         if self.crash_after_commit {
             example_cli::crash::now();
         }
+    }
+
+    /// Charges every API order through `provider` before placing it (default: none).
+    pub fn with_payment_provider(mut self, provider: PaymentProvider) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// How long an API order's attempt holds its key before a retry may run it again,
+    /// should the shop die running it (default 10 s; see
+    /// [`IdempotencyLayer::with_lease`]).
+    pub fn with_order_lease(mut self, lease: Duration) -> Self {
+        self.order_lease = lease;
+        self
+    }
+
+    /// The payment provider API orders are charged through, if any.
+    pub(crate) fn payment_provider(&self) -> Option<&PaymentProvider> {
+        self.provider.as_ref()
     }
 
     /// The shop's idem runtimes — its guards', and its records' in the database — which
@@ -132,7 +158,11 @@ impl Shop {
                 // overrides the outer one: the records are in the database.
                 get(orders::list)
                     .post(orders::create)
-                    .route_layer(IdempotencyLayer::new().with_required(true))
+                    .route_layer(
+                        IdempotencyLayer::new()
+                            .with_required(true)
+                            .with_lease(self.order_lease),
+                    )
                     .route_layer(self.records.layer()),
             )
             .route(

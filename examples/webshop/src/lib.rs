@@ -79,9 +79,11 @@ mod client;
 mod db;
 mod error;
 mod metrics;
+mod provider;
 mod records;
 mod refusal;
 mod routes;
 
 pub use app::Shop;
 pub use db::connect;
+pub use provider::{CRASH_AFTER_CHARGE, PaymentProvider, RANDOM_PAYMENT_KEYS};

@@ -12,6 +12,7 @@ use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::request::Parts;
+use idem_core::outbound::{OutboundKey, OutboundKeys};
 use idem_core::{Key, Owner};
 
 use super::capture::{Captured, capture};
@@ -111,6 +112,24 @@ impl IdempotencyRecord {
     /// ([`IdempotencyLayer::with_retention`](super::IdempotencyLayer::with_retention)).
     pub fn retention(&self) -> Duration {
         self.retention
+    }
+
+    /// The keys of this handler's calls to other services, derived from the record's key:
+    /// a rerun of the handler for the same record (after a crash, once the lease ran out)
+    /// sends the same keys, and the services deduplicate its calls. Put the handle, or a
+    /// key from it, in each outbound request's extensions for `idem-client`'s layer.
+    ///
+    /// Make one handle per run and clone it into each request: its clones number the
+    /// run's unlabelled calls together ([`OutboundKeys::next_key`]).
+    pub fn outbound_keys(&self) -> OutboundKeys {
+        OutboundKeys::new(&self.key)
+    }
+
+    /// The key of this handler's outbound call named `label` (`"charge"`): the same in
+    /// every run for this record, another for every label. See
+    /// [`outbound_keys`](Self::outbound_keys).
+    pub fn outbound_key(&self, label: &str) -> OutboundKey {
+        OutboundKeys::new(&self.key).key(label)
     }
 
     /// The bytes that complete this record with `response`, encoded as the layer stores

@@ -188,7 +188,8 @@ impl fmt::Debug for Fingerprint {
     }
 }
 
-fn digest_parts<I, P>(parts: I) -> [u8; 32]
+/// The SHA-256 of `parts`, each prefixed with its length.
+pub(crate) fn digest_parts<I, P>(parts: I) -> [u8; 32]
 where
     I: IntoIterator<Item = P>,
     P: AsRef<[u8]>,
@@ -203,7 +204,7 @@ where
 }
 
 /// Writes `bytes` as lowercase hex into `out`, which holds twice as many bytes.
-fn write_hex(out: &mut [u8], bytes: &[u8]) {
+pub(crate) fn write_hex(out: &mut [u8], bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
         pair[0] = DIGITS[usize::from(byte >> 4)];

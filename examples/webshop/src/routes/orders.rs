@@ -18,7 +18,7 @@ use crate::app::Shop;
 use crate::client::Client;
 use crate::db::{Order, Product};
 use crate::error::{ApiError, PageError};
-use crate::records;
+use crate::{provider, records};
 
 /// The most of one product one order may hold.
 const MAX_QUANTITY: i64 = 99;
@@ -193,7 +193,9 @@ pub(crate) async fn list(State(shop): State<Shop>) -> Result<Json<Vec<Order>>, A
 ///
 /// The order and its idempotency record commit in one transaction ([`records`]): a retry
 /// after a crash at any point finds both (and gets this response) or neither (and places
-/// the order).
+/// the order). With a payment provider the order is charged first, with a key derived
+/// from the record, so a rerun after a crash is not charged twice
+/// ([`provider`](crate::provider)).
 pub(crate) async fn create(
     State(shop): State<Shop>,
     headers: HeaderMap,
@@ -212,6 +214,14 @@ pub(crate) async fn create(
             "quantity must be between 1 and 99",
         ));
     }
+    provider::charge(
+        &shop,
+        &record,
+        &client.label(),
+        order.product_id,
+        order.quantity,
+    )
+    .await?;
     let mut tx = records::begin(shop.db()).await?;
     if Product::find(&mut *tx, order.product_id).await?.is_none() {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "no such product"));
