@@ -3,7 +3,8 @@
 # on each store set-up, sent duplicates of every guarded kind while faults are injected, the
 # executions counted from the servers' ledgers. Prints each run's report (Markdown) and the
 # commit it ran on; exits 1 if a guarantee asserted on the durable set-ups (durable Redis,
-# PostgreSQL) did not hold.
+# PostgreSQL) did not hold, or an answer of a Sentinel run with replica acks broke the
+# bound with_replica_acks states.
 #
 #   1. durable Redis (AOF, appendfsync always): every fault, twice (REQUESTS requests)
 #   2. durable Redis: ten instance kills, for the commit-to-record window's figure
@@ -48,10 +49,10 @@ run --setup durable --rounds 2 --requests "$requests" --assert
 run --setup durable --faults instance-kill --rounds 10 --requests $((requests / 5))
 run --setup volatile --rounds 3 --requests $((requests / 5))
 run --setup sentinel --rounds 3 --requests $((requests / 5))
-run --setup sentinel --rounds 3 --requests $((requests / 5)) --replica-acks 1 --acks-within-ms 100
+run --setup sentinel --rounds 3 --requests $((requests / 5)) --replica-acks 1 --acks-within-ms 100 --assert
 run --setup sentinel --rounds 3 --requests $((requests / 10)) --replication-delay-ms 25
 run --setup sentinel --rounds 3 --requests $((requests / 20)) --replication-delay-ms 25 \
-    --replica-acks 1 --acks-within-ms 500
+    --replica-acks 1 --acks-within-ms 500 --assert
 run --setup postgres --rounds 2 --requests "$requests" --assert
 run --setup postgres --faults instance-kill --rounds 10 --requests $((requests / 5)) --assert
 exit $status

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use idem_core::store::{Fencing, Turn};
 use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError};
+use tokio::sync::watch;
 
 /// A store that counts the calls that matter to the lock, and forwards everything.
 #[derive(Debug, Clone)]
@@ -14,6 +15,7 @@ pub struct Counting<S> {
     inner: S,
     counts: Arc<Counts>,
     renewals_fail: Arc<AtomicBool>,
+    endings_stalled: Arc<watch::Sender<bool>>,
 }
 
 /// Declares `Counts`, one counter a line, and the accessor of each:
@@ -52,7 +54,15 @@ impl<S> Counting<S> {
             inner,
             counts: Arc::default(),
             renewals_fail: Arc::default(),
+            endings_stalled: Arc::new(watch::Sender::new(false)),
         }
+    }
+
+    /// From now on (`true`) or no longer, every completion and removal of an idempotency
+    /// record waits, as on a stalled link, until the switch is turned off again; then it
+    /// is forwarded.
+    pub fn stall_record_endings(&self, stall: bool) {
+        self.endings_stalled.send_replace(stall);
     }
 
     /// From now on (`true`) or no longer, every renewal of an idempotency record fails
@@ -65,17 +75,19 @@ impl<S> Counting<S> {
 
 /// Forwards each operation listed to the inner store, `name(arguments) -> Output`, after
 /// counting the call in `counter` for `, count counter`, and counting its result in
-/// `counter` when it matches `pattern` for `, then counter if (pattern)`, and failing as a
+/// `counter` when it matches `pattern` for `, then counter if (pattern)`, failing as a
 /// store out of reach would (a timeout) while the switch `fault` is on for
-/// `, failing while fault`.
+/// `, failing while fault`, and waiting while the switch `stall` is on for
+/// `, waiting while stall`.
 macro_rules! forward {
     ($($op:ident($($arg:ident: $ty:ty),*) -> $out:ty
         $(, count $before:ident)? $(, then $after:ident if ($counted:pat))?
-        $(, failing while $fault:ident)?;)*) => {
+        $(, failing while $fault:ident)? $(, waiting while $stall:ident)?;)*) => {
         $(async fn $op(&self, $($arg: $ty),*) -> Result<$out, StoreError> {
             $(if self.$fault.load(Ordering::SeqCst) {
                 return Err(StoreError::Timeout(Duration::from_millis(100)));
             })?
+            $(let _ = self.$stall.subscribe().wait_for(|stalled| !stalled).await;)?
             $(self.counts.$before.fetch_add(1, Ordering::SeqCst);)?
             let result = self.inner.$op($($arg),*).await;
             $(if matches!(result, $counted) {
@@ -105,10 +117,10 @@ impl<S: Store> Store for Counting<S> {
         begin_record(key: &Key, owner: &Owner, fingerprint: &Fingerprint, lease: Duration)
             -> Begin;
         complete_record(key: &Key, owner: &Owner, response: Bytes, retention: Duration)
-            -> bool;
+            -> bool, waiting while endings_stalled;
         renew_record(key: &Key, owner: &Owner, lease: Duration) -> bool,
             failing while renewals_fail;
-        abandon_record(key: &Key, owner: &Owner) -> bool;
+        abandon_record(key: &Key, owner: &Owner) -> bool, waiting while endings_stalled;
     }
 }
 

@@ -10,9 +10,9 @@
 //! - no operation ran twice; on the idempotency routes not even where an instance was
 //!   killed between its commit and its answer (the commit and the record are one), counted
 //!   from the servers' ledgers and the commits' table, not from status codes;
-//! - every request was answered within the store's timeout + 100 ms (on the idempotency
-//!   routes, whose handler's transaction is bounded by the store's timeout too, twice the
-//!   timeout + 100 ms), except while its own instance was down;
+//! - every request was answered within the store's timeout + 100 ms, except while its own
+//!   instance was down: on the idempotency routes too, where the handler's transaction is
+//!   bounded by the store's timeout and the layer asks the store nothing after it;
 //! - every record completed shortly before the restart and the terminations was still
 //!   there after them: its response replayed, its token and window still refusing;
 //! - every operation got a final answer, and the lock route's holders never overlapped.

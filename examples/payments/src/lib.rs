@@ -15,6 +15,7 @@
 //! same on either database (`DB` is `sqlx::Sqlite` or `sqlx::Postgres`):
 //!
 //! ```ignore
+//! record.take_over(); // the layer leaves the record to this handler
 //! let mut tx = pool.begin_with(DB::BEGIN).await?;
 //! let paid = insert(&mut tx, payment).await?;
 //! let (stored, response) = record.stored_response((StatusCode::CREATED, Json(paid))).await?;

@@ -134,6 +134,9 @@ async fn pay_with_record<DB: PaymentsDatabase>(
     record: &IdempotencyRecord,
     payment: NewPayment,
 ) -> Result<Response, PaymentError> {
+    // Before the transaction: if it fails on a stalled database, the answer does not
+    // wait on that database once more for the record's removal.
+    record.take_over();
     let (tx, paid) = DB::begin_payment(pool, payment).await?;
     let (stored, response) = record
         .stored_response((StatusCode::CREATED, Json(paid)))

@@ -50,12 +50,13 @@ use crate::rejection::{Rejection, RejectionKind};
 /// use idem_axum::form_token::FormSubmission;
 ///
 /// async fn place_order(submission: FormSubmission) -> Response {
+///     let record = submission.record();
+///     record.take_over(); // completed in the transaction, not by the layer
 ///     // let mut tx = db.begin().await?;
 ///     // if !SqliteStore::consume_token_in(&mut tx, submission.token_scope(), submission.token()).await? {
 ///     //     return submission.refused();
 ///     // }
 ///     // … the order's writes …
-///     let record = submission.record();
 ///     let Ok((stored, response)) = record.stored_response(Redirect::to("/orders/7")).await else {
 ///         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
 ///     };

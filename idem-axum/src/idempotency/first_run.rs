@@ -41,6 +41,10 @@ use crate::guard::GuardContext;
 use crate::idem::handlers::Running;
 use crate::rejection::{Rejection, RejectionKind};
 
+/// How long the answer of a handler that took its record over, and failed, waits for the
+/// record's removal (`Record::abandon_taken_over`).
+const REMOVAL_WAIT: Duration = Duration::from_millis(50);
+
 /// What beginning a record came to.
 pub(crate) enum Began {
     /// No record existed: this request holds one now, and runs first.
@@ -263,6 +267,14 @@ impl Record {
         }
     }
 
+    /// Spends what the handler was to spend, now that the layer stored the response in
+    /// its stead.
+    async fn spend_late(&self) {
+        if let Some(spending) = &self.spending {
+            spending.spend_late().await;
+        }
+    }
+
     /// Keeps the response again and again, ever less often (from 50 ms up to 1 s
     /// apart), until the store answers or `retention` has passed.
     async fn complete_when_the_store_answers(
@@ -303,14 +315,18 @@ impl Record {
         status: StatusCode,
         retention: Duration,
     ) -> Result<Kept, StoreError> {
+        // Asked before the store is: the handler's own transaction, which completed the
+        // record, may have used up the store's timeout already (a stalled link), and the
+        // answer must not wait for a second one.
+        if self.handle.taken_over() {
+            return Ok(Kept::ByHandler);
+        }
         if self
             .try_complete(response.clone(), status, retention)
             .await?
         {
+            self.spend_late().await;
             return Ok(Kept::Stored);
-        }
-        if self.handle.taken_over() {
-            return Ok(Kept::ByHandler);
         }
         // Boxed: the rare way, which inline would size every first attempt's boxed work
         // (`tests::the_boxed_work_stays_small`).
@@ -334,7 +350,10 @@ impl Record {
                 .try_complete(response.clone(), status, retention)
                 .await?
             {
-                true => Kept::ClaimedAgain,
+                true => {
+                    self.spend_late().await;
+                    Kept::ClaimedAgain
+                }
                 false => Kept::Lost(None),
             },
             // This attempt's own response: an earlier try whose answer was lost did store it.
@@ -383,6 +402,30 @@ impl Record {
                 )
                 .with_retry_after(Duration::from_secs(1)),
             ),
+        }
+    }
+
+    /// Removes the record of a handler that took it over and whose response is not kept
+    /// (its transaction failed), in a task of its own that the runtime's drain waits for,
+    /// and waits for the removal for at most [`REMOVAL_WAIT`]: a store that answers
+    /// removes it well within that, so that a retry right after the failure runs afresh;
+    /// one that stalls had likely held the handler's transaction up to the store's
+    /// timeout already, and the answer does not wait out a second one. Without a runtime
+    /// (it is shutting down) the record ends with its lease.
+    async fn abandon_taken_over(&self) {
+        let Ok(runtime) = Handle::try_current() else {
+            return;
+        };
+        let (record, running) = (self.clone(), Running::start(self.guard.idem()));
+        let removal = runtime.spawn(async move {
+            record.abandon().await;
+            drop(running);
+        });
+        if tokio::time::timeout(REMOVAL_WAIT, removal).await.is_err() {
+            tracing::warn!(
+                "idem: the store did not remove the record of a failed attempt in time; the \
+                 answer goes now, the removal goes on (a retry meanwhile gets 409)"
+            );
         }
     }
 
@@ -527,16 +570,15 @@ impl Record {
             match self.kept(&parts, &captured) {
                 Some(stored) => {
                     let retention = self.settings.retention;
-                    match self.complete(stored, parts.status, retention).await {
-                        Kept::Lost(theirs) => return Ok(self.answer_of_winner(theirs.as_ref())),
-                        Kept::Stored | Kept::ClaimedAgain => {
-                            if let Some(spending) = &self.spending {
-                                spending.spend_late().await;
-                            }
-                        }
-                        Kept::ByHandler | Kept::Unknown => {}
+                    if let Kept::Lost(theirs) = self.complete(stored, parts.status, retention).await
+                    {
+                        return Ok(self.answer_of_winner(theirs.as_ref()));
                     }
                 }
+                // The handler took the record over, and its transaction did not complete
+                // it (or it would be kept). Boxed: the rare way, whose timer inline would
+                // size every first attempt's boxed work.
+                None if self.handle.taken_over() => Box::pin(self.abandon_taken_over()).await,
                 None => self.abandon().await,
             }
             Ok(Response::from_parts(parts, captured.into_body()))
@@ -622,8 +664,10 @@ mod tests {
 
     /// The work of a first attempt, boxed per first request, is measured with
     /// `size_of_val` in a debug build with a `Router` as the inner service: 712 bytes as
-    /// written; 952 when `settle` took the handler's result whole and split it (holding
-    /// the response twice), 1,040 with the key claimed again inline rather than boxed.
+    /// written; 752 with a form token's late spend awaited in `settle` rather than in
+    /// `keep`, 760 in `complete`; 952 when `settle` took the handler's result whole and
+    /// split it (holding the response twice), 1,040 with the key claimed again inline
+    /// rather than boxed.
     /// Measured earlier on a larger work (880): 1,032 with the record's state held as two
     /// `Arc`s, 1,432 with `settle` an `async fn`, 2,448 with the renewal an `async` block
     /// selecting between the work and the lease's renewal.

@@ -39,7 +39,8 @@ use crate::rejection::{Rejection, RejectionKind};
 /// on just the routes whose handlers complete their records, is the one their layer uses.
 ///
 /// The handler:
-/// 1. does its writes in its transaction;
+/// 1. [takes the record over](Self::take_over), begins its transaction and does its
+///    writes in it;
 /// 2. turns its response into the bytes the layer would store, with
 ///    [`stored_response`](Self::stored_response);
 /// 3. completes the record with them in the same transaction and commits (for the SQL
@@ -47,9 +48,11 @@ use crate::rejection::{Rejection, RejectionKind};
 ///    record was lost: its lease ran out and a retry took the key over);
 /// 4. returns the response.
 ///
-/// The layer then finds the record completed and leaves it as it is. A handler that
-/// fails before committing returns its error as usual: by the layer's policy (a 5xx is
-/// not stored) the record is removed and a retry runs afresh.
+/// The layer then leaves the record as it is, and answers without a further call to the
+/// store: a request whose transaction took up to the store's timeout (a stalled link) is
+/// answered within that timeout, not two. A handler that fails before committing returns
+/// its error as usual: by the layer's policy (a 5xx is not stored) the record is removed
+/// (waited for at most 50 ms, then in the background), and a retry runs afresh.
 ///
 /// Extract it as `IdempotencyRecord` on a route where every request carries a key
 /// (the layer [requires one](super::IdempotencyLayer::with_required)); a request without
@@ -63,6 +66,7 @@ use crate::rejection::{Rejection, RejectionKind};
 /// use idem_axum::idempotency::IdempotencyRecord;
 ///
 /// async fn create_order(record: IdempotencyRecord) -> Response {
+///     record.take_over();
 ///     // let mut tx = pool.begin().await?;  … the order's writes …
 ///     let response = (StatusCode::CREATED, Json("order 7")).into_response();
 ///     let Ok((stored, response)) = record.stored_response(response).await else {
@@ -132,13 +136,29 @@ impl IdempotencyRecord {
         OutboundKeys::new(&self.key).key(label)
     }
 
+    /// Tells the layer that the handler completes this record itself, in its transaction:
+    /// from this call on, the layer no longer completes it, and asks the store nothing
+    /// before it answers. [`stored_response`](Self::stored_response) says the same; call
+    /// this first, before the transaction begins, when that transaction can fail on the
+    /// store's database: the layer then answers the failure without one more call to a
+    /// store that is failing (a stalled link would hold the answer for a second timeout),
+    /// and removes the record in the background.
+    pub fn take_over(&self) {
+        self.taken_over.store(true, Ordering::Relaxed);
+    }
+
     /// The bytes that complete this record with `response`, encoded as the layer stores
     /// a response (status, headers, body), and the response to return, its body now read
     /// into memory. A body larger than the layer's
     /// [limit](super::IdempotencyLayer::with_max_stored_response) gives the "too large to
     /// replay" note instead, as the layer would store it.
     ///
-    /// From this call on, the layer expects the handler to complete the record itself.
+    /// From this call on, the layer expects the handler to complete the record itself
+    /// ([`take_over`](Self::take_over)). A response it would not keep (a 5xx: the
+    /// transaction failed) has the record removed, and the answer waits for that at most
+    /// 50 ms: a store that stalls goes on removing it in the background, which the drain
+    /// ([`Idem::shutdown`](crate::Idem::shutdown)) waits for, and a retry that comes
+    /// before then gets 409 with `Retry-After`.
     ///
     /// # Errors
     ///
@@ -147,7 +167,7 @@ impl IdempotencyRecord {
         &self,
         response: impl IntoResponse,
     ) -> Result<(Bytes, Response), axum::Error> {
-        self.taken_over.store(true, Ordering::Relaxed);
+        self.take_over();
         let (parts, body) = response.into_response().into_parts();
         let captured = match capture(body, self.max_stored).await {
             Captured::Failed { error, .. } => return Err(error),

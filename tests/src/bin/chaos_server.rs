@@ -271,6 +271,9 @@ async fn commit_with_record(
     record: IdempotencyRecord,
 ) -> Result<Response, CommitError> {
     let store_error = |error| CommitError::Store(idem_axum::store::StoreError::backend(error));
+    // Before the transaction, which a stalled link can hold up to the store's timeout: the
+    // layer then answers its failure without one more call to the store.
+    record.take_over();
     let mut tx = db.begin().await.map_err(store_error)?;
     note_commit_in(&mut tx, route, &key)
         .await

@@ -165,6 +165,30 @@ impl StoreSetup {
         *self == Self::Postgres && matches!(route, Route::Pay | Route::Callback)
     }
 
+    /// How long an answer on `route` may take (`page`: the form page, `GET /form`) with
+    /// the store's `timeout`: the timeout + 100 ms; with replica acks, the bound
+    /// `RedisStoreBuilder::with_replica_acks` states — the timeout + `within` per store
+    /// call that waits for the replicas and the timeout per other call, one after the
+    /// other — + 100 ms. The calls, as the chaos server's guards make them: the form page
+    /// puts a token; the form spends one; `repeat` and `withdraw` take a key (`withdraw`
+    /// releases it in the background); `pay` and `callback` begin and complete a record.
+    pub fn answer_bound(&self, route: Route, page: bool, timeout: Duration) -> Duration {
+        let slack = Duration::from_millis(100);
+        let Self::Sentinel {
+            replica_acks: Some((_, within)),
+            ..
+        } = self
+        else {
+            return timeout + slack;
+        };
+        let (waiting, other) = match (route, page) {
+            (Route::Form, true) => (0, 1),
+            (Route::Pay | Route::Callback, _) => (2, 0),
+            _ => (1, 0),
+        };
+        (timeout + *within) * waiting + timeout * other + slack
+    }
+
     /// Whether the run's guarantees are asserted on it: the set-ups that lose nothing
     /// they acknowledged.
     pub fn asserted(&self) -> bool {

@@ -11,8 +11,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use idem_axum::client::ClientHeader;
+use idem_axum::idempotency::IdempotencyRecord;
 use idem_axum::store::Store;
 use idem_axum::{Idem, IdempotencyLayer, MemoryStore, RedisStore};
 use idem_tests::{Counting, Forwarder, RedisServer, Shop, eventually};
@@ -245,6 +247,113 @@ async fn after_an_outage_longer_than_the_lease_the_key_is_claimed_again(two: Two
         assert_eq!(retry.unmarked(), first);
     }
     assert_eq!(two.shop.runs(), 1, "the handler ran once");
+}
+
+/// Handlers that take their record over, as a handler on a SQL store does to complete it
+/// in its own transaction, on a store whose completions and removals of records the test
+/// can stall (a link that stalls right after the handler's transaction).
+#[derive(Clone)]
+struct TakenOver {
+    memory: MemoryStore,
+    store: Counting<MemoryStore>,
+    shop: Shop,
+}
+
+impl TakenOver {
+    fn new() -> (Self, Idem, Router) {
+        let memory = MemoryStore::new();
+        let taken = Self {
+            store: Counting::new(memory.clone()),
+            memory,
+            shop: Shop::new(),
+        };
+        let idem = Idem::builder()
+            .with_store(taken.store.clone())
+            .with_client_identity(ClientHeader::new(CLIENT))
+            .build();
+        let app = Router::new()
+            .route("/commits", post(commits_then_stalls))
+            .route("/fails", post(fails_as_the_store_stalls))
+            .route_layer(IdempotencyLayer::new())
+            .with_state(taken.clone())
+            .layer(idem.layer());
+        (taken, idem, app)
+    }
+}
+
+/// Completes its own record, then the store stalls.
+async fn commits_then_stalls(
+    State(taken): State<TakenOver>,
+    record: IdempotencyRecord,
+) -> Response {
+    let run = taken.shop.ran();
+    let response = (StatusCode::CREATED, format!("order {run}"));
+    let (stored, response) = record
+        .stored_response(response)
+        .await
+        .expect("a body that reads");
+    let completed = taken
+        .store
+        .complete_record(record.key(), record.owner(), stored, record.retention())
+        .await;
+    assert_eq!(
+        completed.ok(),
+        Some(true),
+        "the handler completes its record"
+    );
+    taken.store.stall_record_endings(true);
+    response
+}
+
+/// Takes its record over before its transaction, which fails as the store stalls.
+async fn fails_as_the_store_stalls(
+    State(taken): State<TakenOver>,
+    record: IdempotencyRecord,
+) -> Response {
+    taken.shop.ran();
+    record.take_over();
+    taken.store.stall_record_endings(true);
+    (StatusCode::SERVICE_UNAVAILABLE, "the transaction failed").into_response()
+}
+
+/// A handler that completed its record in its own transaction has used up to the store's
+/// timeout already; the layer answers without asking the store again, so a link that
+/// stalls right after that transaction does not hold the answer for a second timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handler_that_completed_its_record_is_answered_without_the_store() {
+    let (taken, _idem, app) = TakenOver::new();
+    let first = answered(post_key(&app, "/commits", "own-1")).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
+    taken.store.stall_record_endings(false);
+    let retry = answered(post_key(&app, "/commits", "own-1")).await;
+    assert!(retry.replayed(), "{retry:?}");
+    assert_eq!(
+        retry.unmarked(),
+        first,
+        "the handler's own record is replayed"
+    );
+    assert_eq!(taken.shop.runs(), 1);
+}
+
+/// A handler that took its record over and whose transaction failed is answered while
+/// its record's removal waits for the stalled store, in the background: a retry meanwhile
+/// gets 409, the drain waits for the removal, and the record is gone once the store is
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_transaction_is_answered_while_its_record_is_removed_in_the_background() {
+    let (taken, idem, app) = TakenOver::new();
+    let failed = answered(post_key(&app, "/fails", "failed-1")).await;
+    assert_eq!(failed.status, StatusCode::SERVICE_UNAVAILABLE, "{failed:?}");
+    let retry = answered(post_key(&app, "/fails", "failed-1")).await;
+    assert_eq!(retry.status, StatusCode::CONFLICT, "{retry:?}");
+    assert!(retry.header("retry-after").is_some());
+    let cut_short = idem.shutdown(Duration::from_millis(100)).await;
+    assert_eq!(cut_short.unfinished, 1, "the drain waits for the removal");
+    taken.store.stall_record_endings(false);
+    let drained = idem.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(drained.unfinished, 0, "{drained}");
+    assert_eq!(taken.memory.entry_count(), 0, "the record is removed");
+    assert_eq!(taken.shop.runs(), 1);
 }
 
 /// A handler that runs for `run_for`, counting how many run at once.

@@ -133,6 +133,8 @@ pub(crate) async fn place(
             "There is no such product.",
         ));
     }
+    let record = submission.record();
+    record.take_over();
     let mut tx = shop.db().begin_with("BEGIN IMMEDIATE").await?;
     let token = (submission.token_scope(), submission.token());
     if !SqliteStore::consume_token_in(&mut tx, token.0, token.1)
@@ -144,7 +146,6 @@ pub(crate) async fn place(
         return Ok(submission.refused());
     }
     let order = Order::insert(&mut *tx, form.product_id, form.quantity, &client.label()).await?;
-    let record = submission.record();
     let (stored, page) = record
         .stored_response(Redirect::to(&format!("/orders/{}", order.id)))
         .await
