@@ -3,11 +3,17 @@
 # memory and on Redis) and `axum-idempotent` 0.6 (in ruts sessions, in memory), each case
 # next to a bare baseline measured seconds away from it in the same round.
 #
-#   bash bench/peers.sh    # about 10 minutes with the defaults, plus the first build;
+#   bash bench/peers.sh    # about 20 minutes with the defaults, plus the first build;
 #                          # writes bench/results/peers.md (every run's output: bench/results/peers-raw/)
 #
-# PEERS_ROUNDS (3), PEERS_DURATION (5s, one wrk or lock run), PEERS_CONNECTIONS (50) and
-# PEERS_THREADS (2, wrk's) change the runs. Everything listens on 127.0.0.1 only; the
+# Every case is measured twice: pinned (the servers and the lock generator on CPU 0, wrk and
+# Redis on CPU 1) and unpinned (every process free to use both cores, as in a container
+# without CPU pinning, where the ranking follows CPU per request). Beside requests/s, the
+# server's CPU time per request (user + system, from /proc; for the lock cases, the
+# generator's own) is reported, and what the guard adds over the bare case.
+#
+# PEERS_MODES ("pinned unpinned"), PEERS_ROUNDS (3), PEERS_DURATION (5s, one wrk or lock
+# run), PEERS_CONNECTIONS (50) and PEERS_THREADS (2, wrk's) change the runs. Everything listens on 127.0.0.1 only; the
 # redis-server started here has a port and a temporary directory of its own, and every
 # process started here is stopped by its pid on exit. The peers build in a workspace of their
 # own, bench/peers (`idempotent` 2.x declares rust-version 1.98 and builds on older
@@ -23,6 +29,8 @@ seconds=${duration%s}
 connections=${PEERS_CONNECTIONS:-50}
 threads=${PEERS_THREADS:-2}
 lock_tasks=50
+modes=${PEERS_MODES:-pinned unpinned}
+clock_ticks=$(getconf CLK_TCK)
 
 # --- tools -----------------------------------------------------------------------------
 source "$root/bench/tools.sh"
@@ -49,13 +57,14 @@ start_redis "$raw/redis-server.log" --dir "$scratch"
 redis_url=redis://127.0.0.1:$redis_port
 
 kinds=(bare idem-memory idempotent-memory axum-idempotent idem-redis idem-redis-uncached idempotent-redis)
-declare -A port_of
+declare -A port_of pid_of
 for kind in "${kinds[@]}"; do
     free_port
     port_of[$kind]=$port
     "${on_server_core[@]}" "$bin" serve --kind "$kind" --port "$port" --redis "$redis_url" \
         --workers 1 >"$raw/server-$kind.log" 2>&1 &
     pids+=("$!")
+    pid_of[$kind]=$!
 done
 for kind in "${kinds[@]}"; do
     for _ in $(seq 100); do
@@ -111,25 +120,56 @@ done
 cat "$correctness"
 
 # --- measurements ----------------------------------------------------------------------
-wrk_figures() { # requests/s, non-2xx responses, socket errors
+# pin MODE: pinned puts the servers (and the lock generator, through server_prefix) on
+# CPU 0 and Redis (and wrk, through load_prefix) on CPU 1; unpinned lets every process run
+# on every core. The running processes are moved with `taskset -ap`.
+pin() {
+    local all="0-$(($(nproc) - 1))" server_cpus load_cpus kind
+    if [[ $1 == pinned && ${#on_server_core[@]} -gt 0 ]]; then
+        server_prefix=("${on_server_core[@]}") load_prefix=("${on_load_core[@]}")
+        server_cpus=0 load_cpus=1
+        mode_split=$core_split
+    else
+        server_prefix=() load_prefix=()
+        server_cpus=$all load_cpus=$all
+        mode_split="not pinned: servers, the lock generator, wrk and Redis share every core"
+    fi
+    for kind in "${kinds[@]}"; do taskset -apc "$server_cpus" "${pid_of[$kind]}" >/dev/null; done
+    taskset -apc "$load_cpus" "$redis_pid" >/dev/null
+}
+# The CPU time of process PID so far (all threads, user + system), in clock ticks.
+ticks_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+wrk_figures() { # requests/s, non-2xx responses, socket errors, requests
     awk '/^Requests\/sec:/ {rps = $2}
+         / requests in / {requests = $1}
          /Non-2xx/ {bad = $NF}
          /Socket errors/ {errors = $0; sub(/.*errors: /, "", errors); gsub(/ /, "", errors)}
-         END {printf "%s %d %s\n", rps, bad, (errors == "" ? "-" : errors)}' "$1"
+         END {printf "%s %d %s %d\n", rps, bad, (errors == "" ? "-" : errors), requests}' "$1"
 }
-# kind, keys (none|same_key|new_key), session (none|shared|per_request), output
+# kind, keys (none|same_key|new_key), session (none|shared|per_request), output:
+# requests/s, non-2xx, socket errors, server CPU µs per request
 run_wrk() {
-    PEERS_KEYS=$2 PEERS_SESSION=$3 timeout 120 "${on_load_core[@]}" wrk -t"$threads" \
+    local before after rps bad errors requests
+    before=$(ticks_of "${pid_of[$1]}")
+    PEERS_KEYS=$2 PEERS_SESSION=$3 timeout 120 "${load_prefix[@]}" wrk -t"$threads" \
         -c"$connections" -d"$duration" -s "$root/bench/peers/wrk/peers.lua" \
         "http://127.0.0.1:${port_of[$1]}/" >"$4"
-    wrk_figures "$4"
+    after=$(ticks_of "${pid_of[$1]}")
+    read -r rps bad errors requests < <(wrk_figures "$4")
+    echo "$rps $bad $errors $(awk -v t=$((after - before)) -v n="$requests" -v hz="$clock_ticks" \
+        'BEGIN {printf "%.2f", n > 0 ? t * 1e6 / hz / n : 0}')"
 }
-# impl, keys (distinct|hot), output: pairs/s and overlaps
+# impl, keys (distinct|hot), output: pairs/s, overlaps, misses, the generator's CPU µs per
+# pair (user + system of the process and its children, from bash's `time`)
 run_lock() {
-    timeout 120 "${on_server_core[@]}" "$bin" lock --impl "$1" --keys "$2" --redis "$redis_url" \
-        --tasks "$lock_tasks" --seconds "$seconds" --workers 1 >"$3"
-    awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}}
-         END {printf "%s %s %s\n", v["pairs_per_second"], v["overlaps"], v["misses"]}' "$3"
+    local TIMEFORMAT='%3U %3S' user sys
+    { time timeout 120 "${server_prefix[@]}" "$bin" lock --impl "$1" --keys "$2" \
+        --redis "$redis_url" --tasks "$lock_tasks" --seconds "$seconds" --workers 1 \
+        >"$3" 2>"$3.err"; } 2>"$3.time"
+    read -r user sys <"$3.time"
+    awk -v cpu="$user $sys" '{for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}}
+         END {split(cpu, c, " "); printf "%s %s %s %.2f\n", v["pairs_per_second"], v["overlaps"],
+              v["misses"], v["pairs"] > 0 ? (c[1] + c[2]) * 1e6 / v["pairs"] : 0}' "$3"
 }
 
 # group|name|store|kind|keys|session; HTTP cases against the bare server, lock cases
@@ -155,40 +195,48 @@ lock_cases=(
     "lock, one hot key|rslock|redis|rslock|hot|-"
 )
 
-# One line per case and round in figures.raw:
-# round|group|name|store|value|bare before|bare after|ratio|non-2xx or overlaps|errors or misses
-figures=$raw/figures.raw
-: >"$figures"
-for round in $(seq "$rounds"); do
-    echo "== round $round of $rounds"
-    read -r before _ _ < <(run_wrk bare none none "$raw/bare-$round-0.wrk")
-    n=0
-    for case in "${http_cases[@]}"; do
-        IFS='|' read -r group name store kind keys session <<<"$case"
-        n=$((n + 1))
-        read -r rps bad errors < <(run_wrk "$kind" "$keys" "$session" "$raw/case-$round-$n.wrk")
-        read -r after _ _ < <(run_wrk bare none none "$raw/bare-$round-$n.wrk")
-        ratio=$(awk -v r="$rps" -v b="$before" -v a="$after" 'BEGIN {printf "%.3f", 2 * r / (b + a)}')
-        echo "   $group, $name, $store: $rps req/s (bare $before, $after: × $ratio), non-2xx $bad, socket errors $errors"
-        echo "$round|$group|$name|$store|$rps|$before|$after|$ratio|$bad|$errors" >>"$figures"
-        before=$after
-    done
-    for keys in distinct hot; do
-        read -r before _ _ < <(run_lock bare "$keys" "$raw/lock-$round-$keys-bare-0.out")
-        m=0
-        for case in "${lock_cases[@]}"; do
-            IFS='|' read -r group name store impl case_keys _ <<<"$case"
-            [[ $case_keys == "$keys" ]] || continue
-            m=$((m + 1))
-            read -r pairs overlaps misses < <(run_lock "$impl" "$keys" "$raw/lock-$round-$keys-$impl.out")
-            read -r after bare_overlaps _ < <(run_lock bare "$keys" "$raw/lock-$round-$keys-bare-$m.out")
-            ratio=$(awk -v r="$pairs" -v b="$before" -v a="$after" 'BEGIN {printf "%.3f", 2 * r / (b + a)}')
-            echo "   $group, $name: $pairs pairs/s (bare $before, $after: × $ratio), overlaps $overlaps (bare $bare_overlaps), misses $misses"
-            echo "$round|$group|$name|$store|$pairs|$before|$after|$ratio|$overlaps|$misses" >>"$figures"
-            before=$after
+# One line per case and round in figures-MODE.raw:
+# round|group|name|store|value|bare before|bare after|ratio|non-2xx or overlaps|errors or misses|
+# CPU µs per request (pair)|bare's before|bare's after
+measure() { # mode
+    local figures=$raw/figures-$1.raw round n m case group name store kind keys session
+    local before after rps bad errors cpu cpu_before cpu_after ratio pairs overlaps misses
+    local bare_overlaps impl case_keys
+    pin "$1"
+    : >"$figures"
+    for round in $(seq "$rounds"); do
+        echo "== $1, round $round of $rounds"
+        read -r before _ _ cpu_before < <(run_wrk bare none none "$raw/$1-bare-$round-0.wrk")
+        n=0
+        for case in "${http_cases[@]}"; do
+            IFS='|' read -r group name store kind keys session <<<"$case"
+            n=$((n + 1))
+            read -r rps bad errors cpu < <(run_wrk "$kind" "$keys" "$session" "$raw/$1-case-$round-$n.wrk")
+            read -r after _ _ cpu_after < <(run_wrk bare none none "$raw/$1-bare-$round-$n.wrk")
+            ratio=$(awk -v r="$rps" -v b="$before" -v a="$after" 'BEGIN {printf "%.3f", 2 * r / (b + a)}')
+            echo "   $group, $name, $store: $rps req/s (bare $before, $after: × $ratio), server CPU $cpu µs/request (bare $cpu_before, $cpu_after), non-2xx $bad, socket errors $errors"
+            echo "$round|$group|$name|$store|$rps|$before|$after|$ratio|$bad|$errors|$cpu|$cpu_before|$cpu_after" >>"$figures"
+            before=$after cpu_before=$cpu_after
+        done
+        for keys in distinct hot; do
+            read -r before _ _ cpu_before < <(run_lock bare "$keys" "$raw/$1-lock-$round-$keys-bare-0.out")
+            m=0
+            for case in "${lock_cases[@]}"; do
+                IFS='|' read -r group name store impl case_keys _ <<<"$case"
+                [[ $case_keys == "$keys" ]] || continue
+                m=$((m + 1))
+                read -r pairs overlaps misses cpu < <(run_lock "$impl" "$keys" "$raw/$1-lock-$round-$keys-$impl.out")
+                read -r after bare_overlaps _ cpu_after < <(run_lock bare "$keys" "$raw/$1-lock-$round-$keys-bare-$m.out")
+                ratio=$(awk -v r="$pairs" -v b="$before" -v a="$after" 'BEGIN {printf "%.3f", 2 * r / (b + a)}')
+                echo "   $group, $name: $pairs pairs/s (bare $before, $after: × $ratio), CPU $cpu µs/pair (bare $cpu_before, $cpu_after), overlaps $overlaps (bare $bare_overlaps), misses $misses"
+                echo "$round|$group|$name|$store|$pairs|$before|$after|$ratio|$overlaps|$misses|$cpu|$cpu_before|$cpu_after" >>"$figures"
+                before=$after cpu_before=$cpu_after
+            done
         done
     done
-done
+    declare -g "split_of_$1=$mode_split"
+}
+for mode in $modes; do measure "$mode"; done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 top_after=$(top -bn1 | sed -n '8,12p' | awk '{print $9 "% " $12}' | paste -sd, -)
 
@@ -203,21 +251,27 @@ version_of() { awk -v n="$1" '$0 == "name = \"" n "\"" {getline; gsub(/version =
 {
     echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- bench/peers bench/peers.sh idem-core idem-redis idem-axum idem-macros || echo ' (+ uncommitted changes)'); $(nproc) vCPUs, shared with other work (load average before $load_before, after $load_after; busiest processes before: $top_before; after: $top_after)."
     echo "Peers: idempotent $(version_of idempotent) (declares rust-version 1.98, built on $(rustc --version | cut -d' ' -f2) with --ignore-rust-version), axum-idempotent $(version_of axum-idempotent) on ruts $(version_of ruts), rslock $(version_of rslock); redis-rs $(version_of redis), axum $(version_of axum)."
-    echo "wrk -t$threads -c$connections -d$duration per HTTP case and round; the lock cases $lock_tasks tokio tasks for $duration; $rounds rounds, medians shown; $core_split. The bare baseline (the same handler unguarded; for locks, redis-rs SET NX PX and a Lua compare-and-delete) runs before the first case of a round and after every case."
+    echo "wrk -t$threads -c$connections -d$duration per HTTP case and round; the lock cases $lock_tasks tokio tasks for $duration; $rounds rounds, medians shown. The bare baseline (the same handler unguarded; for locks, redis-rs SET NX PX and a Lua compare-and-delete) runs before the first case of a round and after every case."
     echo
-    echo "× bare: a case's requests/s (lock pairs/s) over the mean of the two bare runs on either side of it, median over the rounds."
-    echo
-    echo "| case | contestant | store | requests/s or pairs/s | bare | × bare | × bare, each round | non-2xx (HTTP) or overlaps (locks), all rounds |"
-    echo "|---|---|---|---:|---:|---:|---|---|"
-    awk -F'|' "$median_awk"'
-        !(($2, $3, $4) in seen) {seen[$2, $3, $4] = 1; order[++cases] = $2 SUBSEP $3 SUBSEP $4}
-        {k = $2 SUBSEP $3 SUBSEP $4; v[k] = v[k] " " $5; b[k] = b[k] " " ($6 + $7) / 2; x[k] = x[k] " " $8; each[k] = each[k] (each[k] == "" ? "" : ", ") $8; bad[k] += $9}
-        END {
-            for (i = 1; i <= cases; i++) {
-                k = order[i]; split(k, f, SUBSEP)
-                printf "| %s | %s | %s | %.0f | %.0f | %.2f | %s | %d |\n", f[1], f[2], f[3], median(v[k]), median(b[k]), median(x[k]), each[k], bad[k]
-            }
-        }' "$figures"
+    echo "× bare: a case's requests/s (lock pairs/s) over the mean of the two bare runs on either side of it, median over the rounds. CPU: the server process's CPU time (user + system) per request, for the lock cases the generator's per pair; + bare: what the case adds over the mean of its two bare runs, median over the rounds."
+    for mode in $modes; do
+        split_var=split_of_$mode
+        echo
+        echo "### $mode: ${!split_var}"
+        echo
+        echo "| case | contestant | store | requests/s or pairs/s | bare | × bare | × bare, each round | CPU µs | + bare µs | non-2xx (HTTP) or overlaps (locks), all rounds |"
+        echo "|---|---|---|---:|---:|---:|---|---:|---:|---|"
+        awk -F'|' "$median_awk"'
+            !(($2, $3, $4) in seen) {seen[$2, $3, $4] = 1; order[++cases] = $2 SUBSEP $3 SUBSEP $4}
+            {k = $2 SUBSEP $3 SUBSEP $4; v[k] = v[k] " " $5; b[k] = b[k] " " ($6 + $7) / 2; x[k] = x[k] " " $8; each[k] = each[k] (each[k] == "" ? "" : ", ") $8; bad[k] += $9
+             c[k] = c[k] " " $11; d[k] = d[k] " " ($11 - ($12 + $13) / 2)}
+            END {
+                for (i = 1; i <= cases; i++) {
+                    k = order[i]; split(k, f, SUBSEP)
+                    printf "| %s | %s | %s | %.0f | %.0f | %.2f | %s | %.2f | %.2f | %d |\n", f[1], f[2], f[3], median(v[k]), median(b[k]), median(x[k]), each[k], median(c[k]), median(d[k]), bad[k]
+                }
+            }' "$raw/figures-$mode.raw"
+    done
     echo
     echo "Correctness, checked once in the same run before the measurements (curl; \`/runs\` is the server's count of handler runs):"
     echo

@@ -128,7 +128,9 @@ impl<S: Inner> Attempt<S> {
             };
             let Some(key) = self.key(in_header, &parts, &body) else {
                 if self.settings.requires_key(&parts.method) {
-                    return Ok(self.guard.refuse(missing_key(&self.settings)));
+                    return Ok(self
+                        .guard
+                        .refuse(missing_key(&self.settings, &parts.headers)));
                 }
                 return pass(self.inner, rebuild(parts, body)).await;
             };
@@ -259,7 +261,9 @@ fn key_in_header(settings: &Settings, request: &Request) -> Result<KeyInHeader, 
     };
     match key_header::from_headers(request.headers(), &settings.key_header) {
         Ok(Some(key)) => Ok(KeyInHeader::Found(key)),
-        Ok(None) if settings.requires_key(request.method()) => Err(missing_key(settings)),
+        Ok(None) if settings.requires_key(request.method()) => {
+            Err(missing_key(settings, request.headers()))
+        }
         Ok(None) => Ok(KeyInHeader::Absent),
         Err(invalid) => {
             outcome::report(Guard::Idempotency, Outcome::Invalid);
@@ -390,11 +394,11 @@ fn not_acceptable(status: StatusCode, coding: &str) -> Rejection {
     )
 }
 
-fn missing_key(settings: &Settings) -> Rejection {
+fn missing_key(settings: &Settings, headers: &HeaderMap) -> Rejection {
     outcome::report(Guard::Idempotency, Outcome::Missing);
     Rejection::new(
         RejectionKind::MissingIdempotencyKey,
-        settings.missing_key_message(),
+        settings.missing_key_message(headers),
     )
 }
 

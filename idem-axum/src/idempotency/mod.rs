@@ -234,7 +234,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderName, Method, StatusCode};
+use http::{HeaderMap, HeaderName, Method, StatusCode};
 
 use crate::outcome::Guard;
 
@@ -351,10 +351,22 @@ impl Settings {
         }
     }
 
-    fn missing_key_message(&self) -> Cow<'static, str> {
+    /// What a request without a key is told; `headers`, the request's, tell a gRPC call,
+    /// whose key is a metadata entry, from an HTTP request, whose key is a header.
+    fn missing_key_message(&self, headers: &HeaderMap) -> Cow<'static, str> {
         if let Some(message) = &self.missing_key_message {
             return message.clone();
         }
+        #[cfg(feature = "grpc")]
+        if matches!(self.key, KeySource::Header) && crate::grpc::is_grpc(headers) {
+            return Cow::Owned(format!(
+                "this call needs `{}` metadata: a value unique to this operation, 1 to 255 \
+                 printable ASCII characters, sent unchanged with every retry",
+                self.key_header
+            ));
+        }
+        #[cfg(not(feature = "grpc"))]
+        let _ = headers;
         Cow::Borrowed(match self.key {
             KeySource::Header if self.key_header != key_header::IDEMPOTENCY_KEY => {
                 return Cow::Owned(format!(

@@ -227,6 +227,11 @@ async fn a_method_not_named_passes_through_even_when_keys_are_required() {
 
     let unkeyed = caller.call(PAY, 1, None).await.unwrap_err();
     assert_eq!(unkeyed.code(), Code::InvalidArgument);
+    assert!(
+        unkeyed.message().contains("`idempotency-key` metadata"),
+        "a call is told of metadata, not of a header: {}",
+        unkeyed.message()
+    );
     for _ in 0..2 {
         let refund = caller.call(REFUND, 1, Some("k-r")).await.unwrap();
         assert!(!replayed(&refund));
