@@ -314,9 +314,10 @@ impl RedisStoreBuilder {
     ///
     /// # How long a request waits
     ///
-    /// Each store call that writes something decided takes its own round trip (at most the
-    /// timeout) and then `WAIT` (at most `within`, and at most the timeout): **timeout +
-    /// `within` per such call**, where a call without acks takes at most the timeout. The
+    /// Each store call that writes something decided sends its write (at most the timeout)
+    /// and then `WAIT` on the same connection — `WAIT` counts the writes of the connection
+    /// it is sent on — all within **timeout + `within` per such call**, where a call
+    /// without acks takes at most the timeout. The
     /// guards make these calls per request, one after the other (the handler runs between
     /// the first and the last):
     ///

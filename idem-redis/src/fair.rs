@@ -48,9 +48,11 @@ impl FairStore for RedisStore {
             turns.as_bytes(),
             SIGNAL_KEPT_MS.as_bytes(),
         ];
-        let answer: Vec<Value> = self.script(&ACQUIRE_IN_TURN, &keys, &args).await?;
-        let turn = scripted_turn(&answer, fencing)?;
-        self.replicated_if(&lock, turn, |turn| matches!(turn, Turn::Acquired { .. }))
+        let acquire = async {
+            let answer: Vec<Value> = self.script(&ACQUIRE_IN_TURN, &keys, &args).await?;
+            scripted_turn(&answer, fencing)
+        };
+        self.replicated_if(&lock, acquire, |turn| matches!(turn, Turn::Acquired { .. }))
             .await
     }
 

@@ -1,5 +1,6 @@
 //! [`RedisStore`]: the store for several instances behind a load balancer.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -14,6 +15,12 @@ use idem_core::{Acquire, Begin, Fingerprint, Key, Owner, Store, StoreError};
 use crate::EvictionCheck;
 use crate::builder::RedisStoreBuilder;
 use crate::connection::{Connection, Connections, Source, WaitingConnections};
+
+tokio::task_local! {
+    /// Inside [`RedisStore::replicated_if`], the connection its write went on, for its
+    /// `WAIT`.
+    static WROTE_ON: RefCell<Option<Connection>>;
+}
 use crate::replay_cache::ReplayCache;
 use crate::server::{AcquireCommand, Checks};
 use crate::{RedisSetupError, ReplicasBehind};
@@ -307,22 +314,9 @@ impl RedisStore {
         let inner = &self.inner;
         let attempt = async {
             let conn = inner.connections.get().await?;
-            op(conn).await.map_err(|error| {
-                let demoted = is_read_only(&error);
-                if demoted {
-                    // The idle waiting connections lead to the demoted server too, where
-                    // no release would ever signal them.
-                    inner.waiting.discard_idle();
-                }
-                if demoted
-                    || error.is_io_error()
-                    || error.is_connection_dropped()
-                    || error.is_unrecoverable_error()
-                {
-                    inner.connections.discard();
-                }
-                StoreError::backend(error)
-            })
+            // Inside `replicated_if`: its `WAIT` goes on the connection the write went on.
+            let _ = WROTE_ON.try_with(|wrote_on| *wrote_on.borrow_mut() = Some(conn.clone()));
+            op(conn).await.map_err(|error| self.failed(error))
         };
         match tokio::time::timeout(inner.timeout, attempt).await {
             Ok(result) => result,
@@ -333,6 +327,26 @@ impl RedisStore {
         }
     }
 
+    /// The error of a command that failed; a connection that failed, or reached a server
+    /// refusing writes with `READONLY`, is dropped first.
+    fn failed(&self, error: RedisError) -> StoreError {
+        let inner = &self.inner;
+        let demoted = is_read_only(&error);
+        if demoted {
+            // The idle waiting connections lead to the demoted server too, where no
+            // release would ever signal them.
+            inner.waiting.discard_idle();
+        }
+        if demoted
+            || error.is_io_error()
+            || error.is_connection_dropped()
+            || error.is_unrecoverable_error()
+        {
+            inner.connections.discard();
+        }
+        StoreError::backend(error)
+    }
+
     async fn pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
         let millis: i64 = self
             .run(|mut conn| async move { redis::cmd("PTTL").arg(key).query_async(&mut conn).await })
@@ -340,25 +354,58 @@ impl RedisStore {
         Ok(remaining_from_pttl(millis))
     }
 
-    /// After a write that decided something — a key taken, a record begun or completed, a
-    /// token spent — waits until the replicas the store was built to wait for have it
-    /// ([`RedisStoreBuilder::with_replica_acks`]); at once without that setting.
-    pub(crate) async fn replicated(&self, key: &str) -> Result<(), StoreError> {
+    /// The answer of `write`, once the replicas the store was built to wait for have the
+    /// write it made, when `wrote` says it made one that decides something — a key taken,
+    /// a record begun or completed, a token spent ([`RedisStoreBuilder::with_replica_acks`]);
+    /// at once without that setting. Fewer replicas in time is an error
+    /// ([`ReplicasBehind`]).
+    ///
+    /// `WAIT` counts the writes of the connection it is sent on, so it goes on the one the
+    /// write went on, even when that one has been dropped since (another operation's
+    /// failure): on a fresh connection it would count none, and acknowledge a write no
+    /// replica has. The write and its `WAIT` take at most the timeout + `within`.
+    pub(crate) async fn replicated_if<T>(
+        &self,
+        key: &str,
+        write: impl Future<Output = Result<T, StoreError>>,
+        wrote: impl FnOnce(&T) -> bool,
+    ) -> Result<T, StoreError> {
         let Some(acks) = self.inner.replica_acks else {
-            return Ok(());
+            return write.await;
         };
+        let limit = self.inner.timeout.saturating_add(acks.within);
         let within = u64::try_from(acks.within.as_millis()).unwrap_or(u64::MAX);
-        let acknowledged = self
-            .run(|mut conn| async move { conn.wait_for_replicas(key, acks.replicas, within).await })
-            .await?;
-        let acknowledged = u32::try_from(acknowledged.max(0)).unwrap_or(u32::MAX);
-        if acknowledged >= acks.replicas {
-            Ok(())
-        } else {
-            Err(StoreError::backend(ReplicasBehind {
-                acknowledged,
-                wanted: acks.replicas,
-            }))
+        let replicated = WROTE_ON.scope(RefCell::new(None), async {
+            let answer = write.await?;
+            if !wrote(&answer) {
+                return Ok(answer);
+            }
+            let Some(mut conn) = WROTE_ON.with(|wrote_on| wrote_on.borrow_mut().take()) else {
+                return Err(StoreError::unexpected(
+                    "WAIT",
+                    "no connection for the write",
+                ));
+            };
+            let acknowledged = conn
+                .wait_for_replicas(key, acks.replicas, within)
+                .await
+                .map_err(|error| self.failed(error))?;
+            let acknowledged = u32::try_from(acknowledged.max(0)).unwrap_or(u32::MAX);
+            if acknowledged >= acks.replicas {
+                Ok(answer)
+            } else {
+                Err(StoreError::backend(ReplicasBehind {
+                    acknowledged,
+                    wanted: acks.replicas,
+                }))
+            }
+        });
+        match tokio::time::timeout(limit, replicated).await {
+            Ok(result) => result,
+            Err(_elapsed) => {
+                self.inner.connections.discard();
+                Err(StoreError::Timeout(limit))
+            }
         }
     }
 
@@ -427,20 +474,6 @@ impl RedisStore {
             invocation.invoke_async(&mut conn).await
         })
         .await
-    }
-
-    /// `answer`, once the replicas have the write it reports, when `wrote` says it reports
-    /// one (see [`replicated`](Self::replicated)).
-    pub(crate) async fn replicated_if<T>(
-        &self,
-        key: &str,
-        answer: T,
-        wrote: impl FnOnce(&T) -> bool,
-    ) -> Result<T, StoreError> {
-        if wrote(&answer) {
-            self.replicated(key).await?;
-        }
-        Ok(answer)
     }
 
     /// Runs a script whose answer is 0 or 1.
@@ -630,14 +663,16 @@ impl Store for RedisStore {
         fencing: Fencing,
     ) -> Result<Acquire, StoreError> {
         let lock = self.key(key, Kind::Lock);
-        let acquired = match fencing {
-            Fencing::On => {
-                self.acquire_fenced(&lock, &self.key(key, Kind::Fence), owner, ttl)
-                    .await?
+        let acquire = async {
+            match fencing {
+                Fencing::On => {
+                    self.acquire_fenced(&lock, &self.key(key, Kind::Fence), owner, ttl)
+                        .await
+                }
+                Fencing::Off => self.acquire_plain(&lock, owner, ttl).await,
             }
-            Fencing::Off => self.acquire_plain(&lock, owner, ttl).await?,
         };
-        self.replicated_if(&lock, acquired, |acquired| {
+        self.replicated_if(&lock, acquire, |acquired| {
             matches!(acquired, Acquire::Acquired { .. })
         })
         .await
@@ -668,22 +703,24 @@ impl Store for RedisStore {
         // The registration must outlast the wait, and the moment its `BLPOP` takes to
         // reach Redis.
         let registered_ms = ttl_millis(wait.saturating_add(self.inner.timeout));
-        let answer: Vec<Value> = self
-            .run(|mut conn| async move {
-                ACQUIRE_OR_REGISTER
-                    .key(lock_key)
-                    .key(fence)
-                    .key(waiters)
-                    .arg(owner)
-                    .arg(millis)
-                    .arg(fenced)
-                    .arg(registered_ms)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
-        let acquired = scripted_acquire(&answer, fencing)?;
-        self.replicated_if(&lock, acquired, |acquired| {
+        let acquire = async {
+            let answer: Vec<Value> = self
+                .run(|mut conn| async move {
+                    ACQUIRE_OR_REGISTER
+                        .key(lock_key)
+                        .key(fence)
+                        .key(waiters)
+                        .arg(owner)
+                        .arg(millis)
+                        .arg(fenced)
+                        .arg(registered_ms)
+                        .invoke_async(&mut conn)
+                        .await
+                })
+                .await?;
+            scripted_acquire(&answer, fencing)
+        };
+        self.replicated_if(&lock, acquire, |acquired| {
             matches!(acquired, Acquire::Acquired { .. })
         })
         .await
@@ -750,14 +787,9 @@ impl Store for RedisStore {
 
     async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
         let (bucket, scope) = self.token_keys(scope);
-        let consumed = self
-            .flag(
-                &CONSUME_TOKEN,
-                &[&bucket, &scope],
-                &[token.as_str().as_bytes()],
-            )
-            .await?;
-        self.replicated_if(&scope, consumed, |&consumed| consumed)
+        let (keys, args) = ([bucket.as_str(), &scope], [token.as_str().as_bytes()]);
+        let consume = self.flag(&CONSUME_TOKEN, &keys, &args);
+        self.replicated_if(&scope, consume, |&consumed| consumed)
             .await
     }
 
@@ -781,26 +813,24 @@ impl Store for RedisStore {
         let record = self.key(key, Kind::Record);
         let (record, owner, millis) = (record.as_str(), owner.as_str(), ttl_millis(lease));
         let asked = Instant::now();
-        let mut answer: Vec<Value> = self
-            .run(|mut conn| async move {
-                BEGIN_RECORD
-                    .key(record)
-                    .arg(owner)
-                    .arg(fingerprint.as_bytes().as_slice())
-                    .arg(millis)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
+        let begin = self.run(|mut conn| async move {
+            BEGIN_RECORD
+                .key(record)
+                .arg(owner)
+                .arg(fingerprint.as_bytes().as_slice())
+                .arg(millis)
+                .invoke_async(&mut conn)
+                .await
+        });
+        // Started: `[1]`.
+        let started = |answer: &Vec<Value>| matches!(answer.as_slice(), [Value::Int(1)]);
+        let mut answer: Vec<Value> = self.replicated_if(record, begin, started).await?;
         let state = answer
             .first()
             .ok_or_else(|| StoreError::unexpected("begin_record", &answer))
             .and_then(|value| int("begin_record", value))?;
         match (state, answer.len()) {
-            (1, 1) => {
-                self.replicated(record).await?;
-                Ok(Begin::Started)
-            }
+            (1, 1) => Ok(Begin::Started),
             (2, 2) => Ok(Begin::InProgress {
                 remaining: remaining_from_pttl(int("begin_record", &answer[1])?)
                     .unwrap_or_default(),
@@ -830,14 +860,12 @@ impl Store for RedisStore {
     ) -> Result<bool, StoreError> {
         let record = self.key(key, Kind::Record);
         let millis = ttl_millis(retention).to_string();
-        let completed = self
-            .flag(
-                &COMPLETE_RECORD,
-                &[&record],
-                &[owner.as_str().as_bytes(), &response, millis.as_bytes()],
-            )
-            .await?;
-        self.replicated_if(&record, completed, |&completed| completed)
+        let (keys, args) = (
+            [record.as_str()],
+            [owner.as_str().as_bytes(), &response, millis.as_bytes()],
+        );
+        let complete = self.flag(&COMPLETE_RECORD, &keys, &args);
+        self.replicated_if(&record, complete, |&completed| completed)
             .await
     }
 
