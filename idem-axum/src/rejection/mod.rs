@@ -360,8 +360,14 @@ mod tests {
             assert_eq!(url, page_url, "{kind:?}");
             assert_eq!(anchor, kind.code(), "{kind:?}");
             let heading = format!("## {anchor}");
-            let sections = page.lines().filter(|line| line.trim_end() == heading).count();
-            assert_eq!(sections, 1, "{kind:?}: the refusals guide needs one `{heading}`");
+            let sections = page
+                .lines()
+                .filter(|line| line.trim_end() == heading)
+                .count();
+            assert_eq!(
+                sections, 1,
+                "{kind:?}: the refusals guide needs one `{heading}`"
+            );
         }
     }
 }

@@ -79,8 +79,8 @@ async fn metrics_count_what_the_guards_decided_in_a_duplicate_storm() {
 /// include the storm's (one record begun per API request, the form's token checked).
 fn assert_store_latency_is_a_histogram(before: &str, after: &str) {
     let bounds = [
-        "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
-        "0.1", "0.25", "0.5", "1", "2.5", "+Inf",
+        "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1",
+        "0.25", "0.5", "1", "2.5", "+Inf",
     ];
     assert!(
         !after
@@ -98,8 +98,15 @@ fn assert_store_latency_is_a_histogram(before: &str, after: &str) {
         );
         let count = format!(r#"idem_store_seconds_count{{guard="{guard}"}}"#);
         let all = buckets.last().map_or(0, |(_, all)| *all);
-        assert_eq!(all, sample(after, &count), "{guard}: +Inf counts every operation");
+        assert_eq!(
+            all,
+            sample(after, &count),
+            "{guard}: +Inf counts every operation"
+        );
         let increase = sample(after, &count) - sample(before, &count);
-        assert!(increase >= at_least, "{guard}: {increase} operations timed: {after}");
+        assert!(
+            increase >= at_least,
+            "{guard}: {increase} operations timed: {after}"
+        );
     }
 }
