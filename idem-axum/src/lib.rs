@@ -47,6 +47,9 @@
 //! a mismatch at `info`, the rest at `debug`; with the feature `metrics` they are also
 //! counters and a latency histogram ([`outcome`] lists them).
 //!
+//! The [`guide`] says what the guards promise as a whole, which store keeps which promise,
+//! what each refusal means, and what to set before production.
+//!
 //! The root holds what an application writes; the rest is grouped by module: [`store`]
 //! (the `Store` trait and its operations, for code that calls a store itself), [`lock`],
 //! [`client`] (who the client is), [`guard`] (for a guard of your own), and the modules of
@@ -69,6 +72,7 @@ pub mod future;
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
 pub mod guard;
+pub mod guide;
 mod idem;
 pub mod idempotency;
 pub mod outcome;

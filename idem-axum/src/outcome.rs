@@ -8,7 +8,13 @@
 //! | `idem_outcomes_total` | counter | `guard` (`avoid_repeat`, `form_token`, `idempotency`), `outcome` |
 //! | `idem_store_seconds` | histogram | `guard`: the decisive store operation's latency |
 //! | `idem_store_errors_total` | counter | `policy` (`fail_closed`, `fail_open`) |
+//! | `idem_detached_handlers` | gauge | —: guarded handlers running on after their client went away |
 //! | `idem_lock_waits_total`, `idem_lock_handoffs_total` | counter | — (from `idem-core`, its own feature `metrics`) |
+//!
+//! Give `idem_store_seconds` buckets in your exporter, so that it is exported as a
+//! histogram, whose buckets add up across instances, rather than as a summary: the
+//! [production checklist](crate::guide::production#metrics-and-alerts) has buckets and
+//! alerts.
 
 use std::fmt;
 use std::time::Duration;

@@ -29,7 +29,7 @@
 //! |---|---|---|
 //! | the inner service's error (connection refused, reset, closed before the answer) | yes | the downstream may have run the request, but it holds its outcome under the key |
 //! | `503 Service Unavailable` | yes | the downstream refused it, or holds its outcome under the key |
-//! | `409` problem (`application/problem+json`) of `type` `tag:idem-rs,2026:request-in-progress` (idem's "the first request with this key still runs") | yes | the retry gets the first run's stored answer |
+//! | `409` problem (`application/problem+json`) whose `type` is idem's `https://docs.rs/idem-axum/<release>/idem_axum/guide/refusals/index.html#request-in-progress` (any release's: "the first request with this key still runs") | yes | the retry gets the first run's stored answer |
 //! | `409` that is not a problem document, with `Retry-After` (the Idempotency-Key draft's answer to a concurrent request) | yes | as above |
 //! | any other `409` problem (idem's `duplicate-request` of an avoid-repeat window, `response-not-replayable`) | no | a retry after the window would run the request again |
 //! | anything else (`2xx`, `4xx`, `500`, `502`, …) | no | it is the request's outcome |

@@ -11,8 +11,13 @@ use http::{HeaderMap, Method, StatusCode};
 use tower::retry::budget::{Budget, TpsBudget};
 
 /// The `type` of idem's own "the first request with this key is still running" problem
-/// (`idem-axum`'s `RejectionKind::IdempotentRequestInProgress`).
-pub(crate) const IDEM_IN_PROGRESS: &str = "tag:idem-rs,2026:request-in-progress";
+/// (`idem-axum`'s `RejectionKind::IdempotentRequestInProgress`) is the URL of its section in
+/// idem-axum's refusals guide on docs.rs, which names the server's release of idem-axum:
+/// this before the release, and [`IN_PROGRESS_SECTION`] after it.
+const IDEM_REFUSALS: &str = "https://docs.rs/idem-axum/";
+
+/// The end of the in-progress problem's `type`, after the release.
+const IN_PROGRESS_SECTION: &str = "/idem_axum/guide/refusals/index.html#request-in-progress";
 
 /// The largest `409` problem body read to learn its `type`; idem's are a few hundred bytes.
 pub(crate) const MAX_PROBLEM: usize = 64 * 1024;
@@ -300,7 +305,16 @@ pub(crate) fn in_progress_problem(body: &[u8]) -> bool {
         r#type: Option<String>,
     }
     serde_json::from_slice::<Problem>(body)
-        .is_ok_and(|problem| problem.r#type.as_deref() == Some(IDEM_IN_PROGRESS))
+        .is_ok_and(|problem| problem.r#type.as_deref().is_some_and(is_idem_in_progress))
+}
+
+/// Whether `type_uri` is idem's in-progress problem, as any release of idem-axum names it:
+/// a server need not run the release this client was built with.
+fn is_idem_in_progress(type_uri: &str) -> bool {
+    type_uri
+        .strip_prefix(IDEM_REFUSALS)
+        .and_then(|rest| rest.strip_suffix(IN_PROGRESS_SECTION))
+        .is_some_and(|release| !release.is_empty() && !release.contains('/'))
 }
 
 /// Whether the answer is an RFC 9457 problem document.
@@ -394,10 +408,26 @@ mod tests {
 
     #[test]
     fn only_idem_s_in_progress_problem_is_in_progress() {
-        let problem = |kind: &str| format!(r#"{{"type":"tag:idem-rs,2026:{kind}","status":409}}"#);
+        let problem = |kind: &str| {
+            format!(
+                r#"{{"type":"https://docs.rs/idem-axum/0.4.2/idem_axum/guide/refusals/index.html#{kind}","status":409}}"#
+            )
+        };
         assert!(in_progress_problem(
             problem("request-in-progress").as_bytes()
         ));
+        // The `type` the idem-axum beside this crate gives.
+        let server = idem_axum::RejectionKind::IdempotentRequestInProgress.type_uri();
+        assert!(is_idem_in_progress(server), "{server}");
+        // The section of another crate's page, or a page without a release, is not idem's.
+        for other in [
+            "https://docs.rs/other/0.1.0/idem_axum/guide/refusals/index.html#request-in-progress",
+            "https://docs.rs/idem-axum//idem_axum/guide/refusals/index.html#request-in-progress",
+            "https://docs.rs/idem-axum/0.1.0/idem_axum/guide/refusals/index.html#request-in-progress-x",
+        ] {
+            let body = format!(r#"{{"type":"{other}","status":409}}"#);
+            assert!(!in_progress_problem(body.as_bytes()), "{other}");
+        }
         // An avoid-repeat window refused: retrying it when the window ends would run the
         // request again.
         assert!(!in_progress_problem(

@@ -187,8 +187,20 @@ pub async fn assert_refused_page(response: Response, message: &str) {
     assert!(page.contains(&format!("<p>{message}</p>")), "{page}");
 }
 
-/// The end of a rejection's problem `type`: `duplicate-request` for
-/// `urn:idem:problem:duplicate-request`.
+/// The code of a rejection's problem `type`: `duplicate-request` for
+/// `https://docs.rs/idem-axum/0.1.0/idem_axum/guide/refusals/index.html#duplicate-request`,
+/// the section of this release's refusals guide; anything else whole, so that an assertion
+/// on it shows the `type` that is not one.
+pub fn refusal_code(type_uri: &str) -> &str {
+    const REFUSALS: &str = concat!(
+        "https://docs.rs/idem-axum/",
+        env!("CARGO_PKG_VERSION"),
+        "/idem_axum/guide/refusals/index.html#"
+    );
+    type_uri.strip_prefix(REFUSALS).unwrap_or(type_uri)
+}
+
+/// The [code](refusal_code) of a rejection's problem `type`.
 ///
 /// # Panics
 ///
@@ -196,8 +208,7 @@ pub async fn assert_refused_page(response: Response, message: &str) {
 pub async fn problem_code(response: Response) -> String {
     let text = body_text(response).await;
     let problem: serde_json::Value = serde_json::from_str(&text).expect("a problem document");
-    let kind = problem["type"].as_str().unwrap_or_default();
-    kind.rsplit(':').next().unwrap_or_default().to_owned()
+    refusal_code(problem["type"].as_str().unwrap_or_default()).to_owned()
 }
 
 /// The state of a suite's handlers: how often their bodies ran (and how many of those

@@ -44,7 +44,7 @@ pub use held_lock::hold_fenced;
 pub use helper_process::{run_helper_process, spawn_piped};
 pub use http::{
     Answer, Shop, answer, assert_created_or_in_progress, assert_ran_once, assert_refused_page,
-    body_text, count, form_token_in, from_loopback, problem_code, send, shop_on,
+    body_text, count, form_token_in, from_loopback, problem_code, refusal_code, send, shop_on,
     shop_on_two_instances, u64_field,
 };
 pub use idem_core::conformance::{Backend, all_at_once, eventually};

@@ -40,6 +40,56 @@ use http::StatusCode;
 pub(crate) use self::render::escape_html;
 pub(crate) use self::render::prefers_html;
 
+/// The page of the guide that explains every refusal, on docs.rs, for this release: a
+/// refusal's problem `type` is this followed by its code, the anchor of its section.
+macro_rules! refusals_page {
+    () => {
+        concat!(
+            "https://docs.rs/idem-axum/",
+            env!("CARGO_PKG_VERSION"),
+            "/idem_axum/guide/refusals/index.html#"
+        )
+    };
+}
+
+/// `code` and `type_uri`, from one list of every kind and its code, so the two cannot
+/// disagree; each URI is a constant, built at compile time.
+macro_rules! codes {
+    ($($kind:ident => $code:literal,)*) => {
+        /// A stable identifier: the anchor of the kind's section in the
+        /// [refusals guide](crate::guide::refusals), and the end of the problem's `type`.
+        ///
+        /// ```
+        /// assert_eq!(idem_axum::RejectionKind::Duplicate.code(), "duplicate-request");
+        /// ```
+        pub fn code(self) -> &'static str {
+            match self {
+                $(Self::$kind => $code,)*
+            }
+        }
+
+        /// The problem's `type`: the URL of the kind's section in the
+        /// [refusals guide](crate::guide::refusals) on docs.rs, for this release of
+        /// idem-axum, so a client (or its developer) can read what the refusal means and
+        /// what to do next.
+        ///
+        /// ```
+        /// let uri = idem_axum::RejectionKind::Duplicate.type_uri();
+        /// assert!(uri.starts_with("https://docs.rs/idem-axum/"));
+        /// assert!(uri.ends_with("/idem_axum/guide/refusals/index.html#duplicate-request"));
+        /// ```
+        pub fn type_uri(self) -> &'static str {
+            match self {
+                $(Self::$kind => concat!(refusals_page!(), $code),)*
+            }
+        }
+
+        /// Every kind, in the order declared.
+        #[cfg(test)]
+        const ALL: &'static [Self] = &[$(Self::$kind,)*];
+    };
+}
+
 /// What kind of rejection, and so which status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -151,30 +201,27 @@ impl RejectionKind {
         }
     }
 
-    /// A stable identifier (the end of the problem's `type`).
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::Duplicate => "duplicate-request",
-            Self::StoreUnavailable => "store-unavailable",
-            Self::MissingClientIdentity => "missing-client-identity",
-            Self::ClientIdentityUnavailable => "client-identity-unavailable",
-            Self::PayloadTooLarge => "payload-too-large",
-            Self::InvalidBody => "invalid-body",
-            Self::MissingLayer => "missing-layer",
-            Self::RuntimeUnavailable => "runtime-unavailable",
-            Self::ShuttingDown => "shutting-down",
-            Self::Busy => "busy",
-            Self::MissingFormToken => "missing-form-token",
-            Self::InvalidFormToken => "invalid-form-token",
-            Self::UnsupportedMediaType => "unsupported-media-type",
-            Self::RandomnessUnavailable => "randomness-unavailable",
-            Self::MissingIdempotencyKey => "missing-idempotency-key",
-            Self::InvalidIdempotencyKey => "invalid-idempotency-key",
-            Self::IdempotentRequestInProgress => "request-in-progress",
-            Self::IdempotencyKeyReused => "idempotency-key-reused",
-            Self::ResponseNotReplayable => "response-not-replayable",
-            Self::UnreadableIdempotencyRecord => "unreadable-idempotency-record",
-        }
+    codes! {
+        Duplicate => "duplicate-request",
+        StoreUnavailable => "store-unavailable",
+        MissingClientIdentity => "missing-client-identity",
+        ClientIdentityUnavailable => "client-identity-unavailable",
+        PayloadTooLarge => "payload-too-large",
+        InvalidBody => "invalid-body",
+        MissingLayer => "missing-layer",
+        RuntimeUnavailable => "runtime-unavailable",
+        ShuttingDown => "shutting-down",
+        Busy => "busy",
+        MissingFormToken => "missing-form-token",
+        InvalidFormToken => "invalid-form-token",
+        UnsupportedMediaType => "unsupported-media-type",
+        RandomnessUnavailable => "randomness-unavailable",
+        MissingIdempotencyKey => "missing-idempotency-key",
+        InvalidIdempotencyKey => "invalid-idempotency-key",
+        IdempotentRequestInProgress => "request-in-progress",
+        IdempotencyKeyReused => "idempotency-key-reused",
+        ResponseNotReplayable => "response-not-replayable",
+        UnreadableIdempotencyRecord => "unreadable-idempotency-record",
     }
 }
 
@@ -295,5 +342,32 @@ mod tests {
         assert_eq!(rejection.to_string(), "Duplicate request: 请勿重复提交");
         let error: Box<dyn std::error::Error + Send + Sync> = Box::new(rejection);
         assert!(error.source().is_none());
+    }
+
+    /// Each kind's problem `type` points at a section of the refusals guide that exists:
+    /// rustdoc gives a heading whose text is the code that code as its anchor, so a
+    /// renamed or missing section fails here rather than sending clients to the page's top.
+    #[test]
+    fn every_type_uri_names_a_section_of_the_refusals_guide() {
+        let page = include_str!("../guide/refusals.md");
+        let page_url = concat!(
+            "https://docs.rs/idem-axum/",
+            env!("CARGO_PKG_VERSION"),
+            "/idem_axum/guide/refusals/index.html"
+        );
+        for &kind in RejectionKind::ALL {
+            let (url, anchor) = kind.type_uri().split_once('#').expect("an anchor");
+            assert_eq!(url, page_url, "{kind:?}");
+            assert_eq!(anchor, kind.code(), "{kind:?}");
+            let heading = format!("## {anchor}");
+            let sections = page
+                .lines()
+                .filter(|line| line.trim_end() == heading)
+                .count();
+            assert_eq!(
+                sections, 1,
+                "{kind:?}: the refusals guide needs one `{heading}`"
+            );
+        }
     }
 }

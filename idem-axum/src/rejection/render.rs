@@ -7,11 +7,11 @@ use http::{HeaderMap, HeaderValue};
 
 use super::Rejection;
 
-/// RFC 9457 problem details; `type` is a `tag:` URI that names the kind without pretending
-/// to be a page.
+/// RFC 9457 problem details; `type` is the URL of the kind's section in the refusals guide
+/// on docs.rs, a page that says what the refusal means and what to do next.
 #[derive(serde::Serialize)]
 struct Problem<'a> {
-    r#type: String,
+    r#type: &'static str,
     title: &'a str,
     status: u16,
     detail: &'a str,
@@ -34,7 +34,7 @@ pub(super) fn render(rejection: &Rejection) -> Response {
             .into_response()
     } else {
         let problem = Problem {
-            r#type: format!("tag:idem-rs,2026:{}", kind.code()),
+            r#type: kind.type_uri(),
             title: kind.title(),
             status: kind.status().as_u16(),
             detail: rejection.detail(),
@@ -159,7 +159,11 @@ mod tests {
         assert_eq!(
             body,
             serde_json::json!({
-                "type": "tag:idem-rs,2026:duplicate-request",
+                "type": concat!(
+                    "https://docs.rs/idem-axum/",
+                    env!("CARGO_PKG_VERSION"),
+                    "/idem_axum/guide/refusals/index.html#duplicate-request"
+                ),
                 "title": "Duplicate request",
                 "status": 409,
                 "detail": "请勿重复提交",

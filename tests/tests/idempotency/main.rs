@@ -304,7 +304,7 @@ impl Seen {
         unmarked
     }
 
-    /// The problem's `type` tail, for a problem+json answer.
+    /// The problem's code, for a problem+json answer.
     fn problem(&self) -> String {
         assert_eq!(
             self.header("content-type"),
@@ -313,7 +313,7 @@ impl Seen {
         );
         let problem: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
         let kind = problem["type"].as_str().unwrap();
-        kind.trim_start_matches("tag:idem-rs,2026:").to_owned()
+        idem_tests::refusal_code(kind).to_owned()
     }
 
     fn detail(&self) -> String {

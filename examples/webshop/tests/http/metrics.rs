@@ -19,6 +19,28 @@ fn outcomes(scrape: &str, guard: &str, outcome: &str) -> u64 {
         .sum()
 }
 
+/// The value of `series` (a metric and its labels, as exported) in a scrape; 0 when it has
+/// not been recorded yet.
+fn sample(scrape: &str, series: &str) -> u64 {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// The buckets of `idem_store_seconds` for `guard` in a scrape: each upper bound (`le`) and
+/// its cumulative count, in the order exported.
+fn store_seconds_buckets(scrape: &str, guard: &str) -> Vec<(String, u64)> {
+    let prefix = format!(r#"idem_store_seconds_bucket{{guard="{guard}",le=""#);
+    scrape
+        .lines()
+        .filter_map(|line| {
+            let (le, count) = line.strip_prefix(&prefix)?.split_once(r#""} "#)?;
+            Some((le.to_owned(), count.parse().ok()?))
+        })
+        .collect()
+}
+
 /// After a duplicate storm, `GET /metrics` counts what the guards decided. Other tests in
 /// this process count into the same recorder, so the figures are compared as increases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -48,8 +70,43 @@ async fn metrics_count_what_the_guards_decided_in_a_duplicate_storm() {
     assert!(increase("form_token", "replayed") >= 19, "{after}");
     assert!(increase("idempotency", "accepted") >= 1, "{after}");
     assert!(increase("idempotency", "replayed") >= 4, "{after}");
+    assert_store_latency_is_a_histogram(&before, &after);
+}
+
+/// `idem_store_seconds` is exported as a Prometheus histogram, whose buckets add up across
+/// instances, not as a summary, whose quantiles do not: each guard that asked the store has
+/// the shop's buckets, cumulative, the last one counting every operation, and these
+/// include the storm's (one record begun per API request, the form's token checked).
+fn assert_store_latency_is_a_histogram(before: &str, after: &str) {
+    let bounds = [
+        "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1",
+        "0.25", "0.5", "1", "2.5", "+Inf",
+    ];
     assert!(
-        after.contains("idem_store_seconds"),
-        "the store's latency: {after}"
+        !after
+            .lines()
+            .any(|line| line.starts_with("idem_store_seconds{")),
+        "no summary quantiles: {after}"
     );
+    for (guard, at_least) in [("idempotency", 5), ("form_token", 1)] {
+        let buckets = store_seconds_buckets(after, guard);
+        let exported: Vec<&str> = buckets.iter().map(|(le, _)| le.as_str()).collect();
+        assert_eq!(exported, bounds, "{guard}: {after}");
+        assert!(
+            buckets.windows(2).all(|pair| pair[0].1 <= pair[1].1),
+            "{guard}: cumulative buckets: {buckets:?}"
+        );
+        let count = format!(r#"idem_store_seconds_count{{guard="{guard}"}}"#);
+        let all = buckets.last().map_or(0, |(_, all)| *all);
+        assert_eq!(
+            all,
+            sample(after, &count),
+            "{guard}: +Inf counts every operation"
+        );
+        let increase = sample(after, &count) - sample(before, &count);
+        assert!(
+            increase >= at_least,
+            "{guard}: {increase} operations timed: {after}"
+        );
+    }
 }
