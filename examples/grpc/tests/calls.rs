@@ -99,7 +99,10 @@ async fn a_malformed_or_missing_key_is_invalid_argument() {
         .insert(API_KEY_ENTRY, MERCHANT.parse().unwrap());
     let missing = client.pay(unkeyed).await.unwrap_err();
     assert_eq!(missing.code(), Code::InvalidArgument, "{missing:?}");
-    assert!(missing.message().contains("Idempotency-Key"), "{missing:?}");
+    assert!(
+        missing.message().contains("`idempotency-key` metadata"),
+        "{missing:?}"
+    );
     assert_eq!(example.charges(), 0, "no call ran");
 }
 
