@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The measurements behind the capacity model (idem-axum/src/guide/capacity.md; BENCHMARKS.md
 # section 16): what one guarded request of each guard costs a Redis master (commands,
-# round trips, scripts, redis-server CPU time, with and without a replica), PostgreSQL
+# round trips, scripts, redis-server CPU time at two depths of batching, with and without
+# a replica), PostgreSQL
 # (statements, transactions, requests per second with fsync on) and each store's memory per
 # live entry; and this disk's fdatasync rate, which sets PostgreSQL's commit rate.
 #
@@ -37,7 +38,7 @@ pg_test_fsync=$(
     true
 )
 {
-    echo "Measured $(date -u '+%Y-%m-%d %H:%M') UTC on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' (with uncommitted changes)'); $(nproc) CPUs, load average before $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M') UTC on commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!*.md' || echo ' (with uncommitted changes)'); $(nproc) CPUs, load average before $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
     # The disk PostgreSQL commits to: its data directory is a temporary directory here.
     if [[ -n $pg_test_fsync && ${IDEM_CAPACITY:-postgres} == *postgres* ]]; then

@@ -20,8 +20,9 @@
 //!
 //! - `redis`: the commands each request sends (a `MONITOR` of 200 requests: round trips,
 //!   scripts, the calls inside them); redis-server's CPU time per request (`INFO cpu`) with
-//!   `IDEM_BENCH_TASKS` tasks (default 50) sharing one `RedisStore`, without a replica and
-//!   with one attached; and `redis-benchmark` on the same server, one `SET … NX PX … GET`
+//!   `IDEM_BENCH_TASKS` tasks (default 50) sharing one `RedisStore`, with eight times as
+//!   many, and with one replica attached; and `redis-benchmark` on the same server, one
+//!   `SET … NX PX … GET`
 //!   and one `EVALSHA` of `begin_record.lua` per request on random keys, unpipelined and
 //!   16 deep, to bracket what batching changes. redis-server is pinned to CPU 1 and this
 //!   process (and `redis-benchmark`, and the replica) to CPU 0 with `taskset`, where the
@@ -405,16 +406,18 @@ fn redis_part(settings: BenchRounds) {
         }
     );
     commands_per_request(&bench, &server, &stores);
-    let alone = redis_cpu_per_request(&bench, &server, &stores);
+    let tasks = settings.tasks;
+    let alone = redis_cpu_per_request(&bench, &server, &stores, tasks);
+    let deeper = redis_cpu_per_request(&bench, &server, &stores, tasks * 8);
     let replica = {
-        let replica =
-            RedisServer::start_with(&["--replicaof", "127.0.0.1", &server.port().to_string()]);
+        let port = server.port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
         wait_for_replica(&server, &replica);
-        let runs = redis_cpu_per_request(&bench, &server, &stores);
+        let runs = redis_cpu_per_request(&bench, &server, &stores, tasks);
         drop(replica);
         runs
     };
-    redis_cpu_table(settings, &alone, &replica);
+    redis_cpu_table(settings, [&alone, &deeper, &replica]);
     redis_benchmark_bracket(settings, &server, &redis_benchmark);
     token_buckets_per_master();
     // The memory part starts its own servers, unpinned.
@@ -594,11 +597,12 @@ struct CpuRuns {
     busy: Spread,
 }
 
-/// Every case, round after round: redis-server's CPU per request.
+/// Every case, round after round, from `tasks` tasks: redis-server's CPU per request.
 fn redis_cpu_per_request(
     bench: &Bench,
     server: &RedisServer,
     stores: &RedisStores,
+    tasks: u64,
 ) -> Vec<CpuRuns> {
     let settings = bench.settings;
     let mut runs = vec![CpuRuns::default(); RedisCase::ALL.len()];
@@ -606,10 +610,8 @@ fn redis_cpu_per_request(
         for (case, runs) in RedisCase::ALL.iter().zip(&mut runs) {
             let (store, work) = (stores.store(*case), Work::new(&stores.completed));
             let (redis_before, (own_before, _)) = (redis_cpu(server), process_cpu());
-            let took =
-                bench
-                    .runtime
-                    .block_on(run(case.guard, store, &work, settings.tasks, settings.ops));
+            let sent = run(case.guard, store, &work, tasks, settings.ops);
+            let took = bench.runtime.block_on(sent);
             let (redis_after, (own_after, _)) = (redis_cpu(server), process_cpu());
             let per_request = |cpu: Duration| cpu.as_secs_f64() * 1e6 / settings.ops as f64;
             let redis = redis_after.saturating_sub(redis_before);
@@ -623,39 +625,51 @@ fn redis_cpu_per_request(
     runs
 }
 
-fn redis_cpu_table(settings: BenchRounds, alone: &[CpuRuns], replica: &[CpuRuns]) {
+/// The CPU runs' table: `tasks` tasks, eight times as many, and `tasks` with a replica.
+fn redis_cpu_table(settings: BenchRounds, [alone, deeper, replica]: [&[CpuRuns]; 3]) {
+    let (tasks, more) = (settings.tasks, settings.tasks * 8);
     println!(
-        "### redis-server CPU per request\n\n{} tasks sharing one `RedisStore` (one multiplexed \
-         connection), {} requests per case and round; redis-server's CPU time (`INFO cpu`, \
-         user + system) and this process' (`/proc/self/stat`) over the run, per request. \
-         \"Busy\" is redis-server's CPU time over the run's wall time. The ceiling is one \
-         core's second over redis-server's CPU per request.\n",
-        settings.tasks, settings.ops
+        "### redis-server CPU per request\n\n{tasks} tasks sharing one `RedisStore` (one \
+         multiplexed connection), {} requests per case and round; redis-server's CPU time \
+         (`INFO cpu`, user + system) and this process' (`/proc/self/stat`) over the run, per \
+         request. \"Busy\" is redis-server's CPU time over the run's wall time. The ceiling \
+         is one core's second over redis-server's CPU per request. Then the same with \
+         {more} tasks (more requests in flight on the connection, so more of them share \
+         each read and write), and with {tasks} tasks and one replica attached (on CPU 0).\n",
+        settings.ops
     );
     println!(
-        "| case | requests/s | redis-server busy | redis-server µs/request | ceiling requests/s | client µs/request | with a replica: redis-server µs/request | ceiling |"
+        "| case | requests/s | redis-server busy | redis-server µs/request | ceiling requests/s \
+         | client µs/request | {more} tasks: requests/s | busy | redis-server µs/request \
+         | ceiling | with a replica: redis-server µs/request | ceiling |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // Under a microsecond is redis-server's own background work over a run that sent it
     // nothing: no ceiling of its making.
-    let ceiling = |us: f64| {
+    let ceiling = |runs: &CpuRuns| {
+        let us = runs.redis_us.median();
         if us < 1.0 {
             "— (no command)".to_owned()
         } else {
             format!("{:.0}", 1e6 / us)
         }
     };
-    for ((case, alone), replica) in RedisCase::ALL.iter().zip(alone).zip(replica) {
+    for (i, case) in RedisCase::ALL.iter().enumerate() {
+        let (alone, deeper, replica) = (&alone[i], &deeper[i], &replica[i]);
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             case.name(),
             alone.rate.show(0),
             alone.busy.show(2),
             alone.redis_us.show(2),
-            ceiling(alone.redis_us.median()),
+            ceiling(alone),
             alone.client_us.show(2),
+            deeper.rate.show(0),
+            deeper.busy.show(2),
+            deeper.redis_us.show(2),
+            ceiling(deeper),
             replica.redis_us.show(2),
-            ceiling(replica.redis_us.median()),
+            ceiling(replica),
         );
     }
     println!();
