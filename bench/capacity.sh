@@ -2,9 +2,9 @@
 # The measurements behind the capacity model (idem-axum/src/guide/capacity.md; BENCHMARKS.md
 # section 16): what one guarded request of each guard costs a Redis master (commands,
 # round trips, scripts, redis-server CPU time at two depths of batching, with and without
-# a replica), PostgreSQL
-# (statements, transactions, requests per second with fsync on) and each store's memory per
-# live entry; and this disk's fdatasync rate, which sets PostgreSQL's commit rate.
+# a replica), PostgreSQL (statements, transactions, requests per second with fsync on) and
+# each store's memory per live entry; and this disk's fdatasync rate, which sets
+# PostgreSQL's commit rate.
 #
 #   bash bench/capacity.sh              # about 10 minutes once built; writes bench/results/capacity.md
 #   IDEM_CAPACITY=redis bash bench/capacity.sh     # one part: redis, postgres or memory
