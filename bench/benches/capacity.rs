@@ -718,7 +718,8 @@ fn redis_benchmark_bracket(settings: BenchRounds, server: &RedisServer, binary: 
         settings.tasks, settings.rounds
     );
     println!(
-        "| command | in flight per connection | requests/s | redis-server busy | redis-server µs/request | client µs/request |"
+        "| command | in flight per connection | requests/s | redis-server busy \
+         | redis-server µs/request | client µs/request |"
     );
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, command) in &commands {
@@ -876,9 +877,13 @@ fn postgres_part(settings: BenchRounds) {
             let work = Work::new(&completed);
             let (took, consumed) = bench.runtime.block_on(async {
                 let before = xact_id(store.pool()).await;
-                let took = match case {
-                    PgCase::Guard(guard) => run(*guard, &store, &work, tasks, requests).await,
-                    PgCase::Bare(_, sql) => bare(store.pool(), sql, &work, tasks, requests).await,
+                let took = match *case {
+                    PgCase::Guard(guard) => run(guard, &store, &work, tasks, requests).await,
+                    PgCase::Bare(_, sql) => {
+                        let context = (store.pool().clone(), Arc::clone(&work));
+                        let statement = move |(pool, work), n| bare(sql, pool, work, n);
+                        spread(context, tasks, requests, statement).await
+                    }
                 };
                 // Less the id this query itself takes.
                 (took, xact_id(store.pool()).await - before - 1)
@@ -888,7 +893,8 @@ fn postgres_part(settings: BenchRounds) {
         }
     }
     println!(
-        "| case | statements per request (from the code) | transactions per request | requests/s | statements/s |"
+        "| case | statements per request (from the code) | transactions per request \
+         | requests/s | statements/s |"
     );
     println!("|---|---:|---:|---:|---:|");
     for (i, case) in cases.iter().enumerate() {
@@ -919,7 +925,8 @@ const BARE: [(&str, &str); 2] = [
     ),
     (
         "bare single-row INSERT with a pg_notify",
-        "WITH woken AS (SELECT pg_notify('capacity', $1)) INSERT INTO capacity_bare (k) SELECT $1 FROM woken",
+        "WITH woken AS (SELECT pg_notify('capacity', $1)) \
+         INSERT INTO capacity_bare (k) SELECT $1 FROM woken",
     ),
 ];
 
@@ -930,27 +937,11 @@ enum PgCase {
     Guard(Guard),
 }
 
-/// `requests` runs of the single-row statement `sql` (a new key bound to `$1`) from `tasks`
-/// tasks on `pool`; the time they took.
-async fn bare(
-    pool: &sqlx::PgPool,
-    sql: &'static str,
-    work: &Arc<Work>,
-    tasks: u64,
-    requests: u64,
-) -> Duration {
-    let context = (pool.clone(), Arc::clone(work));
-    spread(
-        context,
-        tasks,
-        requests,
-        move |(pool, work), n| async move {
-            let key = work.key(n).as_str().to_owned();
-            let done = sqlx::query(sql).bind(key).execute(&pool).await;
-            done.expect("a bare statement");
-        },
-    )
-    .await
+/// Runs the single-row statement `sql` with request `n`'s new key bound to `$1`.
+async fn bare(sql: &'static str, pool: sqlx::PgPool, work: Arc<Work>, n: u64) {
+    let key = work.key(n).as_str().to_owned();
+    let done = sqlx::query(sql).bind(key).execute(&pool).await;
+    done.expect("a bare statement");
 }
 
 // ---------------------------------------------------------------------------------------
