@@ -19,23 +19,21 @@
 //! makes one small round, to check that it works.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_bench::BenchRounds;
+use idem_bench::{
+    BenchRounds, REDIS_BENCHMARK_HINT, cpu_in_info, process_cpu, redis_benchmark_binary,
+    requests_per_second,
+};
 use idem_core::store::Fencing;
 use idem_core::{Acquire, Key, Owner, Store};
 use idem_redis::RedisStore;
 use idem_tests::{RedisServer, median};
 
 const LOCK_TTL: Duration = Duration::from_secs(30);
-
-const INSTALL_HINT: &str = "\
-redis-benchmark was not found: this benchmark compares the store with it.
-  Install it: `apt-get install redis-tools` (Debian/Ubuntu; `redis-server` pulls it in),
-  `brew install redis` (macOS).";
 
 /// An acquire and a release make a pair.
 fn pairs(settings: BenchRounds) -> u64 {
@@ -44,15 +42,6 @@ fn pairs(settings: BenchRounds) -> u64 {
         "IDEM_BENCH_OPS must be at least 2: a pair"
     );
     settings.ops / 2
-}
-
-fn redis_benchmark_binary() -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
-        .map(|dir| dir.join("redis-benchmark"))
-        .find(|path| path.is_file())
 }
 
 /// `SET` requests per second, as `redis-benchmark -q` reports them.
@@ -73,13 +62,6 @@ fn run_redis_benchmark(binary: &Path, server: &RedisServer, settings: BenchRound
     );
     requests_per_second(&stdout)
         .unwrap_or_else(|| panic!("no \"requests per second\" in redis-benchmark's {stdout:?}"))
-}
-
-/// The last figure before "requests per second". `-q` rewrites a progress line with `\r`
-/// while it runs, so the final figure is the last one, not the first.
-fn requests_per_second(output: &str) -> Option<f64> {
-    let (before, _) = output.rsplit_once("requests per second")?;
-    before.split_whitespace().next_back()?.parse().ok()
 }
 
 static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
@@ -184,40 +166,7 @@ fn command_stats(server: &RedisServer) -> BTreeMap<String, CommandStat> {
 }
 
 fn server_cpu(server: &RedisServer) -> Duration {
-    let info = server.query::<String>(&["INFO", "cpu"]);
-    let seconds: f64 = info
-        .lines()
-        .filter_map(|line| line.split_once(':'))
-        .filter(|(name, _)| matches!(*name, "used_cpu_sys" | "used_cpu_user"))
-        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
-        .sum();
-    Duration::from_secs_f64(seconds)
-}
-
-/// CPU time (user + system) of this process and of its waited-for children, from
-/// `/proc/self/stat`; zero where there is no such file.
-fn process_cpu() -> (Duration, Duration) {
-    // Linux counts these in USER_HZ ticks, 100 a second on every architecture it runs on;
-    // over rounds of seconds a 10 ms tick is precise enough.
-    const TICK: Duration = Duration::from_millis(10);
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return (Duration::ZERO, Duration::ZERO);
-    };
-    // The command name, in parentheses, may hold spaces; fields 14 to 17 (utime, stime,
-    // cutime, cstime) come 11 after the parenthesis.
-    let ticks: Vec<u32> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(11)
-        .take(4)
-        .filter_map(|field| field.parse().ok())
-        .collect();
-    match ticks[..] {
-        [utime, stime, cutime, cstime] => (TICK * (utime + stime), TICK * (cutime + cstime)),
-        _ => (Duration::ZERO, Duration::ZERO),
-    }
+    cpu_in_info(&server.query::<String>(&["INFO", "cpu"]))
 }
 
 /// The share of CPU time, over all cores, that the hypervisor gave to someone else
@@ -251,7 +200,7 @@ fn main() {
     let settings = BenchRounds::from_env(50, 200_000, 2_000);
     // Before starting the server: exiting here leaves no redis-server behind.
     let Some(redis_benchmark) = redis_benchmark_binary() else {
-        eprintln!("{INSTALL_HINT}");
+        eprintln!("{REDIS_BENCHMARK_HINT}");
         std::process::exit(1);
     };
     let server = RedisServer::start();

@@ -4,7 +4,8 @@
 //! `src/bin/avoid_repeat_requests.rs` and `src/bin/idempotency_requests.rs` send the same
 //! requests to for instruction counts; for the harness-less ones
 //! (`benches/redis_throughput.rs`, `benches/lock.rs`, `benches/fair_lock.rs`,
-//! `benches/sql_store.rs`) their settings from the command line and the environment.
+//! `benches/sql_store.rs`, `benches/capacity.rs`) their settings from the command line and
+//! the environment, and what they read about the processes they run.
 //!
 //! The servers the benchmarks run against (`redis-server`, PostgreSQL) are started by the
 //! test harness, `idem-tests`, as the suites' are.
@@ -13,10 +14,15 @@ mod avoid_repeat_app;
 mod behind_idem;
 mod idempotency_app;
 mod in_process;
+mod measure;
 mod rounds;
 
 pub use avoid_repeat_app::{avoid_repeat_app, avoid_repeat_request};
 pub use behind_idem::{CLIENT, behind_idem};
 pub use idempotency_app::{idempotency_app, idempotency_request};
 pub use in_process::{http_criterion, one_worker_runtime};
+pub use measure::{
+    REDIS_BENCHMARK_HINT, cpu_in_info, info_field, pin, process_cpu, redis_benchmark_binary,
+    requests_per_second, resident_bytes,
+};
 pub use rounds::{BenchRounds, benching, env_number};

@@ -220,7 +220,7 @@ const INLINE: usize = 38;
 ///
 /// Short text (every hashed key, every random owner) lives inline, so that a guard's accept
 /// path allocates nothing for its key and owner, and a store compares keys without following
-/// a pointer (BENCHMARKS.md, "HTTP end to end"; `tests/allocations.rs` fails if either
+/// a pointer (`bench/results/history.md`, section 7; `tests/allocations.rs` fails if either
 /// allocates). Longer chosen names are shared behind an `Arc`.
 ///
 /// Equality, hashing and order are those of the bytes, whichever the representation.
