@@ -343,14 +343,18 @@ impl RedisStoreBuilder {
     /// refused meanwhile ([`ReplicasBehind`]): the guards answer by their store-failure
     /// policy (503, or through unguarded) for the whole failover *plus* the time until a
     /// replica is back in sync, where without acks they fail only during the failover.
-    /// Measured here (`cargo bench -p idem-bench --bench failover_acks`, one round, a
-    /// master killed and started again 5 s after its replica's promotion): the Sentinels
-    /// promoted the replica 3.2 s after the kill, and acknowledged writes were refused
-    /// until 12.6 s after it (232 of 366), the old master back in sync at 11.6 s. If the
-    /// old master's machine is gone, the refusal lasts until a replacement replica is in
-    /// sync. Without acks the same round refused writes too while the set changed (182
-    /// of 1,078, until 13.5 s): what acks add is the refusal of every write between the
-    /// promotion and the rejoin. What to choose instead:
+    /// Measured here (`cargo bench -p idem-bench --bench failover_acks`, two rounds, a
+    /// writer taking a key every 10 ms, the master killed and started again 5 s after its
+    /// replica's promotion): the Sentinels promoted the replica 3.2 s after the kill, and
+    /// until then nearly every write failed either way (186–193 of 186–194). After the
+    /// promotion, without acks 1 write of about 1,000 was refused (the moment the old
+    /// master came back); with acks 58–59 of about 185 were — the writes of a master
+    /// without a replica, each waiting out `within` — the last 14.5 s after the kill, a
+    /// second after the old master was back in sync. If the old master's machine is gone,
+    /// the refusals last until a replacement replica is in sync: what acks add is the
+    /// refusal of every decided write between the promotion and the rejoin (503s by the
+    /// store-failure policy, or requests let through unguarded where it fails open). What
+    /// to choose instead:
     ///
     /// - **two replicas, acks from one** (`with_replica_acks(1, …)` with two replicas): a
     ///   failover leaves the promoted master one replica, and writes go on once the
