@@ -157,7 +157,7 @@ run_wrk() {
     after=$(ticks_of "${pid_of[$1]}")
     read -r rps bad errors requests < <(wrk_figures "$4")
     echo "$rps $bad $errors $(awk -v t=$((after - before)) -v n="$requests" -v hz="$clock_ticks" \
-        'BEGIN {printf "%.2f", n > 0 ? t * 1e6 / hz / n : 0}')"
+        'BEGIN {printf "%.2f", (n > 0 ? t * 1e6 / hz / n : 0)}')"
 }
 # impl, keys (distinct|hot), output: pairs/s, overlaps, misses, the generator's CPU µs per
 # pair (user + system of the process and its children, from bash's `time`)
@@ -169,7 +169,7 @@ run_lock() {
     read -r user sys <"$3.time"
     awk -v cpu="$user $sys" '{for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}}
          END {split(cpu, c, " "); printf "%s %s %s %.2f\n", v["pairs_per_second"], v["overlaps"],
-              v["misses"], v["pairs"] > 0 ? (c[1] + c[2]) * 1e6 / v["pairs"] : 0}' "$3"
+              v["misses"], (v["pairs"] > 0 ? (c[1] + c[2]) * 1e6 / v["pairs"] : 0)}' "$3"
 }
 
 # group|name|store|kind|keys|session; HTTP cases against the bare server, lock cases
