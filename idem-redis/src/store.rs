@@ -315,7 +315,9 @@ impl RedisStore {
         let attempt = async {
             let conn = inner.connections.get().await?;
             // Inside `replicated_if`: its `WAIT` goes on the connection the write went on.
-            let _ = WROTE_ON.try_with(|wrote_on| *wrote_on.borrow_mut() = Some(conn.clone()));
+            if inner.replica_acks.is_some() {
+                let _ = WROTE_ON.try_with(|wrote_on| *wrote_on.borrow_mut() = Some(conn.clone()));
+            }
             op(conn).await.map_err(|error| self.failed(error))
         };
         match tokio::time::timeout(inner.timeout, attempt).await {

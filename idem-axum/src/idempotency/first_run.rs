@@ -29,6 +29,7 @@ use http::{HeaderMap, StatusCode};
 use idem_core::{AnyStore, Begin, Fingerprint, Key, Owner, Store, StoreError};
 use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 
 use super::Settings;
 use super::capture::{Captured, capture};
@@ -252,15 +253,10 @@ impl Record {
                     "idem: the response could not be stored yet; storing it again until the \
                      store answers"
                 );
-                let Ok(runtime) = Handle::try_current() else {
-                    return Kept::Unknown;
-                };
-                let (record, running) = (self.clone(), Running::start(self.guard.idem()));
-                runtime.spawn(async move {
+                self.in_background(|record| async move {
                     record
                         .complete_when_the_store_answers(response, status, retention)
                         .await;
-                    drop(running);
                 });
                 Kept::Unknown
             }
@@ -405,6 +401,21 @@ impl Record {
         }
     }
 
+    /// Runs `work` on this record in a task of its own, which the runtime's drain
+    /// ([`Idem::shutdown`](crate::Idem::shutdown)) waits for; `None`, and nothing run,
+    /// without a runtime (it is shutting down: the record ends with its lease).
+    fn in_background<F>(&self, work: impl FnOnce(Self) -> F) -> Option<JoinHandle<()>>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let runtime = Handle::try_current().ok()?;
+        let (work, running) = (work(self.clone()), Running::start(self.guard.idem()));
+        Some(runtime.spawn(async move {
+            work.await;
+            drop(running);
+        }))
+    }
+
     /// Removes the record of a handler that took it over and whose response is not kept
     /// (its transaction failed), in a task of its own that the runtime's drain waits for,
     /// and waits for the removal for at most [`REMOVAL_WAIT`]: a store that answers
@@ -413,14 +424,10 @@ impl Record {
     /// timeout already, and the answer does not wait out a second one. Without a runtime
     /// (it is shutting down) the record ends with its lease.
     async fn abandon_taken_over(&self) {
-        let Ok(runtime) = Handle::try_current() else {
+        let Some(removal) = self.in_background(|record| async move { record.abandon().await })
+        else {
             return;
         };
-        let (record, running) = (self.clone(), Running::start(self.guard.idem()));
-        let removal = runtime.spawn(async move {
-            record.abandon().await;
-            drop(running);
-        });
         if tokio::time::timeout(REMOVAL_WAIT, removal).await.is_err() {
             tracing::warn!(
                 "idem: the store did not remove the record of a failed attempt in time; the \
