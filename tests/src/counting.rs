@@ -1,4 +1,5 @@
-//! [`Counting`]: a store wrapper that counts what the lock suites look at.
+//! [`Counting`]: a store wrapper that counts what the suites look at, and stalls or fails
+//! what they turn a switch on for.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -16,6 +17,7 @@ pub struct Counting<S> {
     counts: Arc<Counts>,
     renewals_fail: Arc<AtomicBool>,
     endings_stalled: Arc<watch::Sender<bool>>,
+    token_checks_stalled: Arc<watch::Sender<bool>>,
 }
 
 /// Declares `Counts`, one counter a line, and the accessor of each:
@@ -45,6 +47,7 @@ counts! {
     queued: queued, "Fair attempts answered [`Turn::Queued`].";
     turn_waits: turn_waits, "Waits for a turn, however they ended.";
     turns: turns, "Waits for a turn that ended handed the turn, not timed out.";
+    token_checks: token_check, "Form tokens spent or looked at, counted as they start.";
 }
 
 impl<S> Counting<S> {
@@ -55,6 +58,7 @@ impl<S> Counting<S> {
             counts: Arc::default(),
             renewals_fail: Arc::default(),
             endings_stalled: Arc::new(watch::Sender::new(false)),
+            token_checks_stalled: Arc::new(watch::Sender::new(false)),
         }
     }
 
@@ -63,6 +67,14 @@ impl<S> Counting<S> {
     /// is forwarded.
     pub fn stall_record_endings(&self, stall: bool) {
         self.endings_stalled.send_replace(stall);
+    }
+
+    /// From now on (`true`) or no longer, every spending of a form token and every look
+    /// at one is applied by the store, and its answer held back, as on a link that stalls
+    /// on the way back, until the switch is turned off again.
+    /// [`token_checks`](Self::token_checks) counts them as they start.
+    pub fn stall_token_checks(&self, stall: bool) {
+        self.token_checks_stalled.send_replace(stall);
     }
 
     /// From now on (`true`) or no longer, every renewal of an idempotency record fails
@@ -74,22 +86,26 @@ impl<S> Counting<S> {
 }
 
 /// Forwards each operation listed to the inner store, `name(arguments) -> Output`, after
-/// counting the call in `counter` for `, count counter`, and counting its result in
+/// counting the call in `counter` for `, count counter` (before any stall), and counting its result in
 /// `counter` when it matches `pattern` for `, then counter if (pattern)`, failing as a
 /// store out of reach would (a timeout) while the switch `fault` is on for
-/// `, failing while fault`, and waiting while the switch `stall` is on for
-/// `, waiting while stall`.
+/// `, failing while fault`, waiting while the switch `stall` is on for
+/// `, waiting while stall`, and, for `, answer held while held`, holding back the store's
+/// answer while the switch `held` is on, as a link that stalls once the store applied the
+/// operation.
 macro_rules! forward {
     ($($op:ident($($arg:ident: $ty:ty),*) -> $out:ty
         $(, count $before:ident)? $(, then $after:ident if ($counted:pat))?
-        $(, failing while $fault:ident)? $(, waiting while $stall:ident)?;)*) => {
+        $(, failing while $fault:ident)? $(, waiting while $stall:ident)?
+        $(, answer held while $held:ident)?;)*) => {
         $(async fn $op(&self, $($arg: $ty),*) -> Result<$out, StoreError> {
             $(if self.$fault.load(Ordering::SeqCst) {
                 return Err(StoreError::Timeout(Duration::from_millis(100)));
             })?
-            $(let _ = self.$stall.subscribe().wait_for(|stalled| !stalled).await;)?
             $(self.counts.$before.fetch_add(1, Ordering::SeqCst);)?
+            $(let _ = self.$stall.subscribe().wait_for(|stalled| !stalled).await;)?
             let result = self.inner.$op($($arg),*).await;
+            $(let _ = self.$held.subscribe().wait_for(|stalled| !stalled).await;)?
             $(if matches!(result, $counted) {
                 self.counts.$after.fetch_add(1, Ordering::SeqCst);
             })?
@@ -112,8 +128,10 @@ impl<S: Store> Store for Counting<S> {
         renew(key: &Key, owner: &Owner, ttl: Duration) -> bool, count renew;
         remaining(key: &Key) -> Option<Duration>;
         put_token(scope: &Key, token: &Key, ttl: Duration, keep: usize) -> ();
-        consume_token(scope: &Key, token: &Key) -> bool;
-        has_token(scope: &Key, token: &Key) -> bool;
+        consume_token(scope: &Key, token: &Key) -> bool,
+            count token_check, answer held while token_checks_stalled;
+        has_token(scope: &Key, token: &Key) -> bool,
+            count token_check, answer held while token_checks_stalled;
         begin_record(key: &Key, owner: &Owner, fingerprint: &Fingerprint, lease: Duration)
             -> Begin;
         complete_record(key: &Key, owner: &Owner, response: Bytes, retention: Duration)

@@ -121,12 +121,16 @@ async fn order_on_a_fresh_form(browser: &Client, base: &str, clicks: usize) {
 async fn page_with(browser: &Client, text: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(source) = browser.source().await
+        let source = browser.source().await;
+        if let Ok(source) = &source
             && source.contains(text)
         {
-            return source;
+            return source.clone();
         }
-        assert!(Instant::now() < deadline, "no page with {text:?} came");
+        if Instant::now() >= deadline {
+            let url = browser.current_url().await;
+            panic!("no page with {text:?} came; the browser is at {url:?}, showing {source:?}");
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -13,7 +13,6 @@ use tracing::Instrument;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
 use super::field::Form;
-use super::replay::Submission;
 use super::{FormToken, FormTokenConfig};
 use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
@@ -234,40 +233,58 @@ async fn verify<S: Inner>(
         Ok((_, None)) => return Ok(guard.refuse(missing_token(&config))),
         Err(rejection) => return Ok(guard.refuse(rejection)),
     };
-    if settings.replay || settings.spend_in_transaction {
-        let submission = Submission {
-            guard,
-            client,
-            config,
-            settings,
-            inner,
-        };
-        return submission.answer(request, token).await;
-    }
-    match check(&guard, &client, &token, Check::Spend).await {
-        Ok(Spent::Yes) => {}
-        Ok(Spent::No) => return Ok(guard.refuse(refused_token(&settings))),
-        // Failing open: the request goes through unverified, and spends nothing.
-        Ok(Spent::Unknown) => return run_to_end(&guard, inner, request).await,
-        Err(rejection) => return Ok(guard.refuse(rejection)),
-    }
-    let (request, rotated) = rotate(&guard, &client, &config, &settings, request).await;
-    // The token is spent: the handler runs to its end even if the client goes away
-    // meanwhile (a browser abandoning the first POST of a double click), or the
-    // submission would be lost while its token says it was made.
-    let response = run_to_end(&guard, inner, request).await?;
-    Ok(with_rotated(response, &config, rotated))
-}
-
-/// Runs the handler to its end even if the request is dropped.
-pub(super) async fn run_to_end<S: Inner>(
-    guard: &GuardContext,
-    mut inner: S,
-    request: Request,
-) -> Result<Response, S::Error> {
-    match run_to_completion(Running::start(guard.idem()), inner.call(request)).await {
+    // From the first store call that may change what the token allows, the post runs to
+    // its end even if its client goes away meanwhile, as a browser abandons the first POST
+    // of a double click: dropped after its token was spent (or its submission's record
+    // begun) and before its handler ran, the submission would be lost while the store
+    // says it was made — its repeat refused, or left waiting for a record nobody runs.
+    let submission = Submission {
+        guard: guard.clone(),
+        client,
+        config,
+        settings,
+        inner,
+    };
+    let running = Running::start(guard.idem());
+    let answered = if submission.settings.replay || submission.settings.spend_in_transaction {
+        run_to_completion(running, submission.answer_with_replay(request, token)).await
+    } else {
+        run_to_completion(running, submission.answer_without_replay(request, token)).await
+    };
+    match answered {
         Ok(answered) => answered,
         Err(rejection) => Ok(guard.refuse(rejection)),
+    }
+}
+
+/// One post of a form, as the steps of its answer share it.
+pub(super) struct Submission<S> {
+    pub(super) guard: GuardContext,
+    pub(super) client: ClientId,
+    pub(super) config: FormTokenConfig,
+    pub(super) settings: Arc<Settings>,
+    pub(super) inner: S,
+}
+
+impl<S: Inner> Submission<S> {
+    /// Spends the token, then runs the handler; a token already spent (or never issued)
+    /// is refused.
+    async fn answer_without_replay(
+        mut self,
+        request: Request,
+        token: String,
+    ) -> Result<Response, S::Error> {
+        let (guard, client, settings) = (&self.guard, &self.client, &self.settings);
+        match check(guard, client, &token, Check::Spend).await {
+            Ok(Spent::Yes) => {}
+            Ok(Spent::No) => return Ok(guard.refuse(refused_token(settings))),
+            // Failing open: the request goes through unverified, and spends nothing.
+            Ok(Spent::Unknown) => return self.inner.call(request).await,
+            Err(rejection) => return Ok(guard.refuse(rejection)),
+        }
+        let (request, rotated) = rotate(guard, client, &self.config, settings, request).await;
+        let response = self.inner.call(request).await?;
+        Ok(with_rotated(response, &self.config, rotated))
     }
 }
 

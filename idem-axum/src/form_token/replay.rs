@@ -20,13 +20,10 @@ use axum::response::Response;
 use idem_core::{AnyStore, Fingerprint, Key, Store, StoreError};
 use tokio::time::Instant;
 
-use super::FormTokenConfig;
 use super::extract::{scope_key, token_key};
-use super::layer::{
-    Check, Settings, Spent, check, refused_token, rotate, run_to_end, with_rotated,
-};
+use super::layer::{Check, Spent, Submission, check, refused_token, rotate, with_rotated};
 use super::submission::FormSubmission;
-use crate::client::{ClientId, ClientRequest};
+use crate::client::ClientRequest;
 use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::idempotency::{self, Began, Record, Spending, record_key, replay};
@@ -39,19 +36,10 @@ const WAIT_FOR_FIRST: Duration = Duration::from_secs(5);
 /// How often a waiting repeat looks again.
 const LOOK_AGAIN: Duration = Duration::from_millis(20);
 
-/// One post of a form whose token is also its idempotency key, as its steps share it.
-pub(super) struct Submission<S> {
-    pub(super) guard: GuardContext,
-    pub(super) client: ClientId,
-    pub(super) config: FormTokenConfig,
-    pub(super) settings: Arc<Settings>,
-    pub(super) inner: S,
-}
-
 impl<S: Inner> Submission<S> {
     /// Answers a post of `token`: the first runs the handler, its repeats replay its
     /// response.
-    pub(super) async fn answer(
+    pub(super) async fn answer_with_replay(
         self,
         request: Request,
         token: String,
@@ -83,20 +71,24 @@ impl<S: Inner> Submission<S> {
 
     /// A post whose record the store could not begin: refused, or, failing open, run
     /// unverified, as a post whose token the store cannot spend is.
-    async fn unrecorded(self, error: &StoreError, request: Request) -> Result<Response, S::Error> {
+    async fn unrecorded(
+        mut self,
+        error: &StoreError,
+        request: Request,
+    ) -> Result<Response, S::Error> {
         match self
             .guard
             .on_store_error(error, "form submission not recorded")
         {
             Err(refusal) => Ok(refusal),
-            Ok(()) => run_to_end(&self.guard, self.inner, request).await,
+            Ok(()) => self.inner.call(request).await,
         }
     }
 
     /// Spends the token of the post that began `record` (or, the handler spending it in
     /// its own transaction, looks at it), and runs the handler if it was spent (is live).
     async fn spend_then_run(
-        self,
+        mut self,
         record: Record,
         request: Request,
         token: String,
@@ -110,7 +102,7 @@ impl<S: Inner> Submission<S> {
             Ok(Spent::Unknown) => {
                 // Failing open, as without replay: nothing was spent, nothing is kept.
                 record.abandon().await;
-                return run_to_end(&self.guard, self.inner, request).await;
+                return self.inner.call(request).await;
             }
             Ok(Spent::No) => refused_token(&self.settings),
             Err(rejection) => rejection,
@@ -142,10 +134,9 @@ impl<S: Inner> Submission<S> {
         let record = record.spending(token);
         let (guard, client, config) = (&self.guard, &self.client, &self.config);
         let (request, rotated) = rotate(guard, client, config, &self.settings, request).await;
-        match record.run(self.inner, request).await {
-            Ok(answered) => answered.map(|response| with_rotated(response, config, rotated)),
-            Err(rejection) => Ok(guard.refuse(rejection)),
-        }
+        // In place: the whole answer already runs in a task of its own when it has to.
+        let response = record.run_in_place(self.inner, request).await?;
+        Ok(with_rotated(response, config, rotated))
     }
 }
 

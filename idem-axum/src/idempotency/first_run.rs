@@ -521,6 +521,17 @@ impl Record {
         run_to_completion(Running::start(self.guard.idem()), self.work(inner, request))
     }
 
+    /// [`run`](Self::run) for a caller whose answer already runs to its end, in a task of
+    /// its own when it has to (a form post, detached from its first store call on): the
+    /// same attempt, without a second task.
+    pub(crate) async fn run_in_place<S: Inner>(
+        self,
+        inner: S,
+        request: Request,
+    ) -> Result<Response, S::Error> {
+        self.work(inner, request).await
+    }
+
     /// The attempt [`run`](Self::run) boxes: the handler's call and the response
     /// captured, renewing the lease while they wait, then settled.
     ///

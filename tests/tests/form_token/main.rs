@@ -7,6 +7,7 @@
 
 mod beside_other_guards;
 mod bodies;
+mod client_gone;
 mod in_transaction;
 mod redis;
 mod refusals;
