@@ -724,17 +724,17 @@ mod tests {
         let store = MemoryStore::builder()
             .with_reclaim_interval(Duration::from_millis(10))
             .build();
+        // Long enough that none lapses while a loaded machine inserts them (a CI run once
+        // took over 500 ms for the 10,000), short enough for the test to wait it out.
+        let ttl = Duration::from_secs(3);
         for i in 0..10_000 {
-            store
-                .put_token(&key(i), &key(i), Duration::from_millis(500), 16)
-                .await
-                .unwrap();
+            store.put_token(&key(i), &key(i), ttl, 16).await.unwrap();
         }
         assert_eq!(store.token_count(), 10_000, "all live while inserting");
         let spare = || -> usize { store.shared.shards.iter().map(|s| lock(s).capacity()).sum() };
         // What is left is the few slots each small map keeps, not the flood's.
         let peak = spare();
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + ttl + Duration::from_secs(5);
         while store.token_count() > 0 || spare() > peak / 3 {
             let (left, spare) = (store.token_count(), spare());
             assert!(
