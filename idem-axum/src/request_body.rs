@@ -8,10 +8,11 @@ use std::future::Future;
 
 use axum::RequestExt;
 use axum::body::{Body, HttpBody};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::future::Either;
 use http::Request;
 use http::request::Parts;
+use http_body_util::BodyExt;
 
 use crate::rejection::{Rejection, RejectionKind};
 
@@ -54,23 +55,47 @@ impl Unread {
 }
 
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, Rejection> {
-    axum::body::to_bytes(body, limit).await.map_err(|error| {
-        if is_length_limit(&error) {
-            Rejection::new(
-                RejectionKind::PayloadTooLarge,
-                "the request body is larger than this endpoint accepts",
-            )
-        } else {
-            Rejection::new(
-                RejectionKind::InvalidBody,
-                format!("the request body could not be read: {error}"),
-            )
+    let mut body = http_body_util::Limited::new(body, limit);
+    // A body of one frame, as most are, is taken as it came: no list of frames to join.
+    let first = match body.frame().await {
+        None => return Ok(Bytes::new()),
+        Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
+        Some(Err(error)) => return Err(unreadable(&*error)),
+    };
+    if body.is_end_stream() {
+        return Ok(first);
+    }
+    let mut whole = BytesMut::from(first);
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    whole.extend_from_slice(&data);
+                }
+            }
+            Err(error) => return Err(unreadable(&*error)),
         }
-    })
+    }
+    Ok(whole.freeze())
 }
 
-fn is_length_limit(error: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+/// The refusal of a body that could not be read whole: too large, or failing.
+fn unreadable(error: &(dyn std::error::Error + 'static)) -> Rejection {
+    if is_length_limit(error) {
+        Rejection::new(
+            RejectionKind::PayloadTooLarge,
+            "the request body is larger than this endpoint accepts",
+        )
+    } else {
+        Rejection::new(
+            RejectionKind::InvalidBody,
+            format!("the request body could not be read: {error}"),
+        )
+    }
+}
+
+fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
     while let Some(error) = source {
         if error.is::<http_body_util::LengthLimitError>() {
             return true;

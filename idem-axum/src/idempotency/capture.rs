@@ -42,19 +42,19 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
             rest: body,
         };
     }
-    let (mut read, mut len, mut trailers) = (Vec::new(), 0_u64, None::<HeaderMap>);
+    let (mut read, mut trailers) = (Read::default(), None::<HeaderMap>);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
             Err(error) => {
+                let read = read.into_frames();
                 return Captured::Failed { read, error };
             }
         };
         match frame.into_data() {
             Ok(data) => {
-                len += data.len() as u64;
-                read.push(data);
-                if len > limit {
+                if read.push(data) > limit {
+                    let read = read.into_frames();
                     return Captured::TooLarge { read, rest: body };
                 }
             }
@@ -66,21 +66,51 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
         }
     }
     Captured::Whole {
-        data: concat(read),
+        data: read.into_whole(),
         trailers,
     }
 }
 
-/// The frames read, as one buffer: a lone frame as it is, not copied.
-fn concat(read: Vec<Bytes>) -> Bytes {
-    if let [_] = read.as_slice() {
-        return read.into_iter().next().unwrap_or_default();
+/// The data frames read so far. The first is kept apart: a body of one frame, as most
+/// responses are, is read without a list to hold it, and kept without a copy.
+#[derive(Default)]
+struct Read {
+    first: Option<Bytes>,
+    more: Vec<Bytes>,
+    len: u64,
+}
+
+impl Read {
+    /// Adds `data`; the length read so far.
+    fn push(&mut self, data: Bytes) -> u64 {
+        self.len += data.len() as u64;
+        match &self.first {
+            None => self.first = Some(data),
+            Some(_) => self.more.push(data),
+        }
+        self.len
     }
-    let mut whole = BytesMut::with_capacity(read.iter().map(Bytes::len).sum());
-    for chunk in read {
-        whole.extend_from_slice(&chunk);
+
+    /// Every frame read, in order.
+    fn into_frames(self) -> Vec<Bytes> {
+        self.first.into_iter().chain(self.more).collect()
     }
-    whole.freeze()
+
+    /// The whole body: the one frame itself, or the frames joined.
+    fn into_whole(self) -> Bytes {
+        let Some(first) = self.first else {
+            return Bytes::new();
+        };
+        if self.more.is_empty() {
+            return first;
+        }
+        let mut whole = BytesMut::with_capacity(usize::try_from(self.len).unwrap_or(0));
+        whole.extend_from_slice(&first);
+        for chunk in self.more {
+            whole.extend_from_slice(&chunk);
+        }
+        whole.freeze()
+    }
 }
 
 impl Captured {
