@@ -15,10 +15,15 @@
 //!     share from the `Lock`'s;
 //!   - bare redis-rs, fenced: idem's own fenced acquire script (take the key, `INCR` its
 //!     counter) by `EVALSHA`, then the same compare-and-delete;
+//!   - bare redis-rs, fenced without Lua: `MULTI`, `SET NX PX GET`, `INCR`, `EXEC` in one
+//!     round trip, then the same compare-and-delete (what the script costs over native
+//!     commands; idem does not take this path, since an `INCR` spent on every attempt
+//!     loses the token a re-entering owner must get back);
 //!   - a fenced [`Lock`] (`Lock::new(..).fenced()`), used the same way;
 //!
 //!   each lock with its ratio to the bare client of its mode in the same round, and the
-//!   median of the rounds;
+//!   median of the rounds; the fenced `Lock` over the unfenced one; and per case the CPU
+//!   a pair costs this process and redis-server, and Redis's `usec_per_call` per command;
 //! - the Redis commands one uncontended pair costs, per mode, from `INFO commandstats`;
 //! - hand-off latency under contention: the time from a holder calling `release` to a
 //!   waiting task holding the lock, median and p99, on Redis and in memory.
