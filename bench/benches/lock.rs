@@ -15,10 +15,15 @@
 //!     share from the `Lock`'s;
 //!   - bare redis-rs, fenced: idem's own fenced acquire script (take the key, `INCR` its
 //!     counter) by `EVALSHA`, then the same compare-and-delete;
+//!   - bare redis-rs, fenced without Lua: `MULTI`, `SET NX PX GET`, `INCR`, `EXEC` in one
+//!     round trip, then the same compare-and-delete (what the script costs over native
+//!     commands; idem does not take this path, since an `INCR` spent on every attempt
+//!     loses the token a re-entering owner must get back);
 //!   - a fenced [`Lock`] (`Lock::new(..).fenced()`), used the same way;
 //!
 //!   each lock with its ratio to the bare client of its mode in the same round, and the
-//!   median of the rounds;
+//!   median of the rounds; the fenced `Lock` over the unfenced one; and per case the CPU
+//!   a pair costs this process and redis-server, and Redis's `usec_per_call` per command;
 //! - the Redis commands one uncontended pair costs, per mode, from `INFO commandstats`;
 //! - hand-off latency under contention: the time from a holder calling `release` to a
 //!   waiting task holding the lock, median and p99, on Redis and in memory.
@@ -33,7 +38,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_bench::{benching, env_number};
+use idem_bench::{benching, cpu_in_info, env_number, process_cpu};
 use idem_core::lock::{FencingMode, Lease};
 use idem_core::store::Fencing;
 use idem_core::{Acquire, Key, Lock, MemoryStore, Owner, Store};
@@ -112,15 +117,18 @@ enum Client {
     /// The store operations an unfenced `Lock` pair is made of, without the `Lock`.
     StorePlain,
     BareFenced,
+    /// The fenced acquire without Lua: `MULTI`, `SET NX PX GET`, `INCR`, `EXEC`.
+    BareFencedMulti,
     LockFenced,
 }
 
 impl Client {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::BarePlain,
         Self::LockPlain,
         Self::StorePlain,
         Self::BareFenced,
+        Self::BareFencedMulti,
         Self::LockFenced,
     ];
 
@@ -132,6 +140,9 @@ impl Client {
                 "store alone: `acquire`/`acquire_or_register_waiter` + `release_and_signal`"
             }
             Self::BareFenced => "bare redis-rs, fenced acquire script + release script",
+            Self::BareFencedMulti => {
+                "bare redis-rs, `MULTI` `SET NX PX GET` `INCR` `EXEC` + release script"
+            }
             Self::LockFenced => "`Lock`, `.fenced()`",
         }
     }
@@ -141,6 +152,7 @@ impl Client {
         match self {
             Self::LockPlain | Self::StorePlain => Some(Self::BarePlain),
             Self::LockFenced => Some(Self::BareFenced),
+            Self::BareFencedMulti => Some(Self::BarePlain),
             Self::BarePlain | Self::BareFenced => None,
         }
     }
@@ -167,12 +179,38 @@ impl Bare {
         })
     }
 
+    /// Takes `key` for `owner` with `MULTI`/`EXEC`, drawing a token from its counter,
+    /// trying again at once while another task holds it.
+    async fn acquire_multi(&self, key: &str, owner: &str) {
+        let mut conn = self.conn.clone();
+        loop {
+            let (holder, _token): (Option<String>, i64) = redis::pipe()
+                .atomic()
+                .cmd("SET")
+                .arg(key)
+                .arg(owner)
+                .arg("NX")
+                .arg("PX")
+                .arg(LEASE.as_millis() as u64)
+                .arg("GET")
+                .cmd("INCR")
+                .arg(format!("{key}:fence"))
+                .query_async(&mut conn)
+                .await
+                .expect("MULTI SET INCR EXEC");
+            if holder.is_none() {
+                return;
+            }
+        }
+    }
+
     /// Takes `key` for `owner`, trying again at once while another task holds it.
     async fn acquire(&self, key: &str, owner: &str, fenced: bool) {
         let mut conn = self.conn.clone();
         loop {
             let taken = if fenced {
-                let answer: Vec<i64> = self
+                // The script answers a bare token when it took the lock.
+                let answer: redis::Value = self
                     .fenced_acquire
                     .key(key)
                     .key(format!("{key}:fence"))
@@ -181,7 +219,7 @@ impl Bare {
                     .invoke_async(&mut conn)
                     .await
                     .expect("the fenced acquire script");
-                answer[0] == 1
+                matches!(answer, redis::Value::Int(_))
             } else {
                 let answer: Option<String> = redis::cmd("SET")
                     .arg(key)
@@ -283,6 +321,10 @@ async fn pairs_per_second(
                             bare.acquire(&bare_key, &owner, true).await;
                             bare.release(&bare_key, &owner).await;
                         }
+                        Client::BareFencedMulti => {
+                            bare.acquire_multi(&bare_key, &owner).await;
+                            bare.release(&bare_key, &owner).await;
+                        }
                         Client::LockPlain => lock_pair(&plain, keys).await,
                         Client::StorePlain => {
                             store_pair(&store, &key, plain.owner(), keys).await;
@@ -350,10 +392,68 @@ async fn hand_offs<S: Store + Clone>(store: S, contenders: usize, wanted: usize)
     samples
 }
 
+/// What one case cost in CPU over a run: this process's (the client's), redis-server's,
+/// and Redis's own time per command (`INFO commandstats`: calls, microseconds).
+#[derive(Debug, Default, Clone)]
+struct CpuCost {
+    pairs: usize,
+    client: Duration,
+    server: Duration,
+    commands: BTreeMap<String, (u64, u64)>,
+}
+
+impl CpuCost {
+    /// Runs `case`, adding what it cost to `self`.
+    fn measure<T>(&mut self, server: &RedisServer, pairs: usize, case: impl FnOnce() -> T) -> T {
+        let (client, redis, commands) = (process_cpu().0, redis_cpu(server), command_stats(server));
+        let answer = case();
+        self.pairs += pairs;
+        self.client += process_cpu().0.saturating_sub(client);
+        self.server += redis_cpu(server).saturating_sub(redis);
+        for (name, (calls, usec)) in command_stats(server) {
+            let (calls_before, usec_before) = commands.get(&name).copied().unwrap_or_default();
+            if name != "info" && calls > calls_before {
+                let sum = self.commands.entry(name).or_default();
+                sum.0 += calls - calls_before;
+                sum.1 += usec - usec_before;
+            }
+        }
+        answer
+    }
+
+    /// Microseconds of `cpu` per pair.
+    fn per_pair(&self, cpu: Duration) -> f64 {
+        cpu.as_secs_f64() * 1e6 / self.pairs.max(1) as f64
+    }
+}
+
+/// redis-server's CPU time so far (`INFO cpu`, user + system).
+fn redis_cpu(server: &RedisServer) -> Duration {
+    cpu_in_info(&server.query::<String>(&["INFO", "cpu"]))
+}
+
+/// Calls and microseconds of each command so far, from `INFO commandstats`.
+fn command_stats(server: &RedisServer) -> BTreeMap<String, (u64, u64)> {
+    let info: String = server.query(&["INFO", "commandstats"]);
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |wanted: &str| {
+                stats
+                    .split(',')
+                    .find_map(|field| field.strip_prefix(wanted)?.parse().ok())
+            };
+            Some((name.to_owned(), (field("calls=")?, field("usec=")?)))
+        })
+        .collect()
+}
+
 /// Prints one table: every round's pairs per second, each lock's ratio to its bare
-/// client of the same round, and the medians.
+/// client of the same round, and the medians; then what a pair cost in CPU, client and
+/// server, and Redis's time per command.
 fn pairs_table(
     runtime: &tokio::runtime::Runtime,
+    server: &RedisServer,
     store: &RedisStore,
     bare: &Arc<Bare>,
     settings: Settings,
@@ -380,20 +480,26 @@ fn pairs_table(
     println!("|---|{}", "---:|".repeat(Client::ALL.len()));
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); Client::ALL.len()];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); Client::ALL.len()];
+    let mut costs: Vec<CpuCost> = vec![CpuCost::default(); Client::ALL.len()];
+    let mut fenced_to_plain = Vec::new();
+    let position = |wanted: Client| Client::ALL.iter().position(|c| *c == wanted).unwrap();
     for round in 1..=settings.rounds {
         let mut this_round = [0.0; Client::ALL.len()];
         for (i, client) in Client::ALL.iter().enumerate() {
-            this_round[i] =
-                runtime.block_on(pairs_per_second(store, bare, settings, *client, keys));
+            this_round[i] = costs[i].measure(server, keys.pairs(settings), || {
+                runtime.block_on(pairs_per_second(store, bare, settings, *client, keys))
+            });
             rates[i].push(this_round[i]);
         }
+        fenced_to_plain.push(
+            this_round[position(Client::LockFenced)] / this_round[position(Client::LockPlain)],
+        );
         let cells: Vec<String> = Client::ALL
             .iter()
             .enumerate()
             .map(|(i, client)| match client.baseline() {
                 Some(baseline) => {
-                    let base = Client::ALL.iter().position(|c| *c == baseline).unwrap();
-                    let ratio = this_round[i] / this_round[base];
+                    let ratio = this_round[i] / this_round[position(baseline)];
                     ratios[i].push(ratio);
                     format!("{:.0} ({ratio:.2})", this_round[i])
                 }
@@ -417,6 +523,30 @@ fn pairs_table(
         "| median (ratio: median of the rounds' ratios) | {} |",
         medians.join(" | ")
     );
+    println!(
+        "\n`Lock`, `.fenced()` over `Lock` (unfenced): median of the rounds' ratios **{:.2}**",
+        median(&fenced_to_plain)
+    );
+    println!(
+        "\nCPU per pair over the rounds, µs: this process (the client), redis-server \
+         (`INFO cpu`), and Redis's time per call of each command (`INFO commandstats` \
+         `usec_per_call`; a script's calls include the commands it calls)\n\n\
+         | case | client | redis-server | usec_per_call |\n|---|---:|---:|---|"
+    );
+    for (client, cost) in Client::ALL.iter().zip(&costs) {
+        let per_call: Vec<String> = cost
+            .commands
+            .iter()
+            .map(|(name, (calls, usec))| format!("{name} {:.2}", *usec as f64 / *calls as f64))
+            .collect();
+        println!(
+            "| {} | {:.2} | {:.2} | {} |",
+            client.name(),
+            cost.per_pair(cost.client),
+            cost.per_pair(cost.server),
+            per_call.join(", ")
+        );
+    }
 }
 
 /// Calls per command between two readings, without the `INFO` that read them.
@@ -456,8 +586,8 @@ fn main() {
         ));
     }
 
-    pairs_table(&runtime, &store, &bare, settings, Keys::Distinct);
-    pairs_table(&runtime, &store, &bare, settings, Keys::Hot);
+    pairs_table(&runtime, &server, &store, &bare, settings, Keys::Distinct);
+    pairs_table(&runtime, &server, &store, &bare, settings, Keys::Hot);
 
     let one_task = Settings {
         tasks: 1,

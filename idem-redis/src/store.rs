@@ -499,7 +499,7 @@ impl RedisStore {
         ttl: Duration,
     ) -> Result<Acquire, StoreError> {
         let (owner, millis) = (owner.as_str(), ttl_millis(ttl));
-        let answer: Vec<Value> = self
+        let answer: Value = self
             .run(|mut conn| async move {
                 ACQUIRE_FENCED
                     .key(lock)
@@ -599,17 +599,28 @@ pub(crate) fn remaining_from_pttl(millis: i64) -> Option<Duration> {
     }
 }
 
-/// The answer of the acquiring scripts: `{1, token}` acquired, `{2, token, pttl}` already
-/// ours, `{0, 0, pttl}` held by another; the token counts only with fencing.
-fn scripted_acquire(answer: &[Value], fencing: Fencing) -> Result<Acquire, StoreError> {
-    let answer = ScriptAnswer::new("acquire", answer);
-    let (field, token) = (|i| answer.field(i), || answer.token(fencing));
-    let remaining = || field(2).map(|ms| remaining_from_pttl(ms).unwrap_or_default());
-    match field(0)? {
-        1 => Ok(Acquire::Acquired { fence: token()? }),
+/// The answer of the acquiring scripts: the token, a bare integer, acquired (the cheapest
+/// reply for Redis to build, on the common path); `{2, token, pttl}` already ours;
+/// `{0, 0, pttl}` held by another. The token counts only with fencing.
+fn scripted_acquire(answer: &Value, fencing: Fencing) -> Result<Acquire, StoreError> {
+    let fields = match answer {
+        Value::Int(token) => {
+            let fence = (fencing == Fencing::On).then(|| FencingToken::new(token.unsigned_abs()));
+            return Ok(Acquire::Acquired { fence });
+        }
+        Value::Array(fields) => fields.as_slice(),
+        other => return Err(StoreError::unexpected("acquire", other)),
+    };
+    let answer = ScriptAnswer::new("acquire", fields);
+    let remaining = || {
+        answer
+            .field(2)
+            .map(|ms| remaining_from_pttl(ms).unwrap_or_default())
+    };
+    match answer.field(0)? {
         2 => Ok(Acquire::Reentered {
             remaining: remaining()?,
-            fence: token()?,
+            fence: answer.token(fencing)?,
         }),
         0 => Ok(Acquire::Held {
             remaining: remaining()?,
@@ -706,7 +717,7 @@ impl Store for RedisStore {
         // reach Redis.
         let registered_ms = ttl_millis(wait.saturating_add(self.inner.timeout));
         let acquire = async {
-            let answer: Vec<Value> = self
+            let answer: Value = self
                 .run(|mut conn| async move {
                     ACQUIRE_OR_REGISTER
                         .key(lock_key)

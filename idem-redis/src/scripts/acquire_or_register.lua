@@ -5,16 +5,16 @@
 -- so one cluster slot)
 -- ARGV[1] owner, ARGV[2] TTL in milliseconds, ARGV[3] '1' to draw a fencing token,
 -- ARGV[4] how long the registration must last at least, in milliseconds
--- Returns {1, token} acquired; {2, token, pttl} already ours; {0, 0, pttl} held by another.
--- Without fencing, token is 0.
+-- Returns the token, an integer, when acquired; {2, token, pttl} already ours;
+-- {0, 0, pttl} held by another. Without fencing, token is 0.
 local fenced = ARGV[3] == '1'
 local holder = redis.call('GET', KEYS[1])
 if not holder then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if fenced then
-    return {1, redis.call('INCR', KEYS[2])}
+    return redis.call('INCR', KEYS[2])
   end
-  return {1, 0}
+  return 0
 end
 local remaining = redis.call('PTTL', KEYS[1])
 if holder == ARGV[1] then

@@ -112,3 +112,44 @@ async fn before_redis_7_acquire_is_one_script() {
         calls([("evalsha", 100), ("get", 100), ("set", 100)])
     );
 }
+
+/// A fenced acquisition of a free lock is one `EVALSHA` calling `SET … NX` and `INCR`
+/// only (no `GET` before the `SET`), and the script answers with the bare token: a table
+/// reply costs Redis more than a call, and this is the fenced lock's common path.
+#[tokio::test]
+async fn a_fenced_acquisition_is_one_script_of_two_calls() {
+    let server = RedisServer::start();
+    let store = server.store();
+    let owner = Owner::random();
+    // Opens the connection and loads the script.
+    store
+        .acquire(&key("warm-up"), &owner, LONG, Fencing::On)
+        .await
+        .unwrap();
+
+    let keys: Vec<Key> = (0..100).map(|i| key(&format!("k{i}"))).collect();
+    let acquires = async {
+        for k in &keys {
+            assert!(matches!(
+                store.acquire(k, &owner, LONG, Fencing::On).await.unwrap(),
+                Acquire::Acquired { fence: Some(_) }
+            ));
+        }
+    };
+    assert_eq!(
+        commands_during(&server, acquires).await,
+        calls([("evalsha", 100), ("incr", 100), ("set", 100)])
+    );
+
+    let script = include_str!("../../../idem-redis/src/scripts/acquire_fenced.lua");
+    let answer = server.command(&[
+        "EVAL",
+        script,
+        "2",
+        "{free}:lock",
+        "{free}:fence",
+        "me",
+        "30000",
+    ]);
+    assert_eq!(answer, redis::Value::Int(1), "the first token, bare");
+}
