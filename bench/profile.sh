@@ -9,7 +9,7 @@
 # 2N requests minus one of N, divided by N (start-up cancels), median of
 # IDEM_PROFILE_ROUNDS (3) rounds; then `perf record -e cpu-clock --call-graph dwarf` of a
 # 2N run, its samples grouped by self symbol (bench/profile_report.py). N is
-# IDEM_PROFILE_REQUESTS (100000). cpu-clock because this VM has no hardware counters; perf
+# IDEM_PROFILE_REQUESTS (100000); IDEM_PROFILE_WORK keeps the raw data. cpu-clock because this VM has no hardware counters; perf
 # rather than callgrind for where the time goes because SHA-256 runs on the CPU's SHA
 # instructions, which valgrind does not emulate. The build is niced, the runs are not.
 set -euo pipefail
@@ -41,8 +41,15 @@ for case in "${guarded[@]}"; do
     [[ " ${cases[*]} " == *" $baseline "* ]] || cases+=("$baseline")
 done
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# IDEM_PROFILE_WORK keeps the task-clock runs and `perf script` texts in that directory.
+if [[ -n ${IDEM_PROFILE_WORK:-} ]]; then
+    work=$IDEM_PROFILE_WORK
+    mkdir -p "$work"
+    rm -f "$work/taskclock.tsv"
+else
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+fi
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 date=$(date -u '+%Y-%m-%d %H:%M UTC')
 

@@ -67,7 +67,8 @@ WRAPPERS = ("core::ptr::drop_in_place<", "<", "&", "mut ", "dyn ")
 
 def head_crate(symbol):
     """The crate of the type or function a symbol names: `<idem_axum::X as tower::Service>`
-    and `core::ptr::drop_in_place<idem_axum::X>` are idem_axum's."""
+    and `core::ptr::drop_in_place<idem_axum::X>` are idem_axum's; `<T as
+    tower::util::CloneService>` (a type parameter) is the trait's."""
     s = symbol
     changed = True
     while changed:
@@ -76,12 +77,21 @@ def head_crate(symbol):
             if s.startswith(wrapper):
                 s = s[len(wrapper):]
                 changed = True
-    return re.split(r"::|<|>| ", s, maxsplit=1)[0]
+    head = re.split(r"::|<|>| ", s, maxsplit=1)[0]
+    if re.fullmatch(r"[A-Z]\w?", head) and " as " in s:
+        return re.split(r"::|<|>| ", s.split(" as ", 1)[1], maxsplit=1)[0]
+    return head
 
 
 def category(symbol, dso):
     if "kernel.kallsyms" in dso or dso.startswith("[vdso"):
         return "kernel"
+    symbol = re.sub(r"@.*$", "", re.sub(r"^__rustc::", "", symbol))
+    if symbol.startswith("__rust_no_alloc_shim"):
+        return "allocation"
+    # axum's `Handler::call` for a function is the handler's body, inlined.
+    if symbol.startswith("<F as axum::handler::Handler"):
+        return "other"
     if ALLOCATOR.match(symbol) or symbol.startswith(("alloc::alloc::", "alloc::raw_vec::")):
         return "allocation"
     if COPY.match(symbol):
@@ -128,6 +138,24 @@ def samples(path):
         yield period, frames
 
 
+def kernel_entry(frames):
+    """What brought a kernel sample's thread into the kernel."""
+    kernel = [symbol for symbol, dso in frames if "kernel.kallsyms" in dso]
+    user = [symbol for symbol, dso in frames if "kernel.kallsyms" not in dso]
+    if not kernel:
+        return frames[0][0] + " (vDSO)"
+    if any(symbol.startswith("asm_exc_page_fault") for symbol in kernel):
+        return "page faults"
+    if any(symbol.startswith(("asm_sysvec", "asm_common_interrupt")) for symbol in kernel):
+        return "interrupts"
+    calls = [symbol[len("__x64_sys_"):] for symbol in kernel if symbol.startswith("__x64_sys_")]
+    if calls:
+        return calls[-1] + " system call"
+    if user:
+        return re.sub(r"^(__GI_)?_*", "", user[0]) + " system call"
+    return "other kernel work"
+
+
 def caller(frames):
     """The first frame above an allocation or copy that belongs to a crate of its own,
     past the standard library's generic wrappers."""
@@ -147,6 +175,7 @@ class Profile:
         self.by_category = defaultdict(int)
         self.by_symbol = defaultdict(int)
         self.by_caller = defaultdict(int)
+        self.by_kernel_entry = defaultdict(int)
         self.total = 0
         for period, frames in samples(path):
             if not frames:
@@ -158,6 +187,8 @@ class Profile:
             self.by_symbol[symbol] += period
             if cat in ("allocation", "memmove/memcpy"):
                 self.by_caller[(cat, caller(frames))] += period
+            if cat == "kernel":
+                self.by_kernel_entry[kernel_entry(frames)] += period
 
     def share(self, table, key):
         return table.get(key, 0) / self.total if self.total else 0.0
@@ -245,6 +276,13 @@ def main():
         out.append("\nSelf symbols adding the most (µs per request):\n")
         for added, symbol, _, _ in differences(g, b, "by_symbol", us_g, us_b)[:8]:
             out.append(f"- {added:+.2f} `{symbol[:150]}`")
+        entries = [
+            f"{key} {added:+.2f}"
+            for added, key, _, _ in differences(g, b, "by_kernel_entry", us_g, us_b)[:4]
+            if added > 0.02
+        ]
+        if entries:
+            out.append("\nKernel time added, by what entered it: " + ", ".join(entries) + ".")
         callers = [row for row in differences(g, b, "by_caller", us_g, us_b)[:6] if row[0] > 0.02]
         if callers:
             out.append("\nAllocation and copies added, by their first caller outside `core`/`alloc`/`std`:\n")

@@ -8,15 +8,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
-use idem_axum::client::ClientHeader;
 use idem_axum::{
-    AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, IdempotencyLayer, VerifyFormTokenLayer,
+    AvoidRepeatLayer, FormToken, FormTokenConfig, IdempotencyLayer, VerifyFormTokenLayer,
     avoid_repeat,
     lock::{Lease, Lock},
     store::{AnyStore, Key, Store},
 };
 
-use crate::CLIENT;
+use crate::{CLIENT, bench_idem};
 
 async fn bare() -> &'static str {
     "ok"
@@ -103,10 +102,7 @@ pub fn unguarded_routes() -> Router {
 /// keeps 64 live tokens per client, not 16: wrk cannot tell its connections apart, so its
 /// one client stands for 32 connections each with a page open.
 pub fn guard_cases<S: Store>(prefix: &str, store: S) -> Router {
-    let idem = Idem::builder()
-        .with_store(store)
-        .with_client_identity(ClientHeader::new(CLIENT))
-        .build();
+    let idem = bench_idem(store);
     let path = |case: &str| format!("{prefix}/{case}");
     Router::new()
         .route(&path("avoid_repeat"), post(avoid_repeat_expire))

@@ -19,7 +19,7 @@ mod measure;
 mod rounds;
 
 pub use avoid_repeat_app::{avoid_repeat_app, avoid_repeat_request};
-pub use behind_idem::{CLIENT, behind_idem};
+pub use behind_idem::{CLIENT, behind_idem, bench_idem};
 pub use guard_cases::{guard_cases, unguarded_routes};
 pub use idempotency_app::{idempotency_app, idempotency_request};
 pub use in_process::{http_criterion, one_worker_runtime};
