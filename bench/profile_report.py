@@ -219,6 +219,10 @@ def differences(guarded, baseline, table, us_g, us_b):
     return sorted(rows, key=lambda row: row[0], reverse=True)
 
 
+def spread(values):
+    return f"[{min(values):.2f}–{max(values):.2f}]"
+
+
 def main():
     directory, n, commit, date, load_before, load_after = sys.argv[1:7]
     n = int(n)
@@ -238,11 +242,16 @@ def main():
         f"N = {n:,}; CPU per request = task-clock (t(2N) − t(N)) / N, median of the "
         f"rounds; categories by self symbol from `perf record -e cpu-clock --call-graph "
         f"dwarf` of the 2N run, as a share of its samples times the CPU per request. "
-        f"\"Added\" is the guarded case minus its unguarded baseline. Figures within "
-        f"±0.05 µs are noise.\n"
+        f"\"Added\" is the guarded case minus its unguarded baseline. The split into "
+        f"categories has a sampling error of about ±0.03 µs; the totals move between "
+        f"rounds as much as their ranges [lowest–highest] show, more on a loaded "
+        f"machine.\n"
     )
     out.append("## Summary\n")
-    out.append("| case | baseline | bare µs | guarded µs | added µs | top 3 of the added µs |")
+    out.append(
+        "| case | baseline | bare µs [rounds] | guarded µs [rounds] | added µs "
+        "| top 3 of the added µs |"
+    )
     out.append("|---|---|---:|---:|---:|---|")
     details = []
     for case, label, base in CASES:
@@ -253,7 +262,8 @@ def main():
         rows = differences(profile(case), profile(base), "by_category", us_g, us_b)
         top = ", ".join(f"{key} {added:.2f}" for added, key, _, _ in rows[:3] if added > 0)
         out.append(
-            f"| {label} | `{base}` | {us_b:.2f} | {us_g:.2f} | {us_g - us_b:.2f} | {top} |"
+            f"| {label} | `{base}` | {us_b:.2f} {spread(rounds_b)} | {us_g:.2f} "
+            f"{spread(rounds_g)} | {us_g - us_b:.2f} | {top} |"
         )
         details.append((case, label, base, us_g, us_b, rounds_g, rounds_b))
 
