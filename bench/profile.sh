@@ -6,8 +6,8 @@
 #   bench/profile.sh form lock # only these cases (and their baselines)
 #
 # For each case and baseline: the CPU per request, task-clock of `perf stat` over a run of
-# 2N requests minus one of N, divided by N (start-up cancels), median of
-# IDEM_PROFILE_ROUNDS (3) rounds; then `perf record -e cpu-clock --call-graph dwarf` of a
+# 2N requests minus one of N, divided by N (start-up cancels), each the lowest of
+# IDEM_PROFILE_ROUNDS (5) rounds (other work on the machine only adds to it); then `perf record -e cpu-clock --call-graph dwarf` of a
 # 2N run, its samples grouped by self symbol (bench/profile_report.py). N is
 # IDEM_PROFILE_REQUESTS (100000); IDEM_PROFILE_WORK keeps the raw data. cpu-clock because this VM has no hardware counters; perf
 # rather than callgrind for where the time goes because SHA-256 runs on the CPU's SHA
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 n=${IDEM_PROFILE_REQUESTS:-100000}
-rounds=${IDEM_PROFILE_ROUNDS:-3}
+rounds=${IDEM_PROFILE_ROUNDS:-5}
 guarded=(avoid_repeat avoid_repeat_layer avoid_repeat_finish form form_replay_first
     form_replay idempotency idempotency_replay lock)
 (($# > 0)) && guarded=("$@")
