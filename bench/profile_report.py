@@ -38,7 +38,7 @@ BASELINES = {
 CATEGORIES = [
     "allocation",
     "memmove/memcpy",
-    "SHA-256",
+    "SHA-256 and key hashing",
     "store (idem_core)",
     "hashbrown",
     "idem_axum + futures plumbing",
@@ -97,8 +97,9 @@ def category(symbol, dso):
     if COPY.match(symbol):
         return "memmove/memcpy"
     crate = head_crate(symbol)
-    if crate == "sha2" or "sha256" in symbol.lower():
-        return "SHA-256"
+    # `Key::hashed` and `digest_parts` are SHA-256's buffering and padding, inlined.
+    if crate == "sha2" or "sha256" in symbol.lower() or symbol.startswith("idem_core::key::"):
+        return "SHA-256 and key hashing"
     if "Instrumented" in symbol or crate in PLUMBING:
         return "idem_axum + futures plumbing"
     if crate in ("tracing", "tracing_core"):
