@@ -2,22 +2,25 @@
 # Where a guarded request's CPU goes beyond its bare baseline's, per guard case, on
 # MemoryStore, in-process (bench/src/bin/guard_requests.rs: no sockets, no kernel).
 #
-#   bench/profile.sh           # about 5 minutes; writes bench/results/profiles.md
+#   bench/profile.sh           # about 3 minutes; writes bench/results/profiles.md
 #   bench/profile.sh form lock # only these cases (and their baselines)
 #
-# For each case and baseline: the CPU per request, task-clock of `perf stat` over a run of
-# 2N requests minus one of N, divided by N (start-up cancels), each the lowest of
-# IDEM_PROFILE_ROUNDS (5) rounds (other work on the machine only adds to it); then `perf record -e cpu-clock --call-graph dwarf` of a
-# 2N run, its samples grouped by self symbol (bench/profile_report.py). N is
-# IDEM_PROFILE_REQUESTS (100000); IDEM_PROFILE_WORK keeps the raw data. cpu-clock because this VM has no hardware counters; perf
-# rather than callgrind for where the time goes because SHA-256 runs on the CPU's SHA
-# instructions, which valgrind does not emulate. The build is niced, the runs are not.
+# For each case and baseline: the CPU per request, task-clock of `perf stat` over a run
+# of 2N requests minus one of N, divided by N (start-up cancels), each the lowest of
+# IDEM_PROFILE_ROUNDS (5) rounds (other work on the machine only adds to it); then
+# `perf record -e cpu-clock --call-graph dwarf` of a 2N run, its samples grouped by self
+# symbol (bench/profile_report.py). N is IDEM_PROFILE_REQUESTS (100000);
+# IDEM_PROFILE_WORK keeps the raw data there, IDEM_PROFILE_REPORT writes the report
+# elsewhere. cpu-clock because this VM has no hardware counters; perf rather than
+# callgrind for where the time goes because SHA-256 runs on the CPU's SHA instructions,
+# which valgrind does not emulate. The build is niced, the runs are not.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 root=$PWD
 n=${IDEM_PROFILE_REQUESTS:-100000}
 rounds=${IDEM_PROFILE_ROUNDS:-5}
+report=${IDEM_PROFILE_REPORT:-$root/bench/results/profiles.md}
 guarded=(avoid_repeat avoid_repeat_layer avoid_repeat_finish form form_replay_first
     form_replay idempotency idempotency_replay lock)
 (($# > 0)) && guarded=("$@")
@@ -75,7 +78,7 @@ for case in "${cases[@]}"; do
     echo "profiled $case" >&2
 done
 
-mkdir -p "$root/bench/results"
+mkdir -p "$(dirname "$report")"
 python3 "$root/bench/profile_report.py" "$work" "$n" "$(git rev-parse --short HEAD)" \
-    "$date" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" >"$root/bench/results/profiles.md"
-echo "wrote bench/results/profiles.md" >&2
+    "$date" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" >"$report"
+echo "wrote $report" >&2
