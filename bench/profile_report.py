@@ -264,6 +264,21 @@ def main():
         "| top 3 of the added µs |"
     )
     out.append("|---|---|---:|---:|---:|---|")
+    out.append(
+        "\nCategories, by a sample's own (self) symbol: **allocation** glibc's malloc/free "
+        "and their internals, `__rust_alloc`, `RawVec` growth; **memmove/memcpy**, mostly "
+        "futures and requests moved by value; **SHA-256 and key hashing** `sha2` and "
+        "`idem_core::key` (the digest's buffering, inlined); **store** every other "
+        "`idem_core` symbol (`MemoryStore`, the lock); **hashbrown**; **idem_axum + futures "
+        "plumbing** `idem_axum`, `futures_util` (`Either`, `Then`), `tracing`'s "
+        "`Instrumented`, `run_to_completion`; **tracing** the rest of `tracing`; "
+        "**http/axum/tower** `axum`, `http`, `hyper`, `tower`, `bytes`, urlencoding; "
+        "**tokio**; **kernel** system calls, page faults, interrupts and the vDSO's clock "
+        "reads; **other** the handlers' bodies (inlined into axum's `Handler::call`), "
+        "the driver, base64, `core::hash`, `fmt`. Stores are dropped at exit, which frees "
+        "every entry a run made: with no entry expiring within a run (windows 2 s, records "
+        "5 s, tokens 30 min), that stands for the reaper's freeing of each one."
+    )
     details = []
     for case, label, base in CASES:
         if case not in cpu or base not in cpu:
