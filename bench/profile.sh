@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a guarded request's CPU goes beyond its bare baseline's, per guard case, on
-# MemoryStore, in-process (bench/src/bin/guard_requests.rs: no sockets, no kernel).
+# MemoryStore, in-process (bench/src/bin/guard_requests.rs: no sockets, no loopback TCP).
 #
 #   bench/profile.sh           # about 3 minutes; writes bench/results/profiles.md
 #   bench/profile.sh form lock # only these cases (and their baselines)
