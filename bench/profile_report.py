@@ -264,6 +264,20 @@ def main():
         "| top 3 of the added µs |"
     )
     out.append("|---|---|---:|---:|---:|---|")
+    details = []
+    for case, label, base in CASES:
+        if case not in cpu or base not in cpu:
+            continue
+        us_g, rounds_g = cpu[case]
+        us_b, rounds_b = cpu[base]
+        rows = differences(profile(case), profile(base), "by_category", us_g, us_b)
+        top = ", ".join(f"{key} {added:.2f}" for added, key, _, _ in rows[:3] if added > 0)
+        out.append(
+            f"| {label} | `{base}` | {us_b:.2f} {spread(rounds_b)} | {us_g:.2f} "
+            f"{spread(rounds_g)} | {us_g - us_b:.2f} | {top} |"
+        )
+        details.append((case, label, base, us_g, us_b, rounds_g, rounds_b))
+
     out.append(
         "\nCategories, by a sample's own (self) symbol: **allocation** glibc's malloc/free "
         "and their internals, `__rust_alloc`, `RawVec` growth; **memmove/memcpy**, mostly "
@@ -279,19 +293,6 @@ def main():
         "every entry a run made: with no entry expiring within a run (windows 2 s, records "
         "5 s, tokens 30 min), that stands for the reaper's freeing of each one."
     )
-    details = []
-    for case, label, base in CASES:
-        if case not in cpu or base not in cpu:
-            continue
-        us_g, rounds_g = cpu[case]
-        us_b, rounds_b = cpu[base]
-        rows = differences(profile(case), profile(base), "by_category", us_g, us_b)
-        top = ", ".join(f"{key} {added:.2f}" for added, key, _, _ in rows[:3] if added > 0)
-        out.append(
-            f"| {label} | `{base}` | {us_b:.2f} {spread(rounds_b)} | {us_g:.2f} "
-            f"{spread(rounds_g)} | {us_g - us_b:.2f} | {top} |"
-        )
-        details.append((case, label, base, us_g, us_b, rounds_g, rounds_b))
 
     for case, label, base, us_g, us_b, rounds_g, rounds_b in details:
         g, b = profile(case), profile(base)
