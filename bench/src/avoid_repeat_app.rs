@@ -21,9 +21,8 @@ async fn guarded() -> &'static str {
     "ok"
 }
 
-/// The router of the avoid-repeat benchmark (`benches/avoid_repeat.rs`, and
-/// `src/bin/avoid_repeat_requests.rs` for instruction counts) on `store`: one trivial
-/// handler bare (`/bare`), under `#[avoid_repeat]` (`/macro`) and under
+/// The router of the avoid-repeat benchmark (`benches/avoid_repeat.rs`) on `store`: one
+/// trivial handler bare (`/bare`), under `#[avoid_repeat]` (`/macro`) and under
 /// `AvoidRepeatLayer` (`/layer`), each with a 2 s window.
 pub fn avoid_repeat_app<S: Store>(store: S) -> Router {
     let routes = Router::new()

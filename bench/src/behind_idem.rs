@@ -10,11 +10,15 @@ use idem_axum::store::Store;
 /// whether a request comes from a new client or from one seen before.
 pub const CLIENT: HeaderName = HeaderName::from_static("x-client");
 
-/// `routes` behind an `Idem` on `store` that tells clients apart by [`CLIENT`].
-pub fn behind_idem<S: Store>(store: S, routes: Router) -> Router {
-    let idem = Idem::builder()
+/// An `Idem` on `store` that tells clients apart by [`CLIENT`].
+pub fn bench_idem<S: Store>(store: S) -> Idem {
+    Idem::builder()
         .with_store(store)
         .with_client_identity(ClientHeader::new(CLIENT))
-        .build();
-    routes.layer(idem.layer())
+        .build()
+}
+
+/// `routes` behind [`bench_idem`] on `store`.
+pub fn behind_idem<S: Store>(store: S, routes: Router) -> Router {
+    routes.layer(bench_idem(store).layer())
 }

@@ -20,10 +20,9 @@ async fn create() -> (StatusCode, Json<serde_json::Value>) {
     )
 }
 
-/// The router of the idempotency benchmark (`benches/idempotency.rs`, and
-/// `src/bin/idempotency_requests.rs` for instruction counts) on `store`: one trivial JSON
-/// handler answering 201, bare (`/bare`) and under `IdempotencyLayer` (`/guarded`, where a
-/// `GET` passes through unguarded).
+/// The router of the idempotency benchmark (`benches/idempotency.rs`) on `store`: one
+/// trivial JSON handler answering 201, bare (`/bare`) and under `IdempotencyLayer`
+/// (`/guarded`, where a `GET` passes through unguarded).
 pub fn idempotency_app<S: Store>(store: S) -> Router {
     let routes = Router::new().route("/bare", post(create)).route(
         "/guarded",

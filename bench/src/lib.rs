@@ -1,8 +1,8 @@
 //! What idem's benchmarks share: for the in-process HTTP ones (`benches/avoid_repeat.rs`,
 //! `benches/form_token.rs`, `benches/idempotency.rs`) their runtime, criterion settings and
-//! `Idem`, and the avoid-repeat and idempotency benches' routers, which
-//! `src/bin/avoid_repeat_requests.rs` and `src/bin/idempotency_requests.rs` send the same
-//! requests to for instruction counts; for the harness-less ones
+//! `Idem`, and the avoid-repeat and idempotency benches' routers; the HTTP bench server's
+//! routes (`src/main.rs`), which `src/bin/guard_requests.rs` sends the same requests to
+//! in-process for CPU profiles (`bench/profile.sh`); for the harness-less ones
 //! (`benches/redis_throughput.rs`, `benches/lock.rs`, `benches/fair_lock.rs`,
 //! `benches/sql_store.rs`, `benches/capacity.rs`) their settings from the command line and
 //! the environment, and what they read about the processes they run.
@@ -12,13 +12,15 @@
 
 mod avoid_repeat_app;
 mod behind_idem;
+mod guard_cases;
 mod idempotency_app;
 mod in_process;
 mod measure;
 mod rounds;
 
 pub use avoid_repeat_app::{avoid_repeat_app, avoid_repeat_request};
-pub use behind_idem::{CLIENT, behind_idem};
+pub use behind_idem::{CLIENT, behind_idem, bench_idem};
+pub use guard_cases::{guard_cases, unguarded_routes};
 pub use idempotency_app::{idempotency_app, idempotency_request};
 pub use in_process::{http_criterion, one_worker_runtime};
 pub use measure::{
