@@ -18,6 +18,7 @@ pub struct Counting<S> {
     renewals_fail: Arc<AtomicBool>,
     endings_stalled: Arc<watch::Sender<bool>>,
     token_checks_stalled: Arc<watch::Sender<bool>>,
+    record_begins_stalled: Arc<watch::Sender<bool>>,
 }
 
 /// Declares `Counts`, one counter a line, and the accessor of each:
@@ -48,6 +49,7 @@ counts! {
     turn_waits: turn_waits, "Waits for a turn, however they ended.";
     turns: turns, "Waits for a turn that ended handed the turn, not timed out.";
     token_checks: token_check, "Form tokens spent or looked at, counted as they start.";
+    record_begins: record_begin, "Idempotency records begun (or found), counted as they start.";
 }
 
 impl<S> Counting<S> {
@@ -59,6 +61,7 @@ impl<S> Counting<S> {
             renewals_fail: Arc::default(),
             endings_stalled: Arc::new(watch::Sender::new(false)),
             token_checks_stalled: Arc::new(watch::Sender::new(false)),
+            record_begins_stalled: Arc::new(watch::Sender::new(false)),
         }
     }
 
@@ -75,6 +78,14 @@ impl<S> Counting<S> {
     /// [`token_checks`](Self::token_checks) counts them as they start.
     pub fn stall_token_checks(&self, stall: bool) {
         self.token_checks_stalled.send_replace(stall);
+    }
+
+    /// From now on (`true`) or no longer, every beginning of an idempotency record is
+    /// applied by the store, and its answer held back, as on a link that stalls on the way
+    /// back, until the switch is turned off again. [`record_begins`](Self::record_begins)
+    /// counts them as they start.
+    pub fn stall_record_begins(&self, stall: bool) {
+        self.record_begins_stalled.send_replace(stall);
     }
 
     /// From now on (`true`) or no longer, every renewal of an idempotency record fails
@@ -133,7 +144,7 @@ impl<S: Store> Store for Counting<S> {
         has_token(scope: &Key, token: &Key) -> bool,
             count token_check, answer held while token_checks_stalled;
         begin_record(key: &Key, owner: &Owner, fingerprint: &Fingerprint, lease: Duration)
-            -> Begin;
+            -> Begin, count record_begin, answer held while record_begins_stalled;
         complete_record(key: &Key, owner: &Owner, response: Bytes, retention: Duration)
             -> bool, waiting while endings_stalled;
         renew_record(key: &Key, owner: &Owner, lease: Duration) -> bool,
