@@ -38,7 +38,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_bench::{benching, cpu_in_info, env_number, process_cpu};
+use idem_bench::{
+    CommandStat, benching, command_stats_in_info, cpu_in_info, env_number, process_cpu,
+};
 use idem_core::lock::{FencingMode, Lease};
 use idem_core::store::Fencing;
 use idem_core::{Acquire, Key, Lock, MemoryStore, Owner, Store};
@@ -399,7 +401,7 @@ struct CpuCost {
     pairs: usize,
     client: Duration,
     server: Duration,
-    commands: BTreeMap<String, (u64, u64)>,
+    commands: BTreeMap<String, CommandStat>,
 }
 
 impl CpuCost {
@@ -410,12 +412,12 @@ impl CpuCost {
         self.pairs += pairs;
         self.client += process_cpu().0.saturating_sub(client);
         self.server += redis_cpu(server).saturating_sub(redis);
-        for (name, (calls, usec)) in command_stats(server) {
-            let (calls_before, usec_before) = commands.get(&name).copied().unwrap_or_default();
-            if name != "info" && calls > calls_before {
+        for (name, stat) in command_stats(server) {
+            let before = commands.get(&name).copied().unwrap_or_default();
+            if name != "info" && stat.calls > before.calls {
                 let sum = self.commands.entry(name).or_default();
-                sum.0 += calls - calls_before;
-                sum.1 += usec - usec_before;
+                sum.calls += stat.calls - before.calls;
+                sum.usec += stat.usec - before.usec;
             }
         }
         answer
@@ -433,19 +435,8 @@ fn redis_cpu(server: &RedisServer) -> Duration {
 }
 
 /// Calls and microseconds of each command so far, from `INFO commandstats`.
-fn command_stats(server: &RedisServer) -> BTreeMap<String, (u64, u64)> {
-    let info: String = server.query(&["INFO", "commandstats"]);
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let field = |wanted: &str| {
-                stats
-                    .split(',')
-                    .find_map(|field| field.strip_prefix(wanted)?.parse().ok())
-            };
-            Some((name.to_owned(), (field("calls=")?, field("usec=")?)))
-        })
-        .collect()
+fn command_stats(server: &RedisServer) -> BTreeMap<String, CommandStat> {
+    command_stats_in_info(&server.query::<String>(&["INFO", "commandstats"]))
 }
 
 /// Prints one table: every round's pairs per second, each lock's ratio to its bare
@@ -537,7 +528,7 @@ fn pairs_table(
         let per_call: Vec<String> = cost
             .commands
             .iter()
-            .map(|(name, (calls, usec))| format!("{name} {:.2}", *usec as f64 / *calls as f64))
+            .map(|(name, stat)| format!("{name} {:.2}", stat.usec as f64 / stat.calls as f64))
             .collect();
         println!(
             "| {} | {:.2} | {:.2} | {} |",

@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_bench::{
-    BenchRounds, REDIS_BENCHMARK_HINT, cpu_in_info, process_cpu, redis_benchmark_binary,
-    requests_per_second,
+    BenchRounds, CommandStat, REDIS_BENCHMARK_HINT, command_stats_in_info, cpu_in_info,
+    process_cpu, redis_benchmark_binary, requests_per_second,
 };
 use idem_core::store::Fencing;
 use idem_core::{Acquire, Key, Owner, Store};
@@ -112,12 +112,6 @@ struct Reading {
     children_cpu: Duration,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct CommandStat {
-    calls: u64,
-    usec: u64,
-}
-
 impl Reading {
     fn take(server: &RedisServer) -> Self {
         let (own_cpu, children_cpu) = process_cpu();
@@ -146,23 +140,7 @@ impl Reading {
 fn command_stats(server: &RedisServer) -> BTreeMap<String, CommandStat> {
     // `RedisServer::command_calls` reads only the calls; the microseconds show where the
     // server's time goes.
-    let info = server.query::<String>(&["INFO", "commandstats"]);
-    info.lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let field = |wanted: &str| {
-                fields
-                    .split(',')
-                    .find_map(|field| field.strip_prefix(wanted)?.strip_prefix('='))
-                    .and_then(|value| value.parse().ok())
-            };
-            let stat = CommandStat {
-                calls: field("calls")?,
-                usec: field("usec")?,
-            };
-            Some((name.to_owned(), stat))
-        })
-        .collect()
+    command_stats_in_info(&server.query::<String>(&["INFO", "commandstats"]))
 }
 
 fn server_cpu(server: &RedisServer) -> Duration {

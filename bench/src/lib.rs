@@ -24,7 +24,7 @@ pub use guard_cases::{guard_cases, unguarded_routes};
 pub use idempotency_app::{idempotency_app, idempotency_request};
 pub use in_process::{http_criterion, one_worker_runtime};
 pub use measure::{
-    REDIS_BENCHMARK_HINT, cpu_in_info, info_field, pin, process_cpu, redis_benchmark_binary,
-    requests_per_second, resident_bytes,
+    CommandStat, REDIS_BENCHMARK_HINT, command_stats_in_info, cpu_in_info, info_field, pin,
+    process_cpu, redis_benchmark_binary, requests_per_second, resident_bytes,
 };
 pub use rounds::{BenchRounds, benching, env_number};

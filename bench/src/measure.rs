@@ -2,6 +2,7 @@
 //! own, their children's, redis-server's from `INFO cpu`), resident memory, cores to pin
 //! to, and `redis-benchmark`'s answer.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -27,6 +28,36 @@ redis-benchmark was not found: this benchmark compares the store with it.
 pub fn requests_per_second(output: &str) -> Option<f64> {
     let (before, _) = output.rsplit_once("requests per second")?;
     before.split_whitespace().next_back()?.parse().ok()
+}
+
+/// One command's line of `INFO commandstats`: how often it ran, and its microseconds in
+/// all.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CommandStat {
+    /// Calls so far.
+    pub calls: u64,
+    /// Microseconds spent in them so far.
+    pub usec: u64,
+}
+
+/// Each command's calls and microseconds, from the text of `INFO commandstats`.
+pub fn command_stats_in_info(info: &str) -> BTreeMap<String, CommandStat> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |wanted: &str| {
+                fields
+                    .split(',')
+                    .find_map(|field| field.strip_prefix(wanted)?.strip_prefix('='))
+                    .and_then(|value| value.parse().ok())
+            };
+            let stat = CommandStat {
+                calls: field("calls")?,
+                usec: field("usec")?,
+            };
+            Some((name.to_owned(), stat))
+        })
+        .collect()
 }
 
 /// redis-server's CPU time, user and system, from the text of `INFO cpu`.
@@ -98,4 +129,20 @@ pub fn pin(pid: u32, cpu: usize) -> bool {
         .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
         .output()
         .is_ok_and(|output| output.status.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_stats_read_calls_and_microseconds_of_each_command() {
+        let info = "# Commandstats\r\n\
+            cmdstat_set:calls=3,usec=12,usec_per_call=4.00,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_evalsha:calls=2,usec=9,usec_per_call=4.50,rejected_calls=0,failed_calls=0\r\n";
+        let stats = command_stats_in_info(info);
+        assert_eq!(stats["set"], CommandStat { calls: 3, usec: 12 });
+        assert_eq!(stats["evalsha"], CommandStat { calls: 2, usec: 9 });
+        assert_eq!(stats.len(), 2, "usec_per_call is not usec: {stats:?}");
+    }
 }
