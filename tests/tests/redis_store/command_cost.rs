@@ -27,6 +27,30 @@ fn calls<const N: usize>(counts: [(&str, u64); N]) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// What 100 acquisitions of free locks by one owner answered, `fencing` or not, and the
+/// commands `server` ran for them; a first acquisition before them opens the connection
+/// and loads any script.
+async fn acquiring_100_free_locks(
+    server: &RedisServer,
+    store: &RedisStore,
+    fencing: Fencing,
+) -> (Vec<Acquire>, BTreeMap<String, u64>) {
+    let owner = Owner::random();
+    store
+        .acquire(&key("warm-up"), &owner, LONG, fencing)
+        .await
+        .unwrap();
+    let keys: Vec<Key> = (0..100).map(|i| key(&format!("k{i}"))).collect();
+    let mut answers = Vec::new();
+    let acquires = async {
+        for k in &keys {
+            answers.push(store.acquire(k, &owner, LONG, fencing).await.unwrap());
+        }
+    };
+    let commands = commands_during(server, acquires).await;
+    (answers, commands)
+}
+
 #[tokio::test]
 async fn the_accept_path_costs_one_command() {
     let server = RedisServer::start();
@@ -91,24 +115,15 @@ async fn the_accept_path_costs_one_command() {
 async fn before_redis_7_acquire_is_one_script() {
     let server = RedisServer::start();
     let store = server.store_with(RedisStore::builder().with_script_acquire(true));
-    let owner = Owner::random();
-    // Opens the connection, checks the server and loads the script.
-    store
-        .acquire(&key("warm-up"), &owner, LONG, Fencing::Off)
-        .await
-        .unwrap();
-
-    let keys: Vec<Key> = (0..100).map(|i| key(&format!("k{i}"))).collect();
-    let acquires = async {
-        for k in &keys {
-            assert_eq!(
-                store.acquire(k, &owner, LONG, Fencing::Off).await.unwrap(),
-                Acquire::Acquired { fence: None }
-            );
-        }
-    };
+    let (answers, commands) = acquiring_100_free_locks(&server, &store, Fencing::Off).await;
+    assert!(
+        answers
+            .iter()
+            .all(|answer| *answer == Acquire::Acquired { fence: None }),
+        "{answers:?}"
+    );
     assert_eq!(
-        commands_during(&server, acquires).await,
+        commands,
         calls([("evalsha", 100), ("get", 100), ("set", 100)])
     );
 }
@@ -120,24 +135,15 @@ async fn before_redis_7_acquire_is_one_script() {
 async fn a_fenced_acquisition_is_one_script_of_two_calls() {
     let server = RedisServer::start();
     let store = server.store();
-    let owner = Owner::random();
-    // Opens the connection and loads the script.
-    store
-        .acquire(&key("warm-up"), &owner, LONG, Fencing::On)
-        .await
-        .unwrap();
-
-    let keys: Vec<Key> = (0..100).map(|i| key(&format!("k{i}"))).collect();
-    let acquires = async {
-        for k in &keys {
-            assert!(matches!(
-                store.acquire(k, &owner, LONG, Fencing::On).await.unwrap(),
-                Acquire::Acquired { fence: Some(_) }
-            ));
-        }
-    };
+    let (answers, commands) = acquiring_100_free_locks(&server, &store, Fencing::On).await;
+    assert!(
+        answers
+            .iter()
+            .all(|answer| matches!(answer, Acquire::Acquired { fence: Some(_) })),
+        "{answers:?}"
+    );
     assert_eq!(
-        commands_during(&server, acquires).await,
+        commands,
         calls([("evalsha", 100), ("incr", 100), ("set", 100)])
     );
 
