@@ -2,7 +2,8 @@
 //! (a fingerprint of the payload) and then hand it on unchanged.
 //!
 //! The head is handed back at once and only the body is awaited, so a guard can refuse
-//! through the head or rebuild the request from it.
+//! through the head or rebuild the request from it. [`ReadFrames`], which gathers the
+//! frames, also serves the idempotency layer's capture of a response body.
 
 use std::future::Future;
 
@@ -55,28 +56,17 @@ impl Unread {
 }
 
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, Rejection> {
-    let mut body = http_body_util::Limited::new(body, limit);
-    // A body of one frame, as most are, is taken as it came: no list of frames to join.
-    let first = match body.frame().await {
-        None => return Ok(Bytes::new()),
-        Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
-        Some(Err(error)) => return Err(unreadable(&*error)),
-    };
-    if body.is_end_stream() {
-        return Ok(first);
-    }
-    let mut whole = BytesMut::from(first);
+    let (mut body, mut read) = (
+        http_body_util::Limited::new(body, limit),
+        ReadFrames::default(),
+    );
     while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(frame) => {
-                if let Ok(data) = frame.into_data() {
-                    whole.extend_from_slice(&data);
-                }
-            }
-            Err(error) => return Err(unreadable(&*error)),
+        // Trailers are no part of the payload.
+        if let Ok(data) = frame.map_err(|error| unreadable(&*error))?.into_data() {
+            read.push(data);
         }
     }
-    Ok(whole.freeze())
+    Ok(read.into_whole())
 }
 
 /// The refusal of a body that could not be read whole: too large, or failing.
@@ -103,4 +93,46 @@ fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
         source = error.source();
     }
     false
+}
+
+/// The data frames of a body read so far. The first is kept apart: a body of one frame, as
+/// most are, is read without a list to hold it, and kept without a copy.
+#[derive(Default)]
+pub(crate) struct ReadFrames {
+    first: Option<Bytes>,
+    more: Vec<Bytes>,
+    len: u64,
+}
+
+impl ReadFrames {
+    /// Adds `data`; the length read so far.
+    pub(crate) fn push(&mut self, data: Bytes) -> u64 {
+        self.len += data.len() as u64;
+        match &self.first {
+            None => self.first = Some(data),
+            Some(_) => self.more.push(data),
+        }
+        self.len
+    }
+
+    /// Every frame read, in order.
+    pub(crate) fn into_frames(self) -> Vec<Bytes> {
+        self.first.into_iter().chain(self.more).collect()
+    }
+
+    /// The whole body: the one frame itself, or the frames joined.
+    pub(crate) fn into_whole(self) -> Bytes {
+        let Some(first) = self.first else {
+            return Bytes::new();
+        };
+        if self.more.is_empty() {
+            return first;
+        }
+        let mut whole = BytesMut::with_capacity(usize::try_from(self.len).unwrap_or(0));
+        whole.extend_from_slice(&first);
+        for chunk in self.more {
+            whole.extend_from_slice(&chunk);
+        }
+        whole.freeze()
+    }
 }

@@ -11,10 +11,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, HttpBody};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::HeaderMap;
 use http_body::Frame;
 use http_body_util::BodyExt;
+
+use crate::request_body::ReadFrames;
 
 /// A handler's response body, read as far as it could be stored.
 #[derive(Debug)]
@@ -42,7 +44,7 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
             rest: body,
         };
     }
-    let (mut read, mut trailers) = (Read::default(), None::<HeaderMap>);
+    let (mut read, mut trailers) = (ReadFrames::default(), None::<HeaderMap>);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
@@ -68,48 +70,6 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
     Captured::Whole {
         data: read.into_whole(),
         trailers,
-    }
-}
-
-/// The data frames read so far. The first is kept apart: a body of one frame, as most
-/// responses are, is read without a list to hold it, and kept without a copy.
-#[derive(Default)]
-struct Read {
-    first: Option<Bytes>,
-    more: Vec<Bytes>,
-    len: u64,
-}
-
-impl Read {
-    /// Adds `data`; the length read so far.
-    fn push(&mut self, data: Bytes) -> u64 {
-        self.len += data.len() as u64;
-        match &self.first {
-            None => self.first = Some(data),
-            Some(_) => self.more.push(data),
-        }
-        self.len
-    }
-
-    /// Every frame read, in order.
-    fn into_frames(self) -> Vec<Bytes> {
-        self.first.into_iter().chain(self.more).collect()
-    }
-
-    /// The whole body: the one frame itself, or the frames joined.
-    fn into_whole(self) -> Bytes {
-        let Some(first) = self.first else {
-            return Bytes::new();
-        };
-        if self.more.is_empty() {
-            return first;
-        }
-        let mut whole = BytesMut::with_capacity(usize::try_from(self.len).unwrap_or(0));
-        whole.extend_from_slice(&first);
-        for chunk in self.more {
-            whole.extend_from_slice(&chunk);
-        }
-        whole.freeze()
     }
 }
 
