@@ -1,5 +1,6 @@
 //! [`FormToken`]: the extractor that issues a one-time token to the page rendering a form.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -24,7 +25,8 @@ const TOKEN_LEN: usize = (TOKEN_BYTES * 4).div_ceil(3);
 
 /// A one-time token for a form, issued to the client of the request that extracts it.
 ///
-/// Extracting it draws 128 bits from the operating system's random generator, stores them
+/// Extracting it draws 128 bits from a cryptographic generator the operating system seeds
+/// (rand's thread-local ChaCha12, without a system call per token), stores them
 /// in the runtime's store under the client's scope for the configured TTL
 /// ([`FormTokenConfig`]), and gives the handler the value to put in the page. The store
 /// holds a hash of the client and the token, never the token itself.
@@ -132,7 +134,7 @@ pub(super) async fn issue(
     config: &FormTokenConfig,
 ) -> Result<FormToken, Rejection> {
     let mut bytes = [0; TOKEN_BYTES];
-    if let Err(error) = getrandom::fill(&mut bytes) {
+    if let Err(error) = draw(&mut bytes) {
         tracing::error!(%error, "idem: the operating system's random generator failed");
         return Err(Rejection::new(
             RejectionKind::RandomnessUnavailable,
@@ -152,6 +154,29 @@ pub(super) async fn issue(
         value: value.into(),
         config: config.clone(),
     })
+}
+
+/// Fills `bytes` from this thread's generator: rand's `ThreadRng` (ChaCha12, seeded by the
+/// operating system and reseeded from it after every 64 KiB it gives, the generator
+/// [`Owner::random`](idem_core::Owner::random) draws from too), so a token costs no system
+/// call.
+///
+/// rand panics if the operating system cannot seed the generator; so before a thread's
+/// first token the operating system's generator is asked once, and its failure answered as
+/// an error instead. A reseed that fails later (every 4,096 tokens or so of a thread) still
+/// panics, in rand.
+///
+/// # Errors
+///
+/// When the operating system's generator fails before this thread's first token.
+fn draw(bytes: &mut [u8]) -> Result<(), getrandom::Error> {
+    thread_local!(static SEEDED: Cell<bool> = const { Cell::new(false) });
+    if !SEEDED.get() {
+        getrandom::fill(&mut [0; 32])?;
+        SEEDED.set(true);
+    }
+    rand::Rng::fill_bytes(&mut rand::rng(), bytes);
+    Ok(())
 }
 
 /// The store key of `client`'s set of tokens.
@@ -231,5 +256,30 @@ mod tests {
             "another client's key does not find it"
         );
         assert!(spend(&client, &b).await);
+    }
+
+    #[test]
+    fn tokens_drawn_on_many_threads_past_their_reseeds_are_all_distinct() {
+        // 10,000 tokens a thread is 160 KB of output: each thread's generator reseeds twice.
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    (0..10_000)
+                        .map(|_| {
+                            let mut bytes = [0; TOKEN_BYTES];
+                            draw(&mut bytes).unwrap();
+                            bytes
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for thread in threads {
+            for bytes in thread.join().unwrap() {
+                assert!(seen.insert(bytes), "a token was drawn twice");
+            }
+        }
+        assert_eq!(seen.len(), 80_000);
     }
 }
