@@ -77,7 +77,10 @@ impl Form {
                     "the form body is not valid UTF-8",
                 )
             })?,
-            Self::Multipart { boundary } => multipart_field(body, boundary, name)
+            // Boxed: multer's parser is 2 KB of state, which inline would size every form
+            // post's future, urlencoded ones included (the rarer multipart post pays an
+            // allocation instead).
+            Self::Multipart { boundary } => Box::pin(multipart_field(body, boundary, name))
                 .await
                 .map_err(|error| {
                     Rejection::new(

@@ -1,7 +1,7 @@
 //! [`VerifyFormTokenLayer`]: spends the form token of each request before the handler runs.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -19,6 +19,7 @@ use crate::detached::run_to_completion;
 use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::idem::handlers::Running;
+use crate::idempotency;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::read_whole;
@@ -63,6 +64,22 @@ pub(super) struct Settings {
     replay: bool,
     pub(super) spend_in_transaction: bool,
     pub(super) lease: Option<Duration>,
+    /// With replay, the record settings of this layer's submissions, made by the first
+    /// post for the token TTL it had, so that later posts do not build them again.
+    pub(super) kept: OnceLock<(Duration, Arc<idempotency::Settings>)>,
+}
+
+impl Settings {
+    /// The record settings of a submission whose tokens live `ttl`: what the submissions
+    /// of this layer keep, how long, under which lease.
+    pub(super) fn kept(&self, ttl: Duration) -> Arc<idempotency::Settings> {
+        let make = || idempotency::Settings::for_form_submissions(ttl, self.lease);
+        match self.kept.get_or_init(|| (ttl, make())) {
+            (made_for, kept) if *made_for == ttl => Arc::clone(kept),
+            // Another runtime's tokens (rare: one layer under two `Idem`s).
+            _ => make(),
+        }
+    }
 }
 
 impl VerifyFormTokenLayer {
@@ -175,7 +192,9 @@ impl VerifyFormTokenLayer {
     ///     .with_lease(Duration::from_secs(5));
     /// ```
     pub fn with_lease(mut self, lease: Duration) -> Self {
-        Arc::make_mut(&mut self.settings).lease = Some(lease);
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.lease = Some(lease);
+        settings.kept = OnceLock::new();
         self
     }
 
@@ -357,7 +376,9 @@ pub(super) async fn rotate(
     if !settings.rotation {
         return (request, None);
     }
-    match issue(guard, client, config).await {
+    // Boxed: rotation is off by default, and its store call inline would size every
+    // post's future.
+    match Box::pin(issue(guard, client, config)).await {
         Ok(rotated) => {
             request.extensions_mut().insert(rotated.clone());
             (request, Some(rotated))
@@ -429,4 +450,31 @@ async fn find_token(
     let body = reading.read().await?;
     let token = form.field(body.clone(), config.field_name()).await?;
     Ok((Request::from_parts(parts, Body::from(body)), token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every post's future is boxed once (`ResponseFuture`) and its answer once more
+    /// (`run_to_completion`); what only some posts need (a multipart body's parser, a
+    /// rotated token's store call) is boxed on its own rather than sizing them all.
+    #[test]
+    fn the_per_request_futures_stay_small() {
+        let settings = Arc::new(Settings::default());
+        let request = Request::new(Body::empty());
+        let future = verify_form_token(settings, axum::Router::new(), request);
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 2300, "the per-request future grew to {size} bytes");
+        let submission = Submission {
+            guard: GuardContext::new(crate::Idem::builder().build(), false),
+            client: ClientId::new("a"),
+            config: FormTokenConfig::new(),
+            settings: Arc::new(Settings::default()),
+            inner: axum::Router::<()>::new(),
+        };
+        let work = submission.answer_without_replay(Request::new(Body::empty()), String::new());
+        let size = std::mem::size_of_val(&work);
+        assert!(size <= 1100, "the boxed answer grew to {size} bytes");
+    }
 }

@@ -44,8 +44,7 @@ impl<S: Inner> Submission<S> {
         request: Request,
         token: String,
     ) -> Result<Response, S::Error> {
-        let kept =
-            idempotency::Settings::for_form_submissions(self.config.ttl(), self.settings.lease);
+        let kept = self.settings.kept(self.config.ttl());
         let view = ClientRequest::from_request(&request);
         let key = record_key(
             &self.guard,
