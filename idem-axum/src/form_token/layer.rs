@@ -477,4 +477,23 @@ mod tests {
         let size = std::mem::size_of_val(&work);
         assert!(size <= 1100, "the boxed answer grew to {size} bytes");
     }
+
+    #[test]
+    fn a_layers_record_settings_are_made_once_for_its_tokens_ttl() {
+        let layer = VerifyFormTokenLayer::new()
+            .with_replay(true)
+            .with_lease(Duration::from_secs(3));
+        let (minute, hour) = (Duration::from_secs(60), Duration::from_secs(3600));
+        let first = layer.settings.kept(minute);
+        assert!(Arc::ptr_eq(&first, &layer.clone().settings.kept(minute)));
+        assert_eq!(
+            (first.retention, first.lease),
+            (minute, Duration::from_secs(3))
+        );
+        let other = layer.settings.kept(hour);
+        assert_eq!(
+            (other.retention, other.lease),
+            (hour, Duration::from_secs(3))
+        );
+    }
 }
