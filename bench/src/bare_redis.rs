@@ -232,7 +232,11 @@ async fn lock(State(mut conn): State<MultiplexedConnection>, headers: HeaderMap)
         Ok(false) => return StatusCode::CONFLICT,
         Err(status) => return status,
     }
-    let args = [owner.as_bytes(), SIGNAL_KEPT_MS.as_bytes(), prefix.as_bytes()];
+    let args = [
+        owner.as_bytes(),
+        SIGNAL_KEPT_MS.as_bytes(),
+        prefix.as_bytes(),
+    ];
     match flag(&mut conn, &RELEASE_AND_SIGNAL, &[&lock], &args).await {
         Ok(true) => StatusCode::OK,
         Ok(false) => StatusCode::CONFLICT,
