@@ -5,7 +5,7 @@
 # commands with plain redis-rs and no guard (bench/src/bare_redis.rs), so that what the
 # guard adds beyond its Redis traffic shows as a difference of server CPU per request.
 #
-#   bench/http.sh          # about 13 minutes; writes bench/results/http.md (+ *.raw)
+#   bench/http.sh          # about 11 minutes; writes bench/results/http.md (+ *.raw)
 #
 # IDEM_BENCH_DURATION (5s), IDEM_BENCH_CONNECTIONS (32) and IDEM_BENCH_ROUNDS (3) change
 # the wrk runs. Everything listens on 127.0.0.1 only, and everything started here is stopped on
