@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end HTTP benchmark: what each guarded request costs through axum, on MemoryStore
-# and on Redis, next to the bare handler and to redis-benchmark on the same server.
+# and on Redis, next to the bare handler, to redis-benchmark on the same server and, for
+# each Redis case, to its bare redis-rs baseline: a route that sends the same Redis
+# commands with plain redis-rs and no guard (bench/src/bare_redis.rs), so that what the
+# guard adds beyond its Redis traffic shows as a difference of server CPU per request.
 #
-#   bench/http.sh          # about 10 minutes; writes bench/results/http.md (+ *.raw)
+#   bench/http.sh          # about 11 minutes; writes bench/results/http.md (+ *.raw)
 #
 # IDEM_BENCH_DURATION (5s), IDEM_BENCH_CONNECTIONS (32) and IDEM_BENCH_ROUNDS (3) change
 # the wrk runs. Everything listens on 127.0.0.1 only, and everything started here is stopped on
@@ -121,6 +124,9 @@ echo "RSS KiB: start $rss_start, 1M live $rss_full ($entries_full entries, fille
 
 # name | wrk script mode | URL path | store. The bare handler runs before the first case
 # of a round and again after every case (below), so each case has a bare run on each side.
+# Each Redis case is followed by its bare redis-rs baseline (store "bare-redis", same name,
+# same wrk mode, so its keys are fresh where the guard's are); a replay sends Redis nothing,
+# so its baseline is the bare handler itself.
 bare_case="bare handler|fixed|/bare|none"
 cases=(
     "form handlers unguarded|form|/plain|none"
@@ -131,11 +137,16 @@ cases=(
     "idempotency replay|same_key|/memory/idempotency|memory"
     "lock acquire+release|new_client|/memory/lock|memory"
     "avoid_repeat expire|new_client|/redis/avoid_repeat|redis"
+    "avoid_repeat expire|new_client|/bare-redis/avoid_repeat|bare-redis"
     "avoid_repeat finish|new_client|/redis/avoid_repeat_finish|redis"
+    "avoid_repeat finish|new_client|/bare-redis/avoid_repeat_finish|bare-redis"
     "form token issue+verify|form|/redis|redis"
+    "form token issue+verify|form|/bare-redis|bare-redis"
     "idempotency first request|new_key|/redis/idempotency|redis"
+    "idempotency first request|new_key|/bare-redis/idempotency|bare-redis"
     "idempotency replay|same_key|/redis/idempotency|redis"
     "lock acquire+release|new_client|/redis/lock|redis"
+    "lock acquire+release|new_client|/bare-redis/lock|bare-redis"
 )
 
 run_wrk() { # mode, url, connections, duration, output
@@ -158,7 +169,7 @@ measure() { # case, round, raw file prefix
     local name mode path store raw=$3 round=$2
     IFS='|' read -r name mode path store <<<"$1"
     echo "== round $round: $store: $name (wrk -c$connections -d$duration $path, $mode)" >&2
-    if [[ $store == redis ]]; then commandstats >"$raw.commandstats-before.raw"; fi
+    if [[ $store == *redis ]]; then commandstats >"$raw.commandstats-before.raw"; fi
     cpu_times >"$raw.cpu-before.raw"
     local ticks_before ticks requests rps p50 p99 bad errors cpu server_us
     ticks_before=$(server_ticks)
@@ -167,9 +178,9 @@ measure() { # case, round, raw file prefix
     ticks=$(($(server_ticks) - ticks_before))
     read -r requests rps p50 p99 bad errors < <(wrk_figures "$raw.wrk.raw")
     cpu=$(cpu_use "$raw.cpu-before.raw" "$raw.cpu-after.raw")
-    server_us=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
+    server_us=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.2f", t * 1e6 / hz / n}')
     local top=- inner=- by_name=-
-    if [[ $store == redis ]]; then
+    if [[ $store == *redis ]]; then
         commandstats >"$raw.commandstats-after.raw"
         # Calls per request by command over the run, the bench's own INFO left out.
         # Redis 7 counts a script's inner calls under their own names as well.
@@ -266,10 +277,10 @@ report=$results/http.md
                 if (i == 1) {x = 1; xcpu = 1} else {x = median(xr[k]); xcpu = median(xc[k])}
                 ratio[store, name] = x; ratio_cpu[store, name] = xcpu
                 cpus = sprintf("%d%% (%d%%) / %d%% (%d%%)", cpu[k, 1] / runs[k], cpu[k, 2] / runs[k], cpu[k, 3] / runs[k], cpu[k, 4] / runs[k])
-                if (store == "redis") {
+                if (store == "redis" || store == "bare-redis") {
                     limit = rb / top[k]; b = median(bare[k]); if (limit > b) limit = b
                     against = r / limit
-                    target = (against >= 0.7 ? "met" : "missed") sprintf(" (%.2f vs 0.7)", against)
+                    target = (store == "bare-redis") ? "—" : (against >= 0.7 ? "met" : "missed") sprintf(" (%.2f vs 0.7)", against)
                     printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f + %.2f | %.0f | %.2f | %s | %.1f | %s |\n", store, name, r, median(p50[k]), median(p99[k]), x, xcpu, top[k], inner[k], limit, against, target, median(us[k]), cpus
                 } else {
                     target = (store == "memory") ? ((x >= 0.9 ? "met" : "missed") sprintf(" (%.2f vs 0.9)", x)) : "—"
@@ -284,12 +295,68 @@ report=$results/http.md
             if (notes != "") print "\nNot every response was a 2xx:" notes
         }' "$figures"
     echo
+    echo "Guard against bare redis-rs: the server CPU per request of each Redis case and of its baseline, which sends the same Redis commands with plain redis-rs over the same kind of connection and no guard (\`/bare-redis/...\`, bench/src/bare_redis.rs). Target: the guard adds at most 1 µs. Medians over the rounds; the difference is of the medians, then each round's own (the two run 10 s apart)."
+    echo
+    echo "| case | baseline | guard µs/request | baseline µs/request | difference µs | by round | target (≤ +1 µs) | guard requests/s | baseline requests/s |"
+    echo "|---|---|---:|---:|---:|---|---|---:|---:|"
+    awk -F'|' "$median_awk"'
+        $15 == "" {next}
+        {
+            k = $3 SUBSEP $2
+            us[k] = us[k] " " $14; rps[k] = rps[k] " " $5; run_us[k, $1] = $14
+            bare_us[k] = bare_us[k] " " $16; bare_rps[k] = bare_rps[k] " " $15; run_bare_us[k, $1] = $16
+            if ($1 > last) last = $1
+        }
+        $3 == "redis" && !($2 in seen) {seen[$2] = 1; order[++cases] = $2}
+        END {
+            for (i = 1; i <= cases; i++) {
+                name = order[i]; g = "redis" SUBSEP name; b = "bare-redis" SUBSEP name
+                rounds = ""
+                if (b in us) {
+                    baseline = "`/bare-redis` route"; base_us = median(us[b]); base_rps = median(rps[b])
+                    for (r = 1; r <= last; r++) rounds = rounds sprintf("%s%+.2f", (r > 1 ? ", " : ""), run_us[g, r] - run_us[b, r])
+                } else {
+                    # No Redis command to send: the bare handler on either side of it.
+                    baseline = "bare handler"; base_us = median(bare_us[g]); base_rps = median(bare_rps[g])
+                    for (r = 1; r <= last; r++) rounds = rounds sprintf("%s%+.2f", (r > 1 ? ", " : ""), run_us[g, r] - run_bare_us[g, r])
+                }
+                diff = median(us[g]) - base_us
+                target = (diff <= 1) ? "met" : sprintf("missed by %.2f µs", diff - 1)
+                printf "| %s | %s | %.2f | %.2f | %+.2f | %s | %s | %.0f | %.0f |\n", name, baseline, median(us[g]), base_us, diff, rounds, target, median(rps[g]), base_rps
+            }
+        }' "$figures"
+    echo
     printf 'redis-benchmark -c %s -n %s -t set, once a round before the Redis cases: median %.0f SET/s (p50 %s ms, p99 %s ms); all rounds: %s. A Redis case'"'"'s limit is the lower of the bare handler'"'"'s requests/s and that median divided by the case'"'"'s top-level commands per request.\n' \
         "$connections" "$benchmark_requests" "$rb" "$rb_p50" "$rb_p99" "$(awk '{printf "%s%.0f", (NR > 1 ? ", " : ""), $1}' "$results/redis-benchmark.raw")"
     echo
-    echo "Redis calls per request in the last round (\`INFO commandstats\`; a script's inner calls are counted under their own names too):"
+    echo "Redis calls per request in the last round, of each guard and of its bare redis-rs baseline (\`INFO commandstats\`; a script's inner calls are counted under their own names too), and the commands the server sent (top-level) and its scripts ran, from MONITOR in round 1. Same: every command's calls per request within 0.05 of the guard's."
     echo
-    awk -F'|' -v last="$rounds" '$1 == last && $3 == "redis" {gsub(/,/, ", ", $13); gsub(/=/, " ", $13); printf "- %s: %s\n", $2, $13}' "$figures"
+    echo "| case | guard calls/request | guard top-level + in scripts | baseline calls/request | baseline top-level + in scripts | same commands |"
+    echo "|---|---|---|---|---|---|"
+    awk -F'|' -v last="$rounds" '
+        function spaced(list) {gsub(/,/, ", ", list); gsub(/=/, " ", list); return list}
+        $3 !~ /redis$/ || $15 == "" {next}
+        {k = $3 SUBSEP $2}
+        $11 != "-" {seen_by[k] = sprintf("%.2f + %.2f", $11, $12)}
+        $1 == last {calls[k] = $13}
+        $3 == "redis" && !($2 in listed) {listed[$2] = 1; order[++cases] = $2}
+        END {
+            for (i = 1; i <= cases; i++) {
+                name = order[i]; g = "redis" SUBSEP name; b = "bare-redis" SUBSEP name
+                if (!(b in calls)) {
+                    printf "| %s | %s | %s | none (the bare handler) | — | — |\n", name, spaced(calls[g]), seen_by[g]
+                    continue
+                }
+                delete per; delete commands; differs = ""
+                n = split(calls[g], c, ","); for (j = 1; j <= n; j++) {split(c[j], f, "="); per[f[1], "g"] = f[2]; commands[f[1]] = 1}
+                n = split(calls[b], c, ","); for (j = 1; j <= n; j++) {split(c[j], f, "="); per[f[1], "b"] = f[2]; commands[f[1]] = 1}
+                for (command in commands) {
+                    d = per[command, "g"] - per[command, "b"]
+                    if (d > 0.05 || d < -0.05) differs = differs sprintf("%s%s %.3f vs %.3f", (differs == "" ? "" : ", "), command, per[command, "g"], per[command, "b"])
+                }
+                printf "| %s | %s | %s | %s | %s | %s |\n", name, spaced(calls[g]), seen_by[g], spaced(calls[b]), seen_by[b], (differs == "" ? "yes" : "no: " differs)
+            }
+        }' "$figures"
     echo
     echo "Memory flood ($flood_keys keys through \`MemoryStore::acquire\`, TTL $((flood_ttl_ms / 1000)) s, a store of its own, before any wrk case), the server's VmRSS:"
     echo

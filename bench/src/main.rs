@@ -2,7 +2,9 @@
 //! ([`idem_bench::guard_cases`], whose docs list them) on a `MemoryStore` (under
 //! `/memory`) and, with `--redis URL`, on a `RedisStore` (under `/redis`), beside the
 //! unguarded baselines ([`idem_bench::unguarded_routes`]: `/bare`, `/plain/form`,
-//! `/plain/order`).
+//! `/plain/order`) and, with `--redis`, the bare redis-rs baselines of the Redis cases
+//! ([`idem_bench::bare_redis_routes`], under `/bare-redis`), which send the same Redis
+//! commands with plain redis-rs and no guard.
 //!
 //! ```text
 //! idem-bench --port 8080 [--redis redis://127.0.0.1:6379] [--workers 1]
@@ -27,7 +29,7 @@ use idem_axum::{
     MemoryStore, RedisServer, RedisStore,
     store::{Acquire, Fencing, Key, Owner, Store},
 };
-use idem_bench::{guard_cases, unguarded_routes};
+use idem_bench::{bare_redis_connection, bare_redis_routes, guard_cases, unguarded_routes};
 
 /// What the command line asked for.
 struct Options {
@@ -119,7 +121,9 @@ async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         .merge(guard_cases("/memory", MemoryStore::new()));
     if let Some(url) = &options.redis {
         let store = RedisStore::builder().connect(RedisServer::url(url)).await?;
-        app = app.merge(guard_cases("/redis", store));
+        app = app
+            .merge(guard_cases("/redis", store))
+            .merge(bare_redis_routes(bare_redis_connection(url).await?));
     }
     let listener =
         tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, options.port)))
