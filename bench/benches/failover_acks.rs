@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_core::store::Fencing;
-use idem_core::{Key, Owner, Store};
+use idem_core::{Key, LockStore, Owner};
 use idem_redis::RedisStore;
 use idem_tests::RedisSentinels;
 

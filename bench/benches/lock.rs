@@ -43,7 +43,7 @@ use idem_bench::{
 };
 use idem_core::lock::{FencingMode, Lease};
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Key, Lock, MemoryStore, Owner, Store};
+use idem_core::{Acquire, Key, Lock, LockStore, MemoryStore, Owner, Store};
 use idem_redis::RedisStore;
 use idem_tests::{RedisServer, median, percentile};
 use redis::aio::MultiplexedConnection;

@@ -29,7 +29,7 @@ use idem_bench::{
     process_cpu, redis_benchmark_binary, requests_per_second,
 };
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Key, Owner, Store};
+use idem_core::{Acquire, Key, LockStore, Owner};
 use idem_redis::RedisStore;
 use idem_tests::{RedisServer, median};
 

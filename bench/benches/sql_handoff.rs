@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use idem_bench::{benching, env_number};
 use idem_core::lock::Lease;
-use idem_core::{Begin, Fingerprint, Key, Lock, Owner, Store};
+use idem_core::{Begin, Fingerprint, Key, Lock, Owner, RecordStore};
 use idem_sqlx::PostgresStore;
 use idem_tests::{PostgresServer, median, percentile};
 

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use idem_bench::BenchRounds;
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Begin, Fingerprint, Key, Owner, Store};
+use idem_core::{Acquire, Begin, Fingerprint, Key, LockStore, Owner, RecordStore, TokenStore};
 use idem_sqlx::{SqlBackend, SqlStore, SqliteStore};
 use idem_tests::{PostgresServer, median};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};

@@ -9,10 +9,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
 use idem_axum::{
-    AvoidRepeatLayer, FormToken, FormTokenConfig, IdempotencyLayer, VerifyFormTokenLayer,
-    avoid_repeat,
+    AvoidRepeatLayer, FormToken, FormTokenConfig, IdemStore, IdempotencyLayer,
+    VerifyFormTokenLayer, avoid_repeat,
     lock::{Lease, Lock},
-    store::{AnyStore, Key, Store},
+    store::{Key, Store},
 };
 
 use crate::{CLIENT, bench_idem};
@@ -53,7 +53,7 @@ async fn plain_form() -> String {
 
 /// Takes the lock named by the client and releases it: what a handler that serialises its
 /// work on one resource pays, without the work.
-async fn lock(State(store): State<AnyStore>, headers: HeaderMap) -> StatusCode {
+async fn lock(State(store): State<IdemStore>, headers: HeaderMap) -> StatusCode {
     let Some(name) = headers.get(&CLIENT) else {
         return StatusCode::BAD_REQUEST;
     };

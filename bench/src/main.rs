@@ -19,6 +19,7 @@
 //! | `POST /flood?n=N&ttl_ms=T` | puts `N` fresh keys with that TTL into a `MemoryStore` of its own |
 //! | `GET /flood` | that store's `entry_count` |
 
+use idem_axum::store::LockStore;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use idem_axum::{
     MemoryStore, RedisServer, RedisStore,
-    store::{Acquire, Fencing, Key, Owner, Store},
+    store::{Acquire, Fencing, Key, Owner},
 };
 use idem_bench::{bare_redis_connection, bare_redis_routes, guard_cases, unguarded_routes};
 

@@ -5,70 +5,103 @@
 //! when the client disconnects (a browser abandons the first POST of a double click): the
 //! work may already have committed while its key, token or record says otherwise.
 //!
-//! The work is polled once where it is, in the request's own task: a request cannot be
-//! dropped while it is being polled, and most handlers answer on that first poll, which
-//! then needs no task (`tests::work_that_ends_at_once_runs_in_place`; BENCHMARKS.md, §7
-//! "One shape for every guard", has what it saves). Work still pending after it moves into
-//! a task of its own, and the request waits for that task: dropping the wait leaves the
-//! task running.
+//! The work runs in the request's own task, as any handler does: no task is spawned and
+//! no other thread woken while its client waits for it. Only when the request is dropped
+//! before the work ended does the work move into a task of its own, which runs it to its
+//! end (`tests::work_runs_in_its_requests_task_until_the_request_is_dropped`).
 
-use std::future::{Future, poll_fn};
-use std::task::Poll;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
 use tracing::Instrument;
+use tracing::instrument::Instrumented;
 
-use crate::guard::shutting_down;
 use crate::idem::handlers::Running;
-use crate::rejection::Rejection;
 
-/// Runs `work` to its end — in place if it ends on its first poll, else in a task of its
-/// own — and waits for it. A panic in it resumes here.
+/// Runs `work` to its end, in the request's task while the request is polled, and in a
+/// task of its own once the request is dropped before the work ended. A panic in it
+/// resumes here.
 ///
-/// Outside a Tokio runtime nothing can run detached, and `work` runs in place.
+/// Outside a Tokio runtime a dropped request's work cannot run on, and is dropped.
 ///
 /// `work` counts among its runtime's running handlers (`running`, taken by the caller
 /// before it moves what it needs into `work`) until it ends, and among the detached ones
-/// once its request stops waiting: [`Idem::shutdown`](crate::Idem::shutdown) waits for it, and
+/// once its request is dropped: [`Idem::shutdown`](crate::Idem::shutdown) waits for it, and
 /// [`IdemBuilder::with_detached_limit`](crate::IdemBuilder::with_detached_limit) bounds
 /// how many run detached.
 ///
-/// `work` is boxed here, before the returned future is first polled, so that the future
-/// of the request waiting for it holds a pointer to it rather than the work itself (the
+/// `work` is boxed here, so that it can move into a task while it is pending, and so that
+/// the future of the request holds a pointer to it rather than the work itself (the
 /// guards' `the_per_request_future_stays_small` tests).
-///
-/// # Errors
-///
-/// The refusal for a request whose work the runtime cancelled while shutting down.
-pub(crate) fn run_to_completion<F>(
-    mut running: Running,
-    work: F,
-) -> impl Future<Output = Result<F::Output, Rejection>> + Send + 'static
+pub(crate) fn run_to_completion<F>(running: Running, work: F) -> RunToCompletion<F>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let mut work = Box::pin(work.in_current_span());
-    async move {
-        let Ok(runtime) = Handle::try_current() else {
-            return Ok(work.await);
+    RunToCompletion {
+        work: Some(Box::pin(work.in_current_span())),
+        running: Some(running),
+        polling: false,
+    }
+}
+
+/// The future of [`run_to_completion`].
+pub(crate) struct RunToCompletion<F: Future + Send + 'static>
+where
+    F::Output: Send + 'static,
+{
+    /// `None` once it ended.
+    work: Option<Pin<Box<Instrumented<F>>>>,
+    running: Option<Running>,
+    /// Set while `work` is polled: dropped then, it is unwinding from a panic in `work`,
+    /// which must not be polled again.
+    polling: bool,
+}
+
+impl<F: Future + Send + 'static> Future for RunToCompletion<F>
+where
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Every field is `Unpin`: the work is pinned in its box.
+        let this = self.get_mut();
+        let work = this.work.as_mut().expect("polled after it ended");
+        this.polling = true;
+        let polled = work.as_mut().poll(cx);
+        this.polling = false;
+        let output = std::task::ready!(polled);
+        this.work = None;
+        this.running = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for RunToCompletion<F>
+where
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        let (Some(work), Some(mut running)) = (self.work.take(), self.running.take()) else {
+            return;
         };
-        if let Poll::Ready(output) = poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
-            return Ok(output);
+        if self.polling {
+            return;
         }
-        let _waiting = running.in_task();
-        let task = runtime.spawn(async move {
-            let output = work.await;
+        let Ok(runtime) = Handle::try_current() else {
+            tracing::warn!(
+                "idem: a guarded handler was cut off: its request went away outside a Tokio runtime"
+            );
+            return;
+        };
+        running.detach();
+        runtime.spawn(async move {
+            work.await;
             drop(running);
-            output
         });
-        match task.await {
-            Ok(output) => Ok(output),
-            Err(error) => match error.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                Err(_cancelled) => Err(shutting_down()),
-            },
-        }
     }
 }
 
@@ -82,14 +115,47 @@ mod tests {
     use super::*;
     use crate::Idem;
 
+    /// The work of a request its client waits for never leaves the request's task, however
+    /// often it waits: no task spawned, no other thread woken.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn work_runs_in_its_requests_task_until_the_request_is_dropped() {
+        let idem = Idem::builder().build();
+        let request = tokio::spawn({
+            let idem = idem.clone();
+            async move {
+                let outer = tokio::task::id();
+                let tasks = run_to_completion(Running::start(&idem), async {
+                    let mut tasks = Vec::new();
+                    for _ in 0..5 {
+                        tasks.push(tokio::task::id());
+                        tokio::task::yield_now().await;
+                    }
+                    tasks
+                })
+                .await;
+                (outer, tasks)
+            }
+        });
+        let (outer, tasks) = request.await.expect("the request ends");
+        assert_eq!(
+            tasks,
+            vec![outer; 5],
+            "every poll in the request's own task"
+        );
+        assert_eq!(idem.detached_handlers(), 0);
+    }
+
     #[tokio::test]
-    async fn work_that_ends_at_once_runs_in_place() {
-        let outer = tokio::task::try_id();
-        let ran_in = run_to_completion(Running::start(&Idem::builder().build()), async {
-            tokio::task::try_id()
-        })
-        .await;
-        assert_eq!(ran_in.ok(), Some(outer), "no task of its own was needed");
+    async fn a_panic_in_the_work_resumes_in_its_request_and_is_not_run_again() {
+        let idem = Idem::builder().build();
+        let request = tokio::spawn(run_to_completion(Running::start(&idem), async {
+            tokio::task::yield_now().await;
+            panic!("the handler panicked");
+        }));
+        assert!(request.await.unwrap_err().is_panic());
+        assert_eq!(idem.detached_handlers(), 0, "not moved into a task");
+        let drained = idem.shutdown(std::time::Duration::from_millis(100)).await;
+        assert_eq!(drained.unfinished, 0, "counted as ended");
     }
 
     #[tokio::test]
@@ -107,8 +173,8 @@ mod tests {
             let _ = done_tx.send(());
         };
         let waiter = tokio::spawn(run_to_completion(Running::start(&idem), work));
-        // Past its first poll the work is pending on `released`, and was handed to a task
-        // of its own in that same poll; drop the waiter as a client going away would.
+        // Past its first poll the work is pending on `released`, in the waiter's task; drop
+        // the waiter as a client going away would, and the work moves to a task of its own.
         started.await.expect("the work started");
         assert_eq!(
             idem.detached_handlers(),
@@ -136,7 +202,7 @@ mod tests {
             tokio::task::yield_now().await;
             7
         });
-        assert_eq!(ran.await.ok(), Some(7));
+        assert_eq!(ran.await, 7);
         assert_eq!(idem.detached_handlers(), 0);
     }
 
@@ -192,6 +258,6 @@ mod tests {
             Running::start(&Idem::builder().build()),
             async { 7 },
         ));
-        assert_eq!(ran.map(Result::ok), Some(Some(7)));
+        assert_eq!(ran, Some(7));
     }
 }

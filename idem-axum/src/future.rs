@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 
 use axum::extract::Request;
 use axum::response::Response;
+use idem_core::store::sharing_one_timer;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -18,7 +19,8 @@ type Boxed<O> = Pin<Box<dyn Future<Output = O> + Send>>;
 pin_project! {
     /// The response future of a guard service: for a guarded request, the guard's steps
     /// and the inner service's call, boxed as one future; for a request the guard lets
-    /// through untouched (a method it does not guard), the inner service's own future.
+    /// through untouched (a method it does not guard), the inner service's own future; for
+    /// a request refused on its head alone, the refusal.
     pub struct ResponseFuture<F: Future> {
         #[pin]
         kind: Kind<F>,
@@ -30,15 +32,26 @@ pin_project! {
     enum Kind<F: Future> {
         Unguarded { #[pin] future: F },
         Guarded { future: Boxed<F::Output> },
+        Ready { output: Option<F::Output> },
     }
 }
 
 impl<F: Future> ResponseFuture<F> {
-    /// The answer of a guarded request.
+    /// The answer of a guarded request, whose store calls share one timer
+    /// ([`sharing_one_timer`]).
     pub(crate) fn guarded(future: impl Future<Output = F::Output> + Send + 'static) -> Self {
         Self {
             kind: Kind::Guarded {
-                future: Box::pin(future),
+                future: Box::pin(sharing_one_timer(future)),
+            },
+        }
+    }
+
+    /// An answer known at once.
+    pub(crate) fn ready(output: F::Output) -> Self {
+        Self {
+            kind: Kind::Ready {
+                output: Some(output),
             },
         }
     }
@@ -67,6 +80,9 @@ impl<F: Future> Future for ResponseFuture<F> {
         match self.project().kind.project() {
             KindProj::Unguarded { future } => future.poll(cx),
             KindProj::Guarded { future } => future.as_mut().poll(cx),
+            KindProj::Ready { output } => {
+                Poll::Ready(output.take().expect("polled after it ended"))
+            }
         }
     }
 }

@@ -19,7 +19,7 @@
 //! use axum::response::{IntoResponse, Response};
 //! use idem_axum::client::ClientRequest;
 //! use idem_axum::guard::GuardContext;
-//! use idem_axum::store::{Acquire, Fencing, Owner, Store};
+//! use idem_axum::store::{Acquire, Fencing, LockStore, Owner};
 //! use idem_axum::{Rejection, RejectionKind};
 //!
 //! async fn export(request: Request) -> Response {
@@ -54,11 +54,11 @@
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
-use idem_core::{AnyStore, Key, StoreError};
+use idem_core::{Key, StoreError};
 
 use crate::StoreFailure;
 use crate::client::{ClientId, ClientRequest};
-use crate::idem::Idem;
+use crate::idem::{Idem, IdemStore};
 use crate::rejection::{Rejection, RejectionKind, prefers_html};
 
 /// One request as a guard sees it: the runtime it runs under, and how its refusals are
@@ -157,7 +157,7 @@ impl GuardContext {
     }
 
     /// The runtime's store.
-    pub fn store(&self) -> &AnyStore {
+    pub fn store(&self) -> &IdemStore {
         self.idem.store()
     }
 

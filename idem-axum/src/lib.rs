@@ -85,7 +85,7 @@ pub use avoid_repeat::settings::{Release, RepeatBy};
 pub use form_token::config::FormTokenConfig;
 pub use form_token::extract::FormToken;
 pub use form_token::layer::VerifyFormTokenLayer;
-pub use idem::{Drained, Idem, IdemBuilder, IdemLayer, IdemService};
+pub use idem::{Drained, Idem, IdemBuilder, IdemLayer, IdemService, IdemStore};
 pub use idem_core::MemoryStore;
 #[cfg(feature = "macros")]
 pub use idem_macros::avoid_repeat;
@@ -106,7 +106,8 @@ pub mod store {
     pub use idem_core::key::KeyError;
     pub use idem_core::store::*;
     pub use idem_core::{
-        Acquire, AnyStore, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError,
+        Acquire, AnyStore, Begin, FairStore, Fingerprint, Key, LockStore, Owner, RecordStore,
+        Store, StoreError, TokenStore,
     };
     #[cfg(feature = "redis")]
     pub use idem_redis::{EvictionCheck, RedisSetupError, RedisStoreBuilder, ReplicasBehind};

@@ -57,9 +57,9 @@ macro_rules! define_guard_service {
 
 /// `impl Service<Request>` for a guard service `$service<S>`, whose fields are
 /// `inner: S` and `settings: Arc<_>`: a request the guard takes (every request, or those
-/// for which the closure-like `|settings, request| …` holds) is answered by
-/// `$answer(settings, inner, request)` in a guarded [`ResponseFuture`]; any other goes to
-/// the inner service as it is.
+/// for which the closure-like `|settings, request| …` holds) is answered by the
+/// [`ResponseFuture`] `$answer(settings, inner, request)` gives; any other goes to the
+/// inner service as it is.
 ///
 /// [`ResponseFuture`]: crate::future::ResponseFuture
 macro_rules! impl_guard_service {
@@ -99,7 +99,7 @@ macro_rules! impl_guard_service {
                 }
                 let inner = $crate::future::take_ready(&mut self.inner);
                 let settings = ::std::sync::Arc::clone(&self.settings);
-                $crate::future::ResponseFuture::guarded($answer(settings, inner, request))
+                $answer(settings, inner, request)
             }
         }
     };

@@ -10,7 +10,8 @@
 //! that all instances share**: `SET key owner NX PX ttl`, a `DEL` that returns 1 exactly
 //! once, a Lua compare-and-delete.
 //!
-//! - [`Store`]: the operations, as a trait; [`FairStore`] adds waiting in arrival order.
+//! - [`Store`]: the operations, as the sum of three capabilities, [`LockStore`],
+//!   [`TokenStore`] and [`RecordStore`]; [`FairStore`] adds waiting in arrival order.
 //! - [`MemoryStore`]: the embedded default, for one process; bounded in memory.
 //! - Stores in other crates, written against this crate's public API: `RedisStore`
 //!   (crate `idem-redis`) for many processes, Redis Cluster included; `PostgresStore` and
@@ -30,7 +31,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use idem_core::{Key, MemoryStore, Store};
+//! use idem_core::{Key, MemoryStore, TokenStore};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
 //! let store = MemoryStore::new();
@@ -60,10 +61,19 @@ pub use key::names::{Fingerprint, Key, Owner};
 pub use lock::fair::FairLock;
 pub use lock::mutex::Lock;
 pub use store::any::AnyStore;
-pub use store::contract::{Acquire, Begin, Store};
+pub use store::contract::Store;
 pub use store::error::StoreError;
 pub use store::fair::FairStore;
+pub use store::locks::{Acquire, LockStore};
 pub use store::memory::MemoryStore;
+pub use store::records::{Begin, RecordStore};
+pub use store::tokens::TokenStore;
+
+/// What the exported macros expand to; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use bytes::Bytes;
+}
 
 /// The README's examples, compiled (and run where they can be) as doctests.
 #[cfg(doctest)]

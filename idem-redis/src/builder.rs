@@ -271,7 +271,7 @@ impl RedisStoreBuilder {
 
     /// How many connections lock waiters may hold open at once (default 64, at least 1).
     ///
-    /// Each waiter in [`wait_for_release`](Store::wait_for_release) blocks a connection of
+    /// Each waiter in [`wait_for_release`](idem_core::LockStore::wait_for_release) blocks a connection of
     /// its own in `BLPOP`. Past this many concurrent waiters, a waiter waits, within its
     /// own `within`, for one of them to come free; when none does, its wait ends as timed
     /// out (`false`), and [`Lock`](idem_core::Lock) tries to acquire again, as after any wait.
@@ -378,7 +378,7 @@ impl RedisStoreBuilder {
     /// How many bytes of completed idempotency records the store keeps in the process
     /// (default 16 MiB; 0 turns the copy off).
     ///
-    /// When [`begin_record`](Store::begin_record) finds a completed record, the store keeps
+    /// When [`begin_record`](idem_core::RecordStore::begin_record) finds a completed record, the store keeps
     /// a copy of it, and answers the next request for that key from the copy, without a
     /// round trip: a retry loop or a callback sent many times is replayed at the speed of
     /// an in-memory store and costs Redis nothing. The answer is the one Redis would give,

@@ -246,8 +246,8 @@ impl Connections {
     }
 
     /// The connection in use; the refusal of a server refused a moment ago; or `None`:
-    /// time to open a new one.
-    fn ready(&self) -> Option<Result<Connection, StoreError>> {
+    /// time to [`open`](Self::open) a new one.
+    pub(crate) fn ready(&self) -> Option<Result<Connection, StoreError>> {
         match self.state() {
             State::Open(conn) => Some(Ok(conn)),
             State::Refused { refusal, at } if at.elapsed() < RECHECK_REFUSED_AFTER => {
@@ -264,9 +264,19 @@ impl Connections {
     /// [`StoreError::Backend`] when no connection can be opened or checked, or the server
     /// is refused (then with a [`RedisSetupError`](crate::RedisSetupError) as its source).
     pub(crate) async fn get(&self) -> Result<Connection, StoreError> {
-        if let Some(ready) = self.ready() {
-            return ready;
+        match self.ready() {
+            Some(ready) => ready,
+            None => self.open().await,
         }
+    }
+
+    /// A new connection once its server passed the check, unless another caller opened
+    /// one meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get).
+    pub(crate) async fn open(&self) -> Result<Connection, StoreError> {
         let _refill = self.refill.lock().await;
         if let Some(ready) = self.ready() {
             return ready;

@@ -23,7 +23,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use idem_core::{Key, Owner, Store};
+//! use idem_core::{Key, LockStore, Owner};
 //! use idem_core::store::Fencing;
 //! use idem_redis::{RedisServer, RedisStore};
 //!

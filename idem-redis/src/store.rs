@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
-use idem_core::store::{Fencing, FencingToken, ttl_millis};
-use idem_core::{Acquire, Begin, Fingerprint, Key, Owner, Store, StoreError};
+use idem_core::store::{Fencing, FencingToken, bounded, ttl_millis};
+use idem_core::{
+    Acquire, Begin, Fingerprint, Key, LockStore, Owner, RecordStore, StoreError, TokenStore,
+};
 
 #[cfg(doc)]
 use crate::EvictionCheck;
@@ -68,7 +70,7 @@ const TOKEN_BUCKETS: u32 = 64;
 /// the scripts take it.
 pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 
-/// A [`Store`] in Redis, shared by every instance of an application.
+/// A [`Store`](idem_core::Store) in Redis, shared by every instance of an application.
 ///
 /// - **Atomic**: each operation is one command (`SET … NX PX … GET`, `DEL`, `PTTL`) or one
 ///   Lua script run through [`redis::Script`] (`EVALSHA`, loading the script again after
@@ -101,7 +103,7 @@ pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 /// (a lock's fencing counter: it has no TTL, so tokens keep growing across expiry — one
 /// small key per lock name that ever used fencing), `idem:{key}:waiters` (how many
 /// waiters registered with
-/// [`acquire_or_register_waiter`](Store::acquire_or_register_waiter) and were not yet
+/// [`acquire_or_register_waiter`](idem_core::LockStore::acquire_or_register_waiter) and were not yet
 /// answered by a release; kept as long as the longest registered wait, plus the timeout),
 /// `idem:{key}:signal` (a list of wake-ups, one per registered waiter a release answered,
 /// kept for 5 s; neither key exists for a lock nobody waits for), `idem:{key}:record`. One-time tokens are spread over 64 buckets by
@@ -112,7 +114,7 @@ pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 /// expire soonest past it; a scope keeps only its newest few. Tokens are timed by the
 /// server's clock (`TIME`), not the instances'.
 ///
-/// [`wait_for_release`](Store::wait_for_release) blocks in `BLPOP` on a connection of its
+/// [`wait_for_release`](idem_core::LockStore::wait_for_release) blocks in `BLPOP` on a connection of its
 /// own — never on the shared one, which a blocking command would stall. Waiting
 /// connections are opened the same way, at most 64 at once
 /// ([`with_max_waiting_connections`](RedisStoreBuilder::with_max_waiting_connections):
@@ -313,20 +315,23 @@ impl RedisStore {
     {
         let inner = &self.inner;
         let attempt = async {
-            let conn = inner.connections.get().await?;
+            let conn = match inner.connections.ready() {
+                Some(ready) => ready?,
+                // Boxed: opening a connection is rare, and its future inline would size
+                // every operation's (`tests::an_operations_future_stays_small`).
+                None => Box::pin(inner.connections.open()).await?,
+            };
             // Inside `replicated_if`: its `WAIT` goes on the connection the write went on.
             if inner.replica_acks.is_some() {
                 let _ = WROTE_ON.try_with(|wrote_on| *wrote_on.borrow_mut() = Some(conn.clone()));
             }
             op(conn).await.map_err(|error| self.failed(error))
         };
-        match tokio::time::timeout(inner.timeout, attempt).await {
-            Ok(result) => result,
-            Err(_elapsed) => {
-                inner.connections.discard();
-                Err(StoreError::Timeout(inner.timeout))
-            }
+        let answer = bounded(inner.timeout, attempt).await;
+        if let Err(StoreError::Timeout(_)) = answer {
+            inner.connections.discard();
         }
+        answer
     }
 
     /// The error of a command that failed; a connection that failed, or reached a server
@@ -372,9 +377,22 @@ impl RedisStore {
         write: impl Future<Output = Result<T, StoreError>>,
         wrote: impl FnOnce(&T) -> bool,
     ) -> Result<T, StoreError> {
-        let Some(acks) = self.inner.replica_acks else {
-            return write.await;
-        };
+        match self.inner.replica_acks {
+            None => write.await,
+            // Boxed: a setting few stores have, whose future inline would size every
+            // operation's (`tests::an_operations_future_stays_small`).
+            Some(acks) => Box::pin(self.replicated(acks, key, write, wrote)).await,
+        }
+    }
+
+    /// [`replicated_if`](Self::replicated_if) on a store that waits for `acks`.
+    async fn replicated<T>(
+        &self,
+        acks: ReplicaAcks,
+        key: &str,
+        write: impl Future<Output = Result<T, StoreError>>,
+        wrote: impl FnOnce(&T) -> bool,
+    ) -> Result<T, StoreError> {
         let limit = self.inner.timeout.saturating_add(acks.within);
         let within = u64::try_from(acks.within.as_millis()).unwrap_or(u64::MAX);
         let replicated = WROTE_ON.scope(RefCell::new(None), async {
@@ -489,7 +507,7 @@ impl RedisStore {
         Ok(answer == 1)
     }
 
-    /// [`Store::acquire`] with a fencing token: one script takes the key and draws the
+    /// [`LockStore::acquire`](idem_core::LockStore::acquire) with a fencing token: one script takes the key and draws the
     /// token from the key's counter.
     async fn acquire_fenced(
         &self,
@@ -513,7 +531,7 @@ impl RedisStore {
         scripted_acquire(&answer, Fencing::On)
     }
 
-    /// [`Store::acquire`] without fencing: one command on the accept path, whose `GET`
+    /// [`LockStore::acquire`](idem_core::LockStore::acquire) without fencing: one command on the accept path, whose `GET`
     /// tells who holds the key when `NX` refuses. Only a refusal costs a second command,
     /// to learn the time left.
     async fn acquire_plain(
@@ -667,7 +685,7 @@ pub(crate) fn int(operation: &'static str, value: &Value) -> Result<i64, StoreEr
     }
 }
 
-impl Store for RedisStore {
+impl LockStore for RedisStore {
     async fn acquire(
         &self,
         key: &Key,
@@ -773,7 +791,9 @@ impl Store for RedisStore {
     async fn remaining(&self, key: &Key) -> Result<Option<Duration>, StoreError> {
         self.pttl(&self.key(key, Kind::Lock)).await
     }
+}
 
+impl TokenStore for RedisStore {
     async fn put_token(
         &self,
         scope: &Key,
@@ -811,7 +831,9 @@ impl Store for RedisStore {
         self.flag(&HAS_TOKEN, &[&scope], &[token.as_str().as_bytes()])
             .await
     }
+}
 
+impl RecordStore for RedisStore {
     async fn begin_record(
         &self,
         key: &Key,
@@ -902,5 +924,45 @@ impl Store for RedisStore {
         let record = self.key(key, Kind::Record);
         self.flag(&ABANDON_RECORD, &[&record], &[owner.as_str().as_bytes()])
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::store::sharing_one_timer;
+
+    use super::*;
+    use crate::RedisServer;
+
+    /// The futures of the operations a guarded request makes, which the guard holds inline
+    /// (idem-axum calls a `RedisStore` without boxing), measured with `size_of_val` in a
+    /// debug build: what is rare (opening a connection, waiting for replicas) is boxed
+    /// apart, so that it does not size them all.
+    #[tokio::test]
+    async fn an_operations_future_stays_small() {
+        let store = RedisStore::builder()
+            .with_lazy_connect(true)
+            .connect(RedisServer::url("redis://127.0.0.1:1"))
+            .await
+            .expect("a lazy store connects to nothing yet");
+        let (key, owner) = (Key::hashed(["k"]), Owner::random());
+        let fingerprint = Fingerprint::of(["f"]);
+        let second = Duration::from_secs(1);
+        let sizes = [
+            size_of_val(&store.acquire(&key, &owner, second, Fencing::Off)),
+            size_of_val(&store.release(&key, &owner)),
+            size_of_val(&store.consume_token(&key, &key)),
+            size_of_val(&store.put_token(&key, &key, second, 16)),
+            size_of_val(&store.begin_record(&key, &owner, &fingerprint, second)),
+            size_of_val(&store.complete_record(&key, &owner, Bytes::new(), second)),
+            size_of_val(&store.abandon_record(&key, &owner)),
+        ];
+        let largest = sizes.into_iter().max().unwrap_or_default();
+        assert!(
+            largest <= 2400,
+            "an operation's future grew to {largest} bytes: {sizes:?}"
+        );
+        let within = sharing_one_timer(store.release(&key, &owner));
+        assert!(size_of_val(&within) <= largest + 64);
     }
 }

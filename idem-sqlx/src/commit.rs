@@ -60,7 +60,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
     /// use std::time::Duration;
     /// use bytes::Bytes;
-    /// use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+    /// use idem_core::{Begin, Fingerprint, Key, Owner, RecordStore};
     /// use idem_sqlx::{CommitError, SqliteStore, sqlx};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {

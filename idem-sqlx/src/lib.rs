@@ -26,7 +26,7 @@
 #![cfg_attr(not(feature = "sqlite"), doc = "```ignore")]
 //! use std::time::Duration;
 //! use bytes::Bytes;
-//! use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+//! use idem_core::{Begin, Fingerprint, Key, Owner, RecordStore};
 //! use idem_sqlx::{SqliteStore, sqlx};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -100,7 +100,7 @@
 //! - **Exactly-once with the business data**, where the memory and Redis stores cannot
 //!   give it: a record completed with
 //!   [`complete_record_in`](SqlStore::complete_record_in) commits with the handler's own
-//!   writes. Fenced like [`complete_record`](idem_core::Store::complete_record): an
+//!   writes. Fenced like [`complete_record`](idem_core::RecordStore::complete_record): an
 //!   attempt whose lease ran out (and whose key another attempt began) gets `false` and
 //!   rolls back. What it does not do: make a handler's calls to *other* systems (a payment
 //!   provider, an email) happen once; pass those an idempotency key of their own.
@@ -117,11 +117,11 @@
 //!   `INSERT` on the same database. Use it where a record must commit with the data, or
 //!   where the database is the only shared thing the instances have.
 //! - **Waiters are woken on PostgreSQL, and poll on SQLite.** A waiter for a lock
-//!   ([`wait_for_release`](idem_core::Store::wait_for_release)), a
+//!   ([`wait_for_release`](idem_core::LockStore::wait_for_release)), a
 //!   [`FairLock`](idem_core::FairLock)'s turn or a record in progress
 //!   ([`wait_for_record`](SqlStore::wait_for_record)) asks the database, and asks again
 //!   when woken. On PostgreSQL the statements that release a lock
-//!   ([`release_and_signal`](idem_core::Store::release_and_signal), which a `Lock`'s
+//!   ([`release_and_signal`](idem_core::LockStore::release_and_signal), which a `Lock`'s
 //!   release runs), give up a place in a fair lock's queue, and complete or abandon a
 //!   record also `NOTIFY` the channel `idem_wake` with the key; each store listens on it
 //!   with one connection of its own (outside its pool), so a release in one instance
@@ -228,7 +228,7 @@
 //! the tokens issued before the newest that many, oldest first, so a flood of form
 //! pages costs its users a form reload and never grows the table without bound. Each
 //! client (token scope) keeps only its newest tokens, the `keep` of
-//! [`put_token`](idem_core::Store::put_token), in the same statement that puts one; two
+//! [`put_token`](idem_core::TokenStore::put_token), in the same statement that puts one; two
 //! puts in one scope at the same instant may leave it one token over until the next.
 //!
 //! # SQLite and concurrency

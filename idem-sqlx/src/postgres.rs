@@ -95,7 +95,7 @@ impl SqlStoreBuilder<Postgres> {
     /// `idem_wake`, which the store listens on. What no notification announces is found by
     /// this poll: a notification lost while the listener's connection was down, a change
     /// made by an instance of a version that does not notify, or by a plain
-    /// [`release`](idem_core::Store::release). (A lease running out is seen without it:
+    /// [`release`](idem_core::LockStore::release). (A lease running out is seen without it:
     /// waiters wait no longer than the lease they saw.) A longer period costs such a miss
     /// more; a shorter one costs the database a read per waiter per period.
     ///

@@ -31,7 +31,7 @@ use crate::store::SqlStore;
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_core::{Key, Store};
+/// use idem_core::{Key, TokenStore};
 /// use idem_sqlx::SqliteStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {

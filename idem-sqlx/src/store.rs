@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idem_core::store::{Fencing, FencingToken, Turn};
-use idem_core::store::{poll_until, ttl_millis};
-use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError};
+use idem_core::store::{bounded, poll_until, ttl_millis};
+use idem_core::{
+    Acquire, Begin, FairStore, Fingerprint, Key, LockStore, Owner, RecordStore, StoreError,
+    TokenStore,
+};
 use sqlx::Pool;
 
 use crate::backend::{Arg, InTurn, LockRow, On, RecordRow, SqlBackend, is_timeout};
@@ -17,7 +20,7 @@ use crate::purge::{self, Purged};
 use crate::task::Background;
 use crate::wake::{Subscription, Topic, Waiters};
 
-/// A [`Store`] in a SQL database, on an sqlx pool: `PostgresStore` (feature `postgres`)
+/// A [`Store`](idem_core::Store) in a SQL database, on an sqlx pool: `PostgresStore` (feature `postgres`)
 /// or `SqliteStore` (feature `sqlite`).
 ///
 /// Every operation is one statement, or (SQLite's `put_token`, and a fair lock's
@@ -27,22 +30,22 @@ use crate::wake::{Subscription, Topic, Waiters};
 ///
 /// # Waiting
 ///
-/// A waiter for a lock ([`wait_for_release`](Store::wait_for_release)), a fair lock's
+/// A waiter for a lock ([`wait_for_release`](idem_core::LockStore::wait_for_release)), a fair lock's
 /// turn ([`wait_for_turn`](FairStore::wait_for_turn)) or a record in progress
 /// ([`wait_for_record`](Self::wait_for_record)) asks the database whether what it waits
 /// for has come, and asks again when woken:
 ///
-/// - **PostgreSQL** wakes it: [`release_and_signal`](Store::release_and_signal),
-///   [`leave_queue`](FairStore::leave_queue), [`complete_record`](Store::complete_record)
+/// - **PostgreSQL** wakes it: [`release_and_signal`](idem_core::LockStore::release_and_signal),
+///   [`leave_queue`](FairStore::leave_queue), [`complete_record`](idem_core::RecordStore::complete_record)
 ///   (and [`complete_record_in`](Self::complete_record_in), at the commit) and
-///   [`abandon_record`](Store::abandon_record) notify the channel `idem_wake` with the
+///   [`abandon_record`](idem_core::RecordStore::abandon_record) notify the channel `idem_wake` with the
 ///   key, and each store listens on it with one connection of its own, started by its
 ///   first wait and stopped with its last clone. Every waiter of this store on that key
 ///   is woken and asks once; a fair lock's waiters then see that only the head's turn has
 ///   come. A waiter also asks every
 ///   [fallback poll](SqlStoreBuilder::with_fallback_poll) (default 500 ms), so that a
 ///   notification lost (the listener's connection was down and is being made again) or
-///   never sent (a plain [`release`](Store::release), an instance of an older version)
+///   never sent (a plain [`release`](idem_core::LockStore::release), an instance of an older version)
 ///   delays it by that much at most, and never past its deadline.
 /// - **SQLite** has no notifications: a waiter asks every 10 ms
 ///   ([`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)), a read each.
@@ -202,7 +205,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// connection of the caller's): the business write and the stored response commit
     /// together, or neither does.
     ///
-    /// The same statement as [`Store::complete_record`], with the same fencing: `true`
+    /// The same statement as [`RecordStore::complete_record`](idem_core::RecordStore::complete_record), with the same fencing: `true`
     /// only if the record is still in progress and still `owner`'s. On `false` another
     /// attempt owns the key now (this one's lease ran out): roll the transaction back, so
     /// the business write does not happen twice.
@@ -237,7 +240,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// (`VerifyFormTokenLayer::with_spend_in_transaction` of `idem-axum`, whose
     /// `FormSubmission` gives the two keys).
     ///
-    /// The same statement as [`Store::consume_token`]: `true` for exactly one caller per
+    /// The same statement as [`TokenStore::consume_token`](idem_core::TokenStore::consume_token): `true` for exactly one caller per
     /// stored token. On `false` the token is gone (expired, pushed out by newer tokens of
     /// its scope, or spent): write nothing, and roll back. The token's row stays locked
     /// until the transaction ends, and a rollback leaves it unspent.
@@ -269,7 +272,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// For a request that found its key's record
     /// [in progress](idem_core::Begin::InProgress) and would rather wait for the first
     /// attempt's response than answer `409 Conflict`: wait at most the `remaining` lease
-    /// the record reported, then call [`begin_record`](Store::begin_record) again, which
+    /// the record reported, then call [`begin_record`](idem_core::RecordStore::begin_record) again, which
     /// answers the stored response, or starts the key afresh.
     ///
     /// On PostgreSQL the completion or abandonment wakes it (see
@@ -278,7 +281,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     ///
     /// ```no_run
     /// # async fn example(store: idem_sqlx::PostgresStore) -> Result<(), idem_core::StoreError> {
-    /// use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+    /// use idem_core::{Begin, Fingerprint, Key, Owner, RecordStore};
     /// let (key, fingerprint) = (Key::hashed(["POST /orders", "key-7f3a"]), Fingerprint::of(["book"]));
     /// let lease = std::time::Duration::from_secs(30);
     /// let mut begun = store.begin_record(&key, &Owner::random(), &fingerprint, lease).await?;
@@ -310,12 +313,11 @@ impl<DB: SqlBackend> SqlStore<DB> {
     ) -> Result<T, StoreError> {
         self.start_purge();
         let timeout = self.inner.settings.timeout;
-        match tokio::time::timeout(timeout, op).await {
-            Ok(result) => {
-                result.map_err(|error| store_error::<DB>(error, operation, Some(timeout)))
-            }
-            Err(_elapsed) => Err(StoreError::Timeout(timeout)),
-        }
+        let op = async {
+            op.await
+                .map_err(|error| store_error::<DB>(error, operation, Some(timeout)))
+        };
+        bounded(timeout, op).await
     }
 
     /// Runs a statement that answers at most one boolean: whether it found a row, and
@@ -561,7 +563,7 @@ fn record_answers((started, _, _, remaining): &RecordRow) -> bool {
     *started || remaining.is_some_and(|ms| ms > 0)
 }
 
-impl<DB: SqlBackend> Store for SqlStore<DB> {
+impl<DB: SqlBackend> LockStore for SqlStore<DB> {
     async fn acquire(
         &self,
         key: &Key,
@@ -591,7 +593,7 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
             .await
     }
 
-    /// [`release`](Store::release), and on PostgreSQL a notification that wakes the
+    /// [`release`](idem_core::LockStore::release), and on PostgreSQL a notification that wakes the
     /// key's waiters, in every instance (see [Waiting](SqlStore#waiting)).
     async fn release_and_signal(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         let sql = DB::STATEMENTS.release_and_signal;
@@ -599,10 +601,10 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
             .await
     }
 
-    /// Asks whether `key` is free ([`remaining`](Store::remaining)), and again on each
+    /// Asks whether `key` is free ([`remaining`](idem_core::LockStore::remaining)), and again on each
     /// notification of a release (PostgreSQL) or poll (see [Waiting](SqlStore#waiting)):
     /// every waiter sees a release, and the first to acquire takes the key. The default
-    /// [`acquire_or_register_waiter`](Store::acquire_or_register_waiter) suits it: the wait
+    /// [`acquire_or_register_waiter`](idem_core::LockStore::acquire_or_register_waiter) suits it: the wait
     /// subscribes to notifications before it first asks, so none between the two is lost.
     async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
         self.wait_for(Topic::Lock, key, within, || async {
@@ -626,7 +628,9 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
         let ms = DB::fetch::<(i64,)>(&self.inner.pool, DB::STATEMENTS.remaining, &args);
         Ok(left(self.run("remaining", ms).await?.map(|(ms,)| ms)))
     }
+}
 
+impl<DB: SqlBackend> TokenStore for SqlStore<DB> {
     async fn put_token(
         &self,
         scope: &Key,
@@ -660,7 +664,9 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
             .await?;
         Ok(live == Some(true))
     }
+}
 
+impl<DB: SqlBackend> RecordStore for SqlStore<DB> {
     async fn begin_record(
         &self,
         key: &Key,
@@ -723,7 +729,7 @@ impl<DB: SqlBackend> Store for SqlStore<DB> {
 /// the order the database saw them arrive, with when its place lapses. An attempt is one
 /// transaction over the lock's row and its queue; a wait asks whether its turn has come,
 /// and again when a release or a waiter giving up its place wakes it (PostgreSQL) or
-/// polls (SQLite), as [`wait_for_release`](Store::wait_for_release) does.
+/// polls (SQLite), as [`wait_for_release`](idem_core::LockStore::wait_for_release) does.
 impl<DB: SqlBackend> FairStore for SqlStore<DB> {
     async fn acquire_in_turn(
         &self,

@@ -1,13 +1,13 @@
 //! [`Counting`]: a store wrapper that counts what the suites look at, and stalls or fails
 //! what they turn a switch on for.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-use idem_core::store::{Fencing, Turn};
-use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Owner, Store, StoreError};
+use idem_core::store::Turn;
+use idem_core::{FairStore, LockStore, RecordStore, StoreError, TokenStore};
 use tokio::sync::watch;
 
 /// A store that counts the calls that matter to the lock, and forwards everything.
@@ -96,70 +96,93 @@ impl<S> Counting<S> {
     }
 }
 
-/// Forwards each operation listed to the inner store, `name(arguments) -> Output`, after
-/// counting the call in `counter` for `, count counter` (before any stall), and counting its result in
-/// `counter` when it matches `pattern` for `, then counter if (pattern)`, failing as a
-/// store out of reach would (a timeout) while the switch `fault` is on for
-/// `, failing while fault`, waiting while the switch `stall` is on for
-/// `, waiting while stall`, and, for `, answer held while held`, holding back the store's
-/// answer while the switch `held` is on, as a link that stalls once the store applied the
-/// operation.
+impl<S> Counting<S> {
+    /// What comes before the inner store is asked `op`: a failure, for the operations a
+    /// switch fails, then the count of the call, then a stall while its switch is on.
+    async fn before(&self, op: &str) -> Result<(), StoreError> {
+        if op == "renew_record" && self.renewals_fail.load(Ordering::SeqCst) {
+            return Err(StoreError::Timeout(Duration::from_millis(100)));
+        }
+        let counter = match op {
+            "acquire" | "acquire_or_register_waiter" | "acquire_in_turn" => {
+                Some(&self.counts.acquire)
+            }
+            "wait_for_release" => Some(&self.counts.wait),
+            "renew" => Some(&self.counts.renew),
+            "consume_token" | "has_token" => Some(&self.counts.token_check),
+            "begin_record" => Some(&self.counts.record_begin),
+            "wait_for_turn" => Some(&self.counts.turn_waits),
+            _ => None,
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+        if matches!(op, "complete_record" | "abandon_record") {
+            let _ = self
+                .endings_stalled
+                .subscribe()
+                .wait_for(|stalled| !stalled)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// What comes after the inner store answered `op` with `answer` (`None` for an
+    /// error): the answer held back while its switch is on, then counted where it counts.
+    async fn after(&self, op: &str, answer: Option<&(dyn Any + Send + Sync)>) {
+        let held = match op {
+            "consume_token" | "has_token" => Some(&self.token_checks_stalled),
+            "begin_record" => Some(&self.record_begins_stalled),
+            _ => None,
+        };
+        if let Some(held) = held {
+            let _ = held.subscribe().wait_for(|stalled| !stalled).await;
+        }
+        let yes = answer.and_then(<dyn Any + Send + Sync>::downcast_ref::<bool>) == Some(&true);
+        let counter = match op {
+            "release_and_signal" if yes => Some(&self.counts.released),
+            "wait_for_release" if yes => Some(&self.counts.woken),
+            "wait_for_turn" if yes => Some(&self.counts.turns),
+            "acquire_in_turn"
+                if matches!(
+                    answer.and_then(<dyn Any + Send + Sync>::downcast_ref::<Turn>),
+                    Some(Turn::Queued { .. })
+                ) =>
+            {
+                Some(&self.counts.queued)
+            }
+            _ => None,
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Implements every capability, [`FairStore`] too, for [`Counting`] from
+/// [`idem_core::store_operations!`], each operation forwarded to the inner store between
+/// [`Counting::before`] and [`Counting::after`].
 macro_rules! forward {
-    ($($op:ident($($arg:ident: $ty:ty),*) -> $out:ty
-        $(, count $before:ident)? $(, then $after:ident if ($counted:pat))?
-        $(, failing while $fault:ident)? $(, waiting while $stall:ident)?
-        $(, answer held while $held:ident)?;)*) => {
-        $(async fn $op(&self, $($arg: $ty),*) -> Result<$out, StoreError> {
-            $(if self.$fault.load(Ordering::SeqCst) {
-                return Err(StoreError::Timeout(Duration::from_millis(100)));
-            })?
-            $(self.counts.$before.fetch_add(1, Ordering::SeqCst);)?
-            $(let _ = self.$stall.subscribe().wait_for(|stalled| !stalled).await;)?
-            let result = self.inner.$op($($arg),*).await;
-            $(let _ = self.$held.subscribe().wait_for(|stalled| !stalled).await;)?
-            $(if matches!(result, $counted) {
-                self.counts.$after.fetch_add(1, Ordering::SeqCst);
-            })?
-            result
-        })*
+    (
+        capabilities { $($cap:ident { $($ops:tt)* })* }
+        fair { $($fair:ident { $($fair_ops:tt)* })* }
+    ) => {
+        $(forward!(@impl $cap { $($ops)* });)*
+        $(forward!(@impl $fair { $($fair_ops)* });)*
+    };
+    (@impl $cap:ident {
+        $($op:ident($($r:ident: &$rt:ty),*; $($v:ident: $vt:ty),*) -> $out:ty;)*
+    }) => {
+        impl<S: $cap> $cap for Counting<S> {
+            $(async fn $op(&self, $($r: &$rt,)* $($v: $vt,)*) -> Result<$out, StoreError> {
+                self.before(stringify!($op)).await?;
+                let result = self.inner.$op($($r,)* $($v,)*).await;
+                let answer = result.as_ref().ok().map(|answer| answer as &(dyn Any + Send + Sync));
+                self.after(stringify!($op), answer).await;
+                result
+            })*
+        }
     };
 }
 
-impl<S: Store> Store for Counting<S> {
-    forward! {
-        acquire(key: &Key, owner: &Owner, ttl: Duration, fencing: Fencing) -> Acquire,
-            count acquire;
-        release(key: &Key, owner: &Owner) -> bool;
-        acquire_or_register_waiter(
-            key: &Key, owner: &Owner, ttl: Duration, fencing: Fencing, wait: Duration
-        ) -> Acquire, count acquire;
-        release_and_signal(key: &Key, owner: &Owner) -> bool, then released if (Ok(true));
-        wait_for_release(key: &Key, within: Duration) -> bool,
-            count wait, then woken if (Ok(true));
-        renew(key: &Key, owner: &Owner, ttl: Duration) -> bool, count renew;
-        remaining(key: &Key) -> Option<Duration>;
-        put_token(scope: &Key, token: &Key, ttl: Duration, keep: usize) -> ();
-        consume_token(scope: &Key, token: &Key) -> bool,
-            count token_check, answer held while token_checks_stalled;
-        has_token(scope: &Key, token: &Key) -> bool,
-            count token_check, answer held while token_checks_stalled;
-        begin_record(key: &Key, owner: &Owner, fingerprint: &Fingerprint, lease: Duration)
-            -> Begin, count record_begin, answer held while record_begins_stalled;
-        complete_record(key: &Key, owner: &Owner, response: Bytes, retention: Duration)
-            -> bool, waiting while endings_stalled;
-        renew_record(key: &Key, owner: &Owner, lease: Duration) -> bool,
-            failing while renewals_fail;
-        abandon_record(key: &Key, owner: &Owner) -> bool, waiting while endings_stalled;
-    }
-}
-
-impl<S: FairStore> FairStore for Counting<S> {
-    forward! {
-        acquire_in_turn(
-            key: &Key, owner: &Owner, ttl: Duration, fencing: Fencing, place: Option<Duration>
-        ) -> Turn, count acquire, then queued if (Ok(Turn::Queued { .. }));
-        wait_for_turn(key: &Key, owner: &Owner, within: Duration) -> bool,
-            count turn_waits, then turns if (Ok(true));
-        leave_queue(key: &Key, owner: &Owner) -> ();
-    }
-}
+idem_core::store_operations!(forward);

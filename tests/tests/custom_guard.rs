@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use idem_axum::client::{ClientHeader, ClientRequest};
 use idem_axum::guard::GuardContext;
-use idem_axum::store::{Acquire, Fencing, Owner, Store};
+use idem_axum::store::{Acquire, Fencing, LockStore, Owner, Store};
 use idem_axum::{Idem, Rejection, RejectionKind, StoreFailure};
 use idem_tests::{Backend, Shop, all_at_once, body_text, send, shop_on, unreachable_redis_store};
 use tokio::task::JoinHandle;

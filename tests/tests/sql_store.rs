@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use idem_core::lock::{Lease, LockError};
 use idem_core::store::{Fencing, Turn};
-use idem_core::{Acquire, Begin, FairStore, Fingerprint, Key, Lock, Owner, Store, StoreError};
+use idem_core::{
+    Acquire, Begin, FairStore, Fingerprint, Key, Lock, LockStore, Owner, RecordStore, Store,
+    StoreError, TokenStore,
+};
 use idem_sqlx::{CommitError, PostgresStore, SqlBackend, SqlStore, SqlStoreBuilder};
 use idem_tests::{
     Backend, PostgresBackend, SqlDatabase, Statements, all_at_once, eventually, hold_fenced,

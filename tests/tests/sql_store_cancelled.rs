@@ -12,7 +12,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use idem_core::store::Fencing;
-use idem_core::{Acquire, FairStore, Key, Owner, Store, StoreError};
+use idem_core::{Acquire, FairStore, Key, LockStore, Owner, StoreError};
 use idem_sqlx::PostgresStore;
 use idem_tests::{Forwarder, PostgresServer, eventually, postgres_url};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -7,10 +7,7 @@ use axum::http::Method;
 use axum::middleware;
 use axum::routing::{get, post, put};
 use idem_axum::idempotency::RecordScope;
-use idem_axum::{
-    Idem, IdempotencyLayer, VerifyFormTokenLayer,
-    store::{AnyStore, Store},
-};
+use idem_axum::{Idem, IdemStore, IdempotencyLayer, VerifyFormTokenLayer, store::Store};
 use sqlx::SqlitePool;
 use tower_sessions::ExpiredDeletion;
 
@@ -124,7 +121,7 @@ impl Shop {
     }
 
     /// The store the guards and the flash sale's locks use.
-    pub(crate) fn store(&self) -> &AnyStore {
+    pub(crate) fn store(&self) -> &IdemStore {
         self.idem.store()
     }
 

@@ -10,17 +10,19 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
-use idem_core::Fingerprint;
+use idem_core::{Fingerprint, Key, Store};
 
 use super::window::{fingerprint_payload, in_window, key_for};
 use super::{Release, RepeatBy, Settings};
 use crate::client::{ClientId, ClientRequest};
 use crate::guard::GuardContext;
+use crate::idem::OnStore;
 use crate::rejection::Rejection;
 
 /// One annotated handler's settings, a `const` in the expansion.
@@ -211,10 +213,52 @@ where
         Err(response) => return *response,
     };
     let key = key_for(&guard, spec.handler, &client, payload.as_ref());
-    let start = || async move { Ok::<_, Infallible>(handler.await.into_response()) };
-    match in_window(&guard, &spec.settings, spec.handler, &client, key, start).await {
-        Ok(response) => response,
-        Err(never) => match never {},
+    let store = guard.store().clone();
+    let window = Window {
+        guard,
+        client,
+        key,
+        spec,
+        handler,
+    };
+    store.typed(window).await
+}
+
+/// An annotated handler, to be run in its window on the runtime's store once it is
+/// typed.
+struct Window<F> {
+    guard: GuardContext,
+    client: ClientId,
+    key: Key,
+    spec: &'static Spec,
+    handler: F,
+}
+
+impl<F, R> OnStore for Window<F>
+where
+    F: Future<Output = R> + Send + 'static,
+    R: IntoResponse,
+{
+    /// Boxed, each store's with a size of its own: the handler's future, which holds it,
+    /// is boxed by axum per request.
+    type Output = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+    fn on<St: Store + Clone>(self, store: St) -> Self::Output {
+        let Self {
+            guard,
+            client,
+            key,
+            spec,
+            handler,
+        } = self;
+        Box::pin(async move {
+            let start = || async move { Ok::<_, Infallible>(handler.await.into_response()) };
+            let settings = &spec.settings;
+            match in_window(store, &guard, settings, spec.handler, &client, key, start).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        })
     }
 }
 

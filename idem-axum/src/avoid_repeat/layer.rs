@@ -1,19 +1,20 @@
 //! [`AvoidRepeatLayer`]: the anti-repeat window for a route, as a tower layer.
 
 use std::borrow::Cow;
-use std::future::{Future, ready};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
-use futures_util::future::Either;
+use idem_core::Store;
 
 use super::window::{fingerprint_payload, in_window, key_for};
 use super::{Release, RepeatBy, Settings};
-use crate::client::ClientRequest;
-use crate::future::Inner;
+use crate::client::{ClientId, ClientRequest};
+use crate::future::{Inner, ResponseFuture};
 use crate::guard::GuardContext;
+use crate::idem::OnStore;
 
 /// Guards the routes of a router with the anti-repeat window; see the
 /// [module docs](mod@crate::avoid_repeat).
@@ -129,31 +130,75 @@ impl_guard_service!(AvoidRepeat, avoid_repeat, |settings, request| settings
 /// Answers one request to a guarded route.
 ///
 /// The client is told from the request's head before any future: a request refused there
-/// is answered at once. The guarded request's future, boxed per request, owns the request
-/// and the service once, and hands the request to the service in place
-/// (`tests::the_per_request_future_stays_small`).
+/// is answered at once. The guarded request's future, on the runtime's store typed and
+/// boxed per request, owns the request and the service once, and hands the request to
+/// the service in place (`tests::the_per_request_future_stays_small`).
 fn avoid_repeat<S: Inner>(
     settings: Arc<Settings>,
-    mut inner: S,
-    mut request: Request,
-) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+    inner: S,
+    request: Request,
+) -> ResponseFuture<S::Future> {
     let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
         Ok(opened) => opened,
-        Err(refusal) => return Either::Left(ready(Ok(refusal))),
+        Err(refusal) => return ResponseFuture::ready(Ok(refusal)),
     };
-    let handler_id = handler_id(&request);
-    Either::Right(async move {
-        let payload = match settings.by {
-            RepeatBy::Client => None,
-            RepeatBy::ClientAndBody => match fingerprint_payload(&mut request).await {
-                Ok(fingerprint) => Some(fingerprint),
-                Err(rejection) => return Ok(guard.refuse(rejection)),
-            },
-        };
-        let key = key_for(&guard, &handler_id, &client, payload.as_ref());
-        let start = || inner.call(std::mem::take(&mut request));
-        in_window(&guard, &settings, &handler_id, &client, key, start).await
+    let store = guard.store().clone();
+    store.typed(Guarded {
+        handler_id: handler_id(&request),
+        settings,
+        guard,
+        client,
+        inner,
+        request,
     })
+}
+
+/// A guarded request, to be answered on the runtime's store once it is typed.
+struct Guarded<S> {
+    settings: Arc<Settings>,
+    guard: GuardContext,
+    client: ClientId,
+    handler_id: String,
+    inner: S,
+    request: Request,
+}
+
+impl<S: Inner> OnStore for Guarded<S> {
+    type Output = ResponseFuture<S::Future>;
+
+    fn on<St: Store + Clone>(self, store: St) -> Self::Output {
+        ResponseFuture::guarded(self.answer(store))
+    }
+}
+
+impl<S: Inner> Guarded<S> {
+    /// The answer: the payload fingerprinted if the key includes it, then the handler in
+    /// the window.
+    fn answer<St: Store + Clone>(
+        self,
+        store: St,
+    ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+        let Self {
+            settings,
+            guard,
+            client,
+            handler_id,
+            mut inner,
+            mut request,
+        } = self;
+        async move {
+            let payload = match settings.by {
+                RepeatBy::Client => None,
+                RepeatBy::ClientAndBody => match fingerprint_payload(&mut request).await {
+                    Ok(fingerprint) => Some(fingerprint),
+                    Err(rejection) => return Ok(guard.refuse(rejection)),
+                },
+            };
+            let key = key_for(&guard, &handler_id, &client, payload.as_ref());
+            let start = || inner.call(std::mem::take(&mut request));
+            in_window(store, &guard, &settings, &handler_id, &client, key, start).await
+        }
+    }
 }
 
 /// The handler identity of a route: its method and matched path (`POST /orders/{id}`),
@@ -176,18 +221,26 @@ mod tests {
 
     use super::*;
 
+    /// The future of a guarded request on `store`, as the layer boxes it.
+    fn guarded_future_size<St: Store + Clone>(store: St) -> usize {
+        let guarded = Guarded {
+            settings: AvoidRepeatLayer::new(Duration::from_secs(1)).settings,
+            guard: GuardContext::new(crate::Idem::new(idem_core::MemoryStore::new()), false),
+            client: ClientId::new("client"),
+            handler_id: "POST /orders".to_owned(),
+            inner: axum::Router::new(),
+            request: Request::new(Body::empty()),
+        };
+        std::mem::size_of_val(&guarded.answer(store))
+    }
+
     /// The layer's per-request future, boxed for every guarded request, is measured with
-    /// `size_of_val` in a debug build with a `Router` as the inner service: 816 bytes as
-    /// written (824 in release, under glibc's 1,032-byte per-thread cache); 1,328 (1,344
-    /// in release) when the block moved the request into the closure it handed on, so
-    /// that it held the request twice, and awaited the fail-open path's handler inline.
-    /// BENCHMARKS.md §7 has the instruction counts.
+    /// `size_of_val` in a debug build with a `Router` as the inner service, on the store
+    /// it is typed for: 816 bytes on `MemoryStore`, under glibc's 1,032-byte per-thread cache. A
+    /// `RedisStore` call's future is larger, and sizes only the requests on Redis.
     #[test]
     fn the_per_request_future_stays_small() {
-        let settings = AvoidRepeatLayer::new(Duration::from_secs(1)).settings;
-        let request = Request::new(Body::empty());
-        let future = avoid_repeat(settings, axum::Router::new(), request);
-        let size = std::mem::size_of_val(&future);
+        let size = guarded_future_size(idem_core::MemoryStore::new());
         assert!(size <= 850, "the per-request future grew to {size} bytes");
     }
 }

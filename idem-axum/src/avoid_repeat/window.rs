@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use idem_core::store::Fencing;
-use idem_core::{Acquire, AnyStore, Fingerprint, Key, Owner, Store};
+use idem_core::{Acquire, Fingerprint, Key, Owner, Store};
 
 use super::{Release, Settings};
 use crate::client::ClientId;
@@ -36,7 +36,8 @@ use crate::request_body::read_whole;
 /// An `async move` block rather than an `async fn`, which would keep its arguments twice
 /// (as arguments and as the block's captures) in a future boxed per request
 /// (`layer::tests::the_per_request_future_stays_small`).
-pub(crate) fn in_window<'a, F, E>(
+pub(crate) fn in_window<'a, St, F, E>(
+    store: St,
     guard: &'a GuardContext,
     settings: &'a Settings,
     handler_id: &'a str,
@@ -45,6 +46,7 @@ pub(crate) fn in_window<'a, F, E>(
     start: impl FnOnce() -> F + 'a,
 ) -> impl Future<Output = Result<Response, E>> + 'a
 where
+    St: Store + Clone,
     F: Future<Output = Result<Response, E>> + Send + 'static,
     E: Send + 'static,
 {
@@ -52,8 +54,7 @@ where
     async move {
         let owner = Owner::random();
         let started = Instant::now();
-        let acquired = guard
-            .store()
+        let acquired = store
             .acquire(&key, &owner, settings.timeout, Fencing::Off)
             .await;
         outcome::store_latency(Guard::AvoidRepeat, started.elapsed());
@@ -61,7 +62,7 @@ where
             Ok(Acquire::Acquired { .. }) => {
                 outcome::report(Guard::AvoidRepeat, Outcome::Accepted);
                 Permit {
-                    store: guard.store().clone(),
+                    store,
                     key,
                     owner,
                     armed: true,
@@ -90,9 +91,7 @@ where
             permit.settle(keep).await;
             result
         };
-        run_to_completion(Running::start(guard.idem()), work)
-            .await
-            .unwrap_or_else(|rejection| Ok(guard.refuse(rejection)))
+        run_to_completion(Running::start(guard.idem()), work).await
     }
     .instrument(span)
 }
@@ -139,14 +138,14 @@ pub(crate) async fn fingerprint_payload(request: &mut Request) -> Result<Fingerp
 
 /// A held key. Dropped while armed — the handler panicked, or the runtime dropped it while
 /// shutting down — it releases the key in the background, so the client can retry at once.
-struct Permit {
-    store: AnyStore,
+struct Permit<St: Store + Clone> {
+    store: St,
     key: Key,
     owner: Owner,
     armed: bool,
 }
 
-impl Permit {
+impl<St: Store + Clone> Permit<St> {
     /// Keeps the key for the rest of its window, or gives it back.
     async fn settle(mut self, keep: bool) {
         self.armed = false;
@@ -160,7 +159,7 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
+impl<St: Store + Clone> Drop for Permit<St> {
     fn drop(&mut self) {
         if !self.armed {
             return;

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::request::Parts;
-use idem_core::{Key, Store};
+use idem_core::{Key, TokenStore};
 
 use super::FormTokenConfig;
 use crate::client::{ClientId, ClientRequest};

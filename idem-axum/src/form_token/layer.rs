@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::HeaderValue;
-use idem_core::Store;
+use idem_core::TokenStore;
 use tracing::Instrument;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
@@ -16,7 +16,7 @@ use super::field::Form;
 use super::{FormToken, FormTokenConfig};
 use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
-use crate::future::Inner;
+use crate::future::{Inner, ResponseFuture};
 use crate::guard::GuardContext;
 use crate::idem::handlers::Running;
 use crate::idempotency;
@@ -220,7 +220,16 @@ define_guard_service!(
     VerifyFormTokenLayer => VerifyFormToken
 );
 
-impl_guard_service!(VerifyFormToken, verify_form_token);
+impl_guard_service!(VerifyFormToken, boxed_verify_form_token);
+
+/// [`verify_form_token`], boxed as a guarded request's future.
+fn boxed_verify_form_token<S: Inner>(
+    settings: Arc<Settings>,
+    inner: S,
+    request: Request,
+) -> ResponseFuture<S::Future> {
+    ResponseFuture::guarded(verify_form_token(settings, inner, request))
+}
 
 /// Answers one request to a guarded route.
 async fn verify_form_token<S: Inner>(
@@ -265,14 +274,10 @@ async fn verify<S: Inner>(
         inner,
     };
     let running = Running::start(guard.idem());
-    let answered = if submission.settings.replay || submission.settings.spend_in_transaction {
+    if submission.settings.replay || submission.settings.spend_in_transaction {
         run_to_completion(running, submission.answer_with_replay(request, token)).await
     } else {
         run_to_completion(running, submission.answer_without_replay(request, token)).await
-    };
-    match answered {
-        Ok(answered) => answered,
-        Err(rejection) => Ok(guard.refuse(rejection)),
     }
 }
 

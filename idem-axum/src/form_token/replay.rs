@@ -17,12 +17,13 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::Response;
-use idem_core::{AnyStore, Fingerprint, Key, Store, StoreError};
+use idem_core::{Fingerprint, Key, StoreError, TokenStore};
 use tokio::time::Instant;
 
 use super::extract::{scope_key, token_key};
 use super::layer::{Check, Spent, Submission, check, refused_token, rotate, with_rotated};
 use super::submission::FormSubmission;
+use crate::IdemStore;
 use crate::client::ClientRequest;
 use crate::future::Inner;
 use crate::guard::GuardContext;
@@ -162,7 +163,7 @@ async fn begin_or_wait(
 /// (stored again for the token's life, under the same client); or left to the handler, to
 /// spend once the layer stored the response if the handler did not.
 struct SubmittedToken {
-    store: AnyStore,
+    store: IdemStore,
     scope: Key,
     token: Key,
     ttl: Duration,

@@ -4,17 +4,17 @@ use std::fmt;
 use std::sync::Arc;
 
 use axum::response::Response;
-use idem_core::{AnyStore, MemoryStore, Store};
+use idem_core::{MemoryStore, Store};
 
 use super::handlers::{DEFAULT_DETACHED_LIMIT, Handlers};
-use super::{Idem, Inner, Responder};
+use super::{Idem, IdemStore, Inner, Responder};
 use crate::StoreFailure;
 use crate::client::{IdentifyClient, PeerIp};
 use crate::rejection::Rejection;
 
 /// Settings for an [`Idem`]; made by [`Idem::builder`].
 pub struct IdemBuilder {
-    store: Option<AnyStore>,
+    store: Option<IdemStore>,
     client_identity: Box<dyn IdentifyClient>,
     namespace: String,
     store_failure: StoreFailure,
@@ -56,7 +56,7 @@ impl IdemBuilder {
     /// let idem = idem_axum::Idem::builder().with_store(idem_axum::MemoryStore::new()).build();
     /// ```
     pub fn with_store<S: Store>(mut self, store: S) -> Self {
-        self.store = Some(AnyStore::new(store));
+        self.store = Some(IdemStore::new(store));
         self
     }
 
@@ -143,7 +143,7 @@ impl IdemBuilder {
             inner: Arc::new(Inner {
                 store: self
                     .store
-                    .unwrap_or_else(|| AnyStore::new(MemoryStore::new())),
+                    .unwrap_or_else(|| IdemStore::new(MemoryStore::new())),
                 client_identity: self.client_identity,
                 namespace: self.namespace,
                 store_failure: self.store_failure,

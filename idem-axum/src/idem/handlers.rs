@@ -8,8 +8,7 @@
 //! and a bound on how many may run detached refuses new guarded requests above it.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -145,11 +144,11 @@ impl fmt::Display for Drained {
     }
 }
 
-/// One guarded handler, counted as running from its start to its end.
+/// One guarded handler, counted as running from its start to its end, and as detached
+/// from the moment its request went away.
 pub(crate) struct Running {
     idem: Idem,
-    /// Set once the handler moved into a task of its own.
-    attachment: Option<Arc<Attachment>>,
+    detached: bool,
 }
 
 impl Running {
@@ -157,20 +156,17 @@ impl Running {
         idem.handlers().running.fetch_add(1, Ordering::AcqRel);
         Self {
             idem: idem.clone(),
-            attachment: None,
+            detached: false,
         }
     }
 
-    /// The handler moves into a task of its own: what its request holds while it waits
-    /// for it, and drops when it stops waiting.
-    pub(crate) fn in_task(&mut self) -> Waiting {
-        let attachment = Arc::new(Attachment {
-            state: AtomicU8::new(WAITED),
-        });
-        self.attachment = Some(Arc::clone(&attachment));
-        Waiting {
-            idem: self.idem.clone(),
-            attachment,
+    /// The handler's request went away: it runs on, detached, until it ends.
+    pub(crate) fn detach(&mut self) {
+        if !self.detached {
+            self.detached = true;
+            let handlers = self.idem.handlers();
+            handlers.detached.fetch_add(1, Ordering::Relaxed);
+            handlers.report_detached();
         }
     }
 }
@@ -178,9 +174,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         let handlers = self.idem.handlers();
-        if let Some(attachment) = &self.attachment
-            && attachment.state.swap(ENDED, Ordering::AcqRel) == DETACHED
-        {
+        if self.detached {
             handlers.detached.fetch_sub(1, Ordering::Relaxed);
             handlers.report_detached();
         }
@@ -190,36 +184,3 @@ impl Drop for Running {
         }
     }
 }
-
-/// A request waiting for its handler's task. Dropped before the handler ended (the
-/// client went away), the handler runs detached from then on.
-pub(crate) struct Waiting {
-    idem: Idem,
-    attachment: Arc<Attachment>,
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        let gone = self.attachment.state.compare_exchange(
-            WAITED,
-            DETACHED,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        if gone.is_ok() {
-            let handlers = self.idem.handlers();
-            handlers.detached.fetch_add(1, Ordering::Relaxed);
-            handlers.report_detached();
-        }
-    }
-}
-
-/// Whether a handler in a task of its own still has its request waiting for it: shared
-/// by the task and the request, so that whichever goes first settles the count once.
-struct Attachment {
-    state: AtomicU8,
-}
-
-const WAITED: u8 = 0;
-const DETACHED: u8 = 1;
-const ENDED: u8 = 2;

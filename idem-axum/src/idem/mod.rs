@@ -5,17 +5,20 @@
 mod builder;
 pub(crate) mod handlers;
 mod layer;
+mod store;
 
 use std::fmt;
 use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
-use idem_core::{AnyStore, Key, Store, StoreError};
+use idem_core::{Key, Store, StoreError};
 
 pub use self::builder::IdemBuilder;
 pub use self::handlers::Drained;
 use self::handlers::Handlers;
 pub use self::layer::{IdemLayer, IdemService};
+pub use self::store::IdemStore;
+pub(crate) use self::store::OnStore;
 use crate::StoreFailure;
 use crate::client::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 use crate::rejection::{Rejection, RejectionKind};
@@ -47,7 +50,7 @@ pub struct Idem {
 type Responder = dyn Fn(Rejection) -> Response + Send + Sync;
 
 struct Inner {
-    store: AnyStore,
+    store: IdemStore,
     client_identity: Box<dyn IdentifyClient>,
     namespace: String,
     store_failure: StoreFailure,
@@ -98,7 +101,7 @@ impl Idem {
     }
 
     /// The store.
-    pub fn store(&self) -> &AnyStore {
+    pub fn store(&self) -> &IdemStore {
         &self.inner.store
     }
 

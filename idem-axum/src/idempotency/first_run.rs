@@ -26,7 +26,7 @@ use futures_util::future::Either;
 use http::header::CONTENT_ENCODING;
 use http::response::Parts;
 use http::{HeaderMap, StatusCode};
-use idem_core::{AnyStore, Begin, Fingerprint, Key, Owner, Store, StoreError};
+use idem_core::{Begin, Fingerprint, Key, Owner, Store, StoreError};
 use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
@@ -36,6 +36,7 @@ use super::capture::{Captured, capture};
 use super::do_not_keep::DoNotKeep;
 use super::record::IdempotencyRecord;
 use super::stored_response;
+use crate::IdemStore;
 use crate::detached::run_to_completion;
 use crate::future::Inner;
 use crate::guard::GuardContext;
@@ -47,9 +48,9 @@ use crate::rejection::{Rejection, RejectionKind};
 const REMOVAL_WAIT: Duration = Duration::from_millis(50);
 
 /// What beginning a record came to.
-pub(crate) enum Began {
+pub(crate) enum Began<St: Store = IdemStore> {
     /// No record existed: this request holds one now, and runs first.
-    First(Record),
+    First(Record<St>),
     /// A request with this key completed: what it stored, to [replay](super::replay).
     Completed(Bytes),
     /// A request with this key still runs; its lease has this long left.
@@ -120,26 +121,28 @@ pub(crate) trait Spending: Send + Sync + 'static {
 /// abandoning it on a panic), and each copy inline would take that box past glibc's
 /// per-thread cache (BENCHMARKS.md, "The reshape"; `tests::the_boxed_work_stays_small`).
 #[derive(Clone)]
-pub(crate) struct Record(Arc<RecordState>);
+pub(crate) struct Record<St: Store = IdemStore>(Arc<RecordState<St>>);
 
 /// What a [`Record`] shares.
-pub(crate) struct RecordState {
+pub(crate) struct RecordState<St: Store> {
     guard: GuardContext,
+    /// The runtime's store, typed: its calls' futures are this store's own.
+    store: St,
     fingerprint: Fingerprint,
     settings: Arc<Settings>,
     handle: IdempotencyRecord,
     spending: Option<Box<dyn Spending>>,
 }
 
-impl std::ops::Deref for Record {
-    type Target = RecordState;
+impl<St: Store> std::ops::Deref for Record<St> {
+    type Target = RecordState<St>;
 
-    fn deref(&self) -> &RecordState {
+    fn deref(&self) -> &RecordState<St> {
         &self.0
     }
 }
 
-impl fmt::Debug for Record {
+impl<St: Store> fmt::Debug for Record<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Record")
             .field("handle", &self.handle)
@@ -148,7 +151,7 @@ impl fmt::Debug for Record {
 }
 
 impl Record {
-    /// Begins the record `key` for a request with `fingerprint`, or finds the one there.
+    /// [`begin_on`](Self::begin_on) the runtime's store, as it is.
     ///
     /// # Errors
     ///
@@ -159,13 +162,30 @@ impl Record {
         fingerprint: &Fingerprint,
         settings: &Arc<Settings>,
     ) -> Result<Began, StoreError> {
+        Self::begin_on(guard.store().clone(), guard, key, fingerprint, settings).await
+    }
+}
+
+impl<St: Store + Clone> Record<St> {
+    /// Begins the record `key` for a request with `fingerprint` on `store` (the runtime's,
+    /// typed), or finds the one there.
+    ///
+    /// # Errors
+    ///
+    /// The store's, when it cannot answer.
+    pub(crate) async fn begin_on(
+        store: St,
+        guard: &GuardContext,
+        key: &Key,
+        fingerprint: &Fingerprint,
+        settings: &Arc<Settings>,
+    ) -> Result<Began<St>, StoreError> {
         let owner = Owner::random();
-        let begun = guard
-            .store()
-            .begin_record(key, &owner, fingerprint, settings.lease);
+        let begun = store.begin_record(key, &owner, fingerprint, settings.lease);
         Ok(match begun.await? {
             Begin::Started => Began::First(Self(Arc::new(RecordState {
                 guard: guard.clone(),
+                store,
                 fingerprint: *fingerprint,
                 settings: Arc::clone(settings),
                 handle: IdempotencyRecord::new(key.clone(), owner, settings),
@@ -183,6 +203,7 @@ impl Record {
         let spending = Some(Box::new(spending) as Box<dyn Spending>);
         Self(Arc::new(RecordState {
             guard: self.guard.clone(),
+            store: self.store.clone(),
             fingerprint: self.fingerprint,
             settings: Arc::clone(&self.settings),
             handle: self.handle.clone(),
@@ -199,8 +220,8 @@ impl Record {
         self.handle.key()
     }
 
-    fn store(&self) -> &AnyStore {
-        self.guard.store()
+    fn store(&self) -> &St {
+        &self.store
     }
 
     fn owner(&self) -> &Owner {
@@ -451,15 +472,15 @@ impl Record {
 pin_project! {
     /// `work`, with its record's lease renewed every third of it while `work` waits. The
     /// renewal (a timer) is made, on the heap, only once `work` has to wait.
-    struct Renewing<W> {
+    struct Renewing<W, St: Store> {
         #[pin]
         work: W,
-        record: Record,
+        record: Record<St>,
         renewal: Option<Pin<Box<dyn Future<Output = Infallible> + Send>>>,
     }
 }
 
-impl<W: Future> Future for Renewing<W> {
+impl<W: Future, St: Store + Clone> Future for Renewing<W, St> {
     type Output = W::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<W::Output> {
@@ -481,12 +502,12 @@ impl<W: Future> Future for Renewing<W> {
 
 /// Removes the record when dropped while armed: when the handler panicked, unwinding the
 /// task that held it.
-struct Pending {
-    record: Record,
+struct Pending<St: Store + Clone> {
+    record: Record<St>,
     armed: bool,
 }
 
-impl Drop for Pending {
+impl<St: Store + Clone> Drop for Pending<St> {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -502,22 +523,18 @@ impl Drop for Pending {
     }
 }
 
-impl Record {
+impl<St: Store + Clone> Record<St> {
     /// Runs the request as the first attempt of this record's key and answers with its
     /// response, stored in the record — or the record abandoned, when the response is not
     /// to be kept, the service failed or the handler panicked.
     ///
-    /// The attempt is a task of its own: dropping this future (the client went away)
-    /// leaves it running to the end. A panic in the handler removes the record, then
-    /// resumes here.
-    ///
-    /// Its output is the refusal for an attempt the runtime cancelled while shutting down
-    /// (its record then ends with its lease), or the attempt's answer.
+    /// Dropping this future (the client went away) leaves the attempt running to its end,
+    /// in a task of its own. A panic in the handler removes the record, then resumes here.
     pub(crate) fn run<S: Inner>(
         self,
         inner: S,
         request: Request,
-    ) -> impl Future<Output = Result<Result<Response, S::Error>, Rejection>> + Send + 'static {
+    ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
         run_to_completion(Running::start(self.guard.idem()), self.work(inner, request))
     }
 
@@ -694,7 +711,8 @@ mod tests {
         let guard = GuardContext::new(crate::Idem::new(MemoryStore::new()), false);
         let settings = IdempotencyLayer::new().settings;
         let (key, fingerprint) = (Key::hashed(["k"]), Fingerprint::of(["f"]));
-        let began = Record::begin(&guard, &key, &fingerprint, &settings).await;
+        let began =
+            Record::begin_on(MemoryStore::new(), &guard, &key, &fingerprint, &settings).await;
         let Ok(Began::First(record)) = began else {
             panic!("a new key begins a record");
         };

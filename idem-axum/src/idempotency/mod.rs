@@ -145,7 +145,7 @@
 //! # Robustness
 //!
 //! - **Atomic start**: the in-progress record is created with the fingerprint in one
-//!   store operation ([`Store::begin_record`](crate::store::Store::begin_record)); of any number
+//!   store operation ([`Store::begin_record`](crate::store::RecordStore::begin_record)); of any number
 //!   of concurrent requests with one key exactly one runs the handler.
 //! - **Disconnects**: the handler runs in a task of its own. A client that goes away does
 //!   not cancel it: it finishes, and its response is stored for the retry. Such a

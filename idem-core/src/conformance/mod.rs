@@ -75,6 +75,31 @@ pub trait Backend: Sized + Send + Sync + 'static {
     }
 }
 
+/// Declares the cases of a suite — each a doc comment and `pub async fn name() { … }`,
+/// made generic as `($generics)` says — and the hidden exported macro `$list!`, which
+/// hands their names to a callback: [`store_conformance!`](crate::store_conformance) makes
+/// a test of each name it gets from there, so a case written in the suite cannot be left
+/// out of it. `$d` is a `$`, for the macro it declares.
+macro_rules! suite {
+    ($d:tt $list:ident, $generics:tt; $($(#[$attr:meta])* pub async fn $name:ident() $body:block)*) => {
+        $($crate::conformance::suite!(@case $generics $(#[$attr])* $name $body);)*
+
+        /// Calls `callback!(args… case, case, …)` with every case of the suite.
+        #[doc(hidden)]
+        #[macro_export]
+        macro_rules! $list {
+            ($d callback:path, $d($d args:tt)*) => {
+                $d callback!($d($d args)* $($name),*);
+            };
+        }
+    };
+    (@case ($($generic:tt)*) $(#[$attr:meta])* $name:ident $body:block) => {
+        $(#[$attr])*
+        pub async fn $name<$($generic)*>() $body
+    };
+}
+pub(crate) use suite;
+
 /// Generates a `#[tokio::test]` for each case of the conformance suite, run on the
 /// [`Backend`](crate::conformance::Backend) given, in the module where it is invoked.
 ///
@@ -86,31 +111,7 @@ pub trait Backend: Sized + Send + Sync + 'static {
 #[macro_export]
 macro_rules! store_conformance {
     ($backend:ty) => {
-        $crate::store_conformance!(
-            $backend:
-            one_winner_among_1000_concurrent_acquires,
-            one_success_among_1000_concurrent_consumes,
-            one_start_among_1000_concurrent_begins,
-            a_non_owner_cannot_release_or_renew,
-            the_owner_releases_and_renews,
-            the_same_owner_reenters_without_changing_the_hold,
-            expiry_frees_a_lock,
-            fencing_tokens_grow_across_release_and_expiry,
-            a_release_wakes_a_waiter,
-            a_release_nobody_waits_for_leaves_no_wake_up,
-            two_releases_wake_two_registered_waiters,
-            registering_to_wait_acquires_like_acquire,
-            a_token_is_consumed_once_and_expires,
-            looking_at_a_token_spends_nothing,
-            a_scope_keeps_its_newest_tokens_and_only_its_own,
-            a_record_replays_what_was_completed,
-            a_stale_owner_cannot_complete_a_newer_record,
-            a_different_fingerprint_is_a_mismatch,
-            an_abandoned_record_starts_afresh,
-            a_running_record_is_kept_alive_by_renewal,
-            locks_tokens_and_records_do_not_collide,
-            huge_and_zero_ttls_are_kept_within_bounds,
-        );
+        $crate::__store_conformance_cases!($crate::store_conformance, $backend:);
     };
     ($backend:ty: $($case:ident),+ $(,)?) => {
         $crate::store_conformance!(@tests cases, $backend: $($case),+);
@@ -137,16 +138,7 @@ macro_rules! store_conformance {
 #[macro_export]
 macro_rules! fair_store_conformance {
     ($backend:ty) => {
-        $crate::fair_store_conformance!(
-            $backend:
-            a_fair_lock_is_granted_in_arrival_order,
-            a_newcomer_never_takes_the_lock_past_a_waiter,
-            a_lapsed_place_is_skipped,
-            a_release_wakes_the_head_of_the_queue_only,
-            leaving_the_queue_passes_the_turn_on,
-            a_fair_lock_keeps_fencing_reentry_and_ownership,
-            one_winner_among_200_concurrent_fair_attempts,
-        );
+        $crate::__fair_store_conformance_cases!($crate::fair_store_conformance, $backend:);
     };
     ($backend:ty: $($case:ident),+ $(,)?) => {
         $crate::store_conformance!(@tests fair, $backend: $($case),+);

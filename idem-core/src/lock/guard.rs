@@ -12,7 +12,7 @@ use super::error::LockLost;
 use super::fencing::{Fenced, FencingMode, Unfenced};
 use super::watchdog::Status;
 use crate::key::{Key, Owner};
-use crate::store::{FencingToken, Store, StoreError};
+use crate::store::{FencingToken, LockStore, StoreError};
 
 /// A held [`Lock`](crate::Lock). Made by [`Lock::try_acquire`](crate::Lock::try_acquire)
 /// and [`Lock::acquire_within`](crate::Lock::acquire_within).
@@ -29,7 +29,7 @@ use crate::store::{FencingToken, Store, StoreError};
 /// runtime. Dropped where no runtime runs, the lock is left to its lease.
 #[derive(Debug)]
 #[must_use = "the lock is released when the guard is dropped"]
-pub struct LockGuard<S: Store, F: FencingMode = Unfenced> {
+pub struct LockGuard<S: LockStore, F: FencingMode = Unfenced> {
     key: Key,
     token: F::Token,
     reentered: bool,
@@ -58,7 +58,7 @@ struct Hold<S> {
     watchdog: Option<JoinHandle<()>>,
 }
 
-impl<S: Store> Hold<S> {
+impl<S: LockStore> Hold<S> {
     /// Stops the watchdog; once this returns, it sends no more renewals.
     async fn stop_watchdog(&mut self) {
         if let Some(watchdog) = self.watchdog.take() {
@@ -77,7 +77,7 @@ impl<S: Store> Hold<S> {
     }
 }
 
-impl<S: Store, F: FencingMode> LockGuard<S, F> {
+impl<S: LockStore, F: FencingMode> LockGuard<S, F> {
     /// A guard; `watched` is a watchdog lease's status channel and task, `None` for a
     /// fixed lease valid until `valid_until`.
     pub(super) fn new(
@@ -192,7 +192,7 @@ impl<S: Store, F: FencingMode> LockGuard<S, F> {
     }
 }
 
-impl<S: Store> LockGuard<S, Fenced> {
+impl<S: LockStore> LockGuard<S, Fenced> {
     /// The fencing token of this hold: larger than that of every earlier hold of this
     /// lock, also across expiry. Hand it to the resource the lock protects, which refuses
     /// writes carrying a smaller token than one it has seen (see the
@@ -207,7 +207,7 @@ impl<S: Store> LockGuard<S, Fenced> {
     }
 }
 
-impl<S: Store, F: FencingMode> Drop for LockGuard<S, F> {
+impl<S: LockStore, F: FencingMode> Drop for LockGuard<S, F> {
     fn drop(&mut self) {
         let Some(hold) = self.hold.take() else {
             return;

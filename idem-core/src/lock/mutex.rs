@@ -17,7 +17,7 @@ use super::{
 #[cfg(doc)]
 use crate::FairLock;
 use crate::key::{Key, Owner};
-use crate::store::{Acquire, Store, StoreError};
+use crate::store::{Acquire, LockStore, StoreError};
 
 /// A named distributed lock, held by one [`Owner`]; [`Unfenced`] unless made
 /// [`fenced`](Lock::fenced).
@@ -61,8 +61,8 @@ use crate::store::{Acquire, Store, StoreError};
 ///
 /// [`acquire_within`](Lock::acquire_within) tries to acquire and, finding the lock held,
 /// registers as a waiter in the same atomic step
-/// ([`Store::acquire_or_register_waiter`]); then it sleeps in the store
-/// ([`Store::wait_for_release`]) until a release wakes it — one waiter per release — or
+/// ([`LockStore::acquire_or_register_waiter`]); then it sleeps in the store
+/// ([`LockStore::wait_for_release`]) until a release wakes it — one waiter per release — or
 /// the holder's lease runs out, and tries again. Since the registration and the look at
 /// the lock are one step, a release cannot slip between them unseen: it either left the
 /// lock free for that step, or came after it and wakes a waiter. A release signals only
@@ -75,7 +75,7 @@ use crate::store::{Acquire, Store, StoreError};
 ///
 /// [`try_acquire`](Lock::try_acquire) never registers.
 #[derive(Debug)]
-pub struct Lock<S: Store, F: FencingMode = Unfenced> {
+pub struct Lock<S: LockStore, F: FencingMode = Unfenced> {
     // The fair lock, in a module beside this one, takes its turns with the same store,
     // name and owner.
     pub(super) store: Arc<S>,
@@ -85,7 +85,7 @@ pub struct Lock<S: Store, F: FencingMode = Unfenced> {
     fencing: PhantomData<F>,
 }
 
-impl<S: Store> Lock<S> {
+impl<S: LockStore> Lock<S> {
     /// A lock named `key` in `store`, with a fresh random owner, without fencing tokens
     /// (see [`fenced`](Lock::fenced)).
     ///
@@ -128,7 +128,7 @@ impl<S: Store> Lock<S> {
     }
 }
 
-impl<S: Store, F: FencingMode> Lock<S, F> {
+impl<S: LockStore, F: FencingMode> Lock<S, F> {
     /// Acquires as `owner` instead of a random owner, so that acquiring again as the same
     /// owner — from a retry, another task, another process — re-enters the hold.
     ///

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use super::error::LockLost;
 use super::lease::valid_until;
 use crate::key::{Key, Owner};
-use crate::store::Store;
+use crate::store::LockStore;
 
 /// What a guard knows about its hold; the watchdog updates it, the guard reads it.
 #[derive(Debug, Clone)]
@@ -35,7 +35,7 @@ pub(super) struct Watchdog<S> {
     pub(super) status: watch::Sender<Status>,
 }
 
-impl<S: Store> Watchdog<S> {
+impl<S: LockStore> Watchdog<S> {
     pub(super) fn spawn(self, runtime: &Handle) -> JoinHandle<()> {
         runtime.spawn(self.renew_while_held())
     }

@@ -6,16 +6,12 @@
 //! extensions — holds an `AnyStore`, which boxes each operation's future (one small
 //! allocation per call) and forwards to the store inside.
 
+use super::{LockStore, RecordStore, Store, StoreError, TokenStore};
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-
-use super::{Acquire, Begin, Fencing, Store, StoreError};
-use crate::key::{Fingerprint, Key, Owner};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
@@ -24,7 +20,7 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Sen
 /// Clones share the store. `AnyStore` implements [`Store`] itself.
 ///
 /// ```
-/// use idem_core::{AnyStore, Key, MemoryStore, Store};
+/// use idem_core::{AnyStore, Key, MemoryStore, TokenStore};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
 /// let store = AnyStore::new(MemoryStore::new());
 /// let (client, token) = (Key::new("client-7").unwrap(), Key::new("t").unwrap());
@@ -35,9 +31,32 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Sen
 pub struct AnyStore(Arc<dyn ErasedStore>);
 
 impl AnyStore {
-    /// Erases `store`'s type.
+    /// Erases `store`'s type. An `AnyStore` given here is kept as it is, not erased twice.
+    ///
+    /// ```
+    /// use idem_core::{AnyStore, MemoryStore};
+    /// let store = AnyStore::new(AnyStore::new(MemoryStore::new()));
+    /// assert!(store.downcast_ref::<MemoryStore>().is_some());
+    /// ```
     pub fn new<S: Store>(store: S) -> Self {
-        Self(Arc::new(store))
+        let mut store = Some(store);
+        if let Some(erased) = (&mut store as &mut dyn Any).downcast_mut::<Option<AnyStore>>() {
+            return erased.take().expect("taken once");
+        }
+        Self(Arc::new(store.expect("not taken")))
+    }
+
+    /// The store inside, if it is an `S`: how code that calls some stores directly (the
+    /// guard runtime of idem-axum calls the built-in stores without boxing) finds them
+    /// behind an `AnyStore`.
+    ///
+    /// ```
+    /// use idem_core::{AnyStore, MemoryStore};
+    /// let store = AnyStore::new(MemoryStore::new());
+    /// assert!(store.downcast_ref::<MemoryStore>().is_some());
+    /// ```
+    pub fn downcast_ref<S: Store>(&self) -> Option<&S> {
+        self.0.as_any().downcast_ref()
     }
 }
 
@@ -47,15 +66,21 @@ impl fmt::Debug for AnyStore {
     }
 }
 
-/// Declares [`ErasedStore`] — [`Store`] with boxed futures, so it can be a trait object —
-/// implements it for every [`Store`], and [`Store`] for [`AnyStore`] by forwarding, from
-/// one list of the operations: `name(borrowed: &Type, …; owned: Type, …) -> Output;`. The
-/// borrowed arguments live as long as the boxed future.
+/// Declares [`ErasedStore`] — the store operations with boxed futures, so it can be a
+/// trait object — implements it for every [`Store`], and each capability for [`AnyStore`]
+/// by forwarding, from [`store_operations!`](crate::store_operations). The borrowed
+/// arguments live as long as the boxed future.
 macro_rules! erased_store {
-    ($($op:ident($($r:ident: &$rt:ty),*; $($v:ident: $vt:ty),*) -> $out:ty;)*) => {
+    (
+        capabilities { $($cap:ident {
+            $($op:ident($($r:ident: &$rt:ty),*; $($v:ident: $vt:ty),*) -> $out:ty;)*
+        })* }
+        fair { $($fair:tt)* }
+    ) => {
         trait ErasedStore: Send + Sync + 'static {
             fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
-            $(fn $op<'a>(&'a self, $($r: &'a $rt,)* $($v: $vt,)*) -> BoxFuture<'a, $out>;)*
+            fn as_any(&self) -> &dyn Any;
+            $($(fn $op<'a>(&'a self, $($r: &'a $rt,)* $($v: $vt,)*) -> BoxFuture<'a, $out>;)*)*
         }
 
         impl<S: Store> ErasedStore for S {
@@ -63,38 +88,27 @@ macro_rules! erased_store {
                 fmt::Debug::fmt(self, f)
             }
 
-            $(fn $op<'a>(&'a self, $($r: &'a $rt,)* $($v: $vt,)*) -> BoxFuture<'a, $out> {
-                Box::pin(Store::$op(self, $($r,)* $($v,)*))
-            })*
+            fn as_any(&self) -> &dyn Any {
+                self
+            }
+
+            $($(fn $op<'a>(&'a self, $($r: &'a $rt,)* $($v: $vt,)*) -> BoxFuture<'a, $out> {
+                Box::pin($cap::$op(self, $($r,)* $($v,)*))
+            })*)*
         }
 
-        impl Store for AnyStore {
-            $(async fn $op(&self, $($r: &$rt,)* $($v: $vt,)*) -> Result<$out, StoreError> {
-                self.0.$op($($r,)* $($v,)*).await
+        $(impl $cap for AnyStore {
+            $(fn $op(
+                &self,
+                $($r: &$rt,)*
+                $($v: $vt,)*
+            ) -> impl Future<Output = Result<$out, StoreError>> + Send {
+                // An `async` block, whose type may name every lifetime of the arguments;
+                // the boxed future's single one is their intersection, which it may not.
+                async move { self.0.$op($($r,)* $($v,)*).await }
             })*
-        }
+        })*
     };
 }
 
-erased_store! {
-    acquire(key: &Key, owner: &Owner; ttl: Duration, fencing: Fencing) -> Acquire;
-    release(key: &Key, owner: &Owner;) -> bool;
-    acquire_or_register_waiter(
-        key: &Key, owner: &Owner; ttl: Duration, fencing: Fencing, wait: Duration
-    ) -> Acquire;
-    release_and_signal(key: &Key, owner: &Owner;) -> bool;
-    wait_for_release(key: &Key; within: Duration) -> bool;
-    renew(key: &Key, owner: &Owner; ttl: Duration) -> bool;
-    remaining(key: &Key;) -> Option<Duration>;
-    put_token(scope: &Key, token: &Key; ttl: Duration, keep: usize) -> ();
-    consume_token(scope: &Key, token: &Key;) -> bool;
-    has_token(scope: &Key, token: &Key;) -> bool;
-    begin_record(
-        key: &Key, owner: &Owner, fingerprint: &Fingerprint; lease: Duration
-    ) -> Begin;
-    complete_record(
-        key: &Key, owner: &Owner; response: Bytes, retention: Duration
-    ) -> bool;
-    renew_record(key: &Key, owner: &Owner; lease: Duration) -> bool;
-    abandon_record(key: &Key, owner: &Owner;) -> bool;
-}
+crate::store_operations!(erased_store);

@@ -4,10 +4,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Acquire, Fencing, FencingToken, RELEASE_POLL_INTERVAL, Store, StoreError};
+use super::{Acquire, Fencing, FencingToken, LockStore, RELEASE_POLL_INTERVAL, StoreError};
 use crate::key::{Key, Owner};
 
-/// A [`Store`] that keeps, beside each lock, a queue of the owners waiting for it, and
+/// A [`Store`](crate::Store) that keeps, beside each lock, a queue of the owners waiting for it, and
 /// grants the lock in the order they queued: the operations of a
 /// [`FairLock`](crate::FairLock).
 ///
@@ -31,20 +31,20 @@ use crate::key::{Key, Owner};
 /// - [`acquire_in_turn`](FairStore::acquire_in_turn) grants a free lock only to the owner
 ///   at the head of the queue, or to anyone when the queue is empty: a newcomer never
 ///   takes the lock past a waiter.
-/// - [`release_and_signal`](Store::release_and_signal) of a lock whose queue has a live
+/// - [`release_and_signal`](LockStore::release_and_signal) of a lock whose queue has a live
 ///   head hands the turn to that head, and to it only: one release, one wake-up, to the
 ///   one waiter that can take the lock. A store whose
 ///   [`wait_for_turn`](FairStore::wait_for_turn) polls (the default) signals nothing.
 /// - Everyone who takes a lock name must take it through a [`FairLock`](crate::FairLock):
-///   a plain [`acquire`](Store::acquire) does not look at the queue.
-pub trait FairStore: Store {
+///   a plain [`acquire`](LockStore::acquire) does not look at the queue.
+pub trait FairStore: LockStore {
     /// One atomic step on `key` and its queue:
     ///
     /// 1. drops the lapsed places at the head of the queue;
     /// 2. if `owner` holds `key`: [`Turn::Reentered`], nothing else changes;
     /// 3. if `key` is free and the queue is empty or `owner` is its head: takes `key` for
     ///    `owner` for `ttl`, drawing a fencing token with [`Fencing::On`] as
-    ///    [`acquire`](Store::acquire) does, removes `owner`'s place and any turn left for
+    ///    [`acquire`](LockStore::acquire) does, removes `owner`'s place and any turn left for
     ///    it: [`Turn::Acquired`];
     /// 4. else, with `place` = `Some(lapse)`: queues `owner` at the back (or, if it has a
     ///    place, keeps it) and sets its place to lapse `lapse` from now;

@@ -1,17 +1,25 @@
-//! The [`Store`] trait: the atomic operations every guard in idem is built from, and the
-//! stores that implement it.
+//! The store capabilities: the atomic operations every guard in idem is built from, and
+//! the stores that implement them.
 //!
 //! Each operation is **one atomic step in the store**: one command or one Lua script in
 //! Redis, one critical section in memory. That is the whole point: a check-then-act in the
 //! caller ("is it taken? no → take it") lets two concurrent requests both pass the check.
 //!
-//! | capability | operations |
-//! |---|---|
-//! | anti-repeat window, locks | [`acquire`](Store::acquire), [`release`](Store::release), [`renew`](Store::renew), [`remaining`](Store::remaining) |
-//! | waiting for a lock ([`Lock`](crate::Lock)) | [`acquire_or_register_waiter`](Store::acquire_or_register_waiter), [`release_and_signal`](Store::release_and_signal), [`wait_for_release`](Store::wait_for_release) |
-//! | waiting in arrival order ([`FairLock`](crate::FairLock)), trait [`FairStore`] | [`acquire_in_turn`](FairStore::acquire_in_turn), [`wait_for_turn`](FairStore::wait_for_turn), [`leave_queue`](FairStore::leave_queue), and [`release_and_signal`](Store::release_and_signal) |
-//! | one-time form tokens | [`put_token`](Store::put_token), [`consume_token`](Store::consume_token), [`has_token`](Store::has_token) |
-//! | idempotency records | [`begin_record`](Store::begin_record), [`complete_record`](Store::complete_record), [`renew_record`](Store::renew_record), [`abandon_record`](Store::abandon_record) |
+//! A store has the capabilities below, each a trait; [`Store`] is their sum, which a guard
+//! runtime takes. Code that needs one capability asks only for it: a [`Lock`](crate::Lock)
+//! takes any [`LockStore`].
+//!
+//! | capability | trait | operations |
+//! |---|---|---|
+//! | anti-repeat windows, locks | [`LockStore`] | [`acquire`](LockStore::acquire), [`release`](LockStore::release), [`renew`](LockStore::renew), [`remaining`](LockStore::remaining) |
+//! | waiting for a lock ([`Lock`](crate::Lock)) | [`LockStore`] | [`acquire_or_register_waiter`](LockStore::acquire_or_register_waiter), [`release_and_signal`](LockStore::release_and_signal), [`wait_for_release`](LockStore::wait_for_release) |
+//! | one-time form tokens | [`TokenStore`] | [`put_token`](TokenStore::put_token), [`consume_token`](TokenStore::consume_token), [`has_token`](TokenStore::has_token) |
+//! | idempotency records | [`RecordStore`] | [`begin_record`](RecordStore::begin_record), [`complete_record`](RecordStore::complete_record), [`renew_record`](RecordStore::renew_record), [`abandon_record`](RecordStore::abandon_record) |
+//! | waiting in arrival order ([`FairLock`](crate::FairLock)), not part of [`Store`] | [`FairStore`] | [`acquire_in_turn`](FairStore::acquire_in_turn), [`wait_for_turn`](FairStore::wait_for_turn), [`leave_queue`](FairStore::leave_queue), and [`release_and_signal`](LockStore::release_and_signal) |
+//!
+//! Everything that forwards the operations — [`AnyStore`](crate::AnyStore), idem-axum's
+//! runtime store, test wrappers — is generated from one list of them,
+//! [`store_operations!`](crate::store_operations).
 //!
 //! Locks, tokens and records live in separate spaces: the same [`Key`] used for a lock and
 //! for a token names two different entries.
@@ -23,29 +31,38 @@
 // defined in these modules and public at the crate root only, so that every public item
 // has one path; this module's own public items are the ones a store author needs besides.
 pub(crate) mod any;
+mod bound;
 pub(crate) mod contract;
 pub(crate) mod error;
 pub(crate) mod fair;
+pub(crate) mod locks;
 pub(crate) mod memory;
+mod operations;
+pub(crate) mod records;
+pub(crate) mod tokens;
 
 use std::future::Future;
 use std::time::Duration;
 
-pub(crate) use self::contract::{Acquire, Begin, Store};
+pub use self::bound::{Bounded, bounded, sharing_one_timer};
+pub(crate) use self::contract::Store;
 pub use self::error::BoxError;
 pub(crate) use self::error::StoreError;
 pub(crate) use self::fair::FairStore;
 pub use self::fair::Turn;
+pub(crate) use self::locks::{Acquire, LockStore};
 pub use self::memory::MemoryStoreBuilder;
+pub(crate) use self::records::{Begin, RecordStore};
+pub(crate) use self::tokens::TokenStore;
 #[cfg(doc)]
 use crate::Key;
 
-/// How often the default [`Store::wait_for_release`] looks at the key it waits for.
+/// How often the default [`LockStore::wait_for_release`] looks at the key it waits for.
 pub const RELEASE_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Asks `ready` every [`RELEASE_POLL_INTERVAL`], and once more when `within` has passed:
 /// `true` as soon as it answers `true`, `false` if it never did. How a store that cannot
-/// signal waits, as the default [`Store::wait_for_release`] does.
+/// signal waits, as the default [`LockStore::wait_for_release`] does.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
@@ -83,7 +100,7 @@ where
     }
 }
 
-/// Whether [`Store::acquire`] draws a [`FencingToken`].
+/// Whether [`LockStore::acquire`] draws a [`FencingToken`].
 ///
 /// A [fenced lock](crate::lock#fencing-or-not) wants one; a plain lock and a per-client
 /// anti-repeat window do not, and skipping it saves a counter per key (and, in Redis,

@@ -56,7 +56,7 @@ use axum::{Json, Router};
 use idem_axum::client::ClientHeader;
 use idem_axum::idempotency::{IdempotencyRecord, RecordScope};
 use idem_axum::lock::{Lease, Lock, LockError, LockGuard};
-use idem_axum::store::{AnyStore, Key, Owner, Store};
+use idem_axum::store::{AnyStore, Key, LockStore, Owner};
 use idem_axum::{
     FormToken, Idem, IdempotencyLayer, RedisServer, RedisStore, VerifyFormTokenLayer, avoid_repeat,
 };

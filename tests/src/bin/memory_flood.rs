@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Key, MemoryStore, Owner, Store};
+use idem_core::{Acquire, Key, LockStore, MemoryStore, Owner};
 
 fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

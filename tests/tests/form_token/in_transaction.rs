@@ -3,6 +3,7 @@
 //! and on SQLite: the spent token, the order and the response a repeat replays commit
 //! together or not at all. Orders are counted in the database, not from status codes.
 
+use idem_axum::store::TokenStore;
 use std::sync::Arc;
 use std::time::Duration;
 

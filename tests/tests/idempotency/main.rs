@@ -14,6 +14,7 @@ mod runs_once;
 mod sizes;
 mod store_outages;
 
+use idem_axum::store::RecordStore;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};

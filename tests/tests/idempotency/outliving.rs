@@ -3,6 +3,7 @@
 //! fails after the handler ran, the handler's own opt-out, a 413 from inside the layer,
 //! the bound on detached handlers and the drain.
 
+use idem_axum::store::RecordStore;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use idem_core::lock::{Fenced, Lease, LockError, LockLost, Unfenced};
-use idem_core::{Lock, Store};
+use idem_core::{Lock, LockStore};
 
 use crate::{LONG, LockBackend, Mode, delete_behind_its_back, key};
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use idem_core::lock::{Fenced, FencingMode, Unfenced};
-use idem_core::{Key, Lock, Owner, Store};
+use idem_core::{Key, Lock, LockStore, Owner, Store};
 use idem_tests::{AnyMemoryBackend, Backend, ClusterBackend, MemoryBackend, RedisBackend};
 
 const LONG: Duration = Duration::from_secs(60);

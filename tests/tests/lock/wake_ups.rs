@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use idem_core::lock::{FencingMode, Lease};
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Key, Lock, Owner, Store};
+use idem_core::{Acquire, Key, Lock, LockStore, Owner, Store};
 use idem_tests::{Counting, eventually, hold_fenced, percentile};
 
 use crate::{LONG, LockBackend, blocked_clients, command_calls, key, redis_connection};

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Key, Owner, Store};
+use idem_core::{Acquire, Key, LockStore, Owner, TokenStore};
 use idem_redis::RedisStore;
 use idem_tests::RedisServer;
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use idem_core::lock::Lease;
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Lock, Owner, Store};
+use idem_core::{Acquire, Lock, LockStore, Owner};
 use idem_redis::RedisStore;
 use idem_tests::{RedisCluster, RedisServer, eventually, lazy_store};
 

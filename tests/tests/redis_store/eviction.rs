@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_core::{Acquire, Key, Store, StoreError};
+use idem_core::{Acquire, Key, StoreError, TokenStore};
 use idem_redis::{EvictionCheck, RedisSetupError, RedisStore, RedisStoreBuilder};
 use idem_tests::{RedisCluster, RedisServer, eventually, lazy_store};
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Owner, Store};
+use idem_core::{Acquire, LockStore, Owner};
 use idem_redis::{RedisStore, RedisStoreBuilder, ReplicasBehind};
 use idem_tests::{Forwarder, RedisSentinels, RedisServer, eventually, lazy_store};
 use redis::RedisError;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Fingerprint, Owner, Store};
+use idem_core::{Acquire, Fingerprint, LockStore, Owner, RecordStore, TokenStore};
 use idem_redis::{RedisSetupError, RedisStore};
 use idem_tests::{RedisCluster, RedisServer};
 

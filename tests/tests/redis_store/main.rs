@@ -16,7 +16,7 @@ mod tls;
 use std::time::Duration;
 
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Key, Owner, Store, StoreError};
+use idem_core::{Acquire, Key, LockStore, Owner, StoreError};
 // `RedisServer` is the harness's server process; idem-redis' names where a store finds it.
 use idem_redis::RedisServer as Server;
 use idem_redis::RedisStore;

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Fingerprint, Owner, Store, StoreError};
+use idem_core::{Acquire, Fingerprint, LockStore, Owner, RecordStore, StoreError, TokenStore};
 use idem_redis::RedisStore;
 use idem_tests::{RedisServer, hold_fenced, unreachable_redis_store};
 use redis::RedisError;

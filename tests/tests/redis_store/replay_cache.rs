@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use idem_core::{Begin, Fingerprint, Key, Owner, Store};
+use idem_core::{Begin, Fingerprint, Key, Owner, RecordStore};
 use idem_redis::RedisStore;
 use idem_tests::{RedisServer, eventually};
 

@@ -1,8 +1,8 @@
 //! Redis over TLS (`rediss://`, feature `tls`).
 
+use idem_core::LockStore;
 use std::time::Duration;
 
-use idem_core::Store;
 use idem_core::store::Fencing;
 use idem_redis::RedisStore;
 use idem_tests::{RedisServer, hold_fenced, unused_port};

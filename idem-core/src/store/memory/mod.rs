@@ -18,7 +18,8 @@ use self::packed::{Moment, Packed};
 use self::reaper::Reaper;
 use self::shard::{Entries, Full, Shard};
 use super::{
-    Acquire, Begin, FairStore, Fencing, FencingToken, Store, StoreError, Turn, ttl_millis,
+    Acquire, Begin, FairStore, Fencing, FencingToken, LockStore, RecordStore, StoreError,
+    TokenStore, Turn, ttl_millis,
 };
 use crate::key::{Fingerprint, Key, Owner};
 
@@ -30,7 +31,7 @@ const SHARDS: usize = 64;
 /// store never keeps a request waiting long.
 const RECLAIM_CHUNK: usize = 256;
 
-/// An in-process [`Store`]: the default when an application runs as one instance.
+/// An in-process [`Store`](crate::Store): the default when an application runs as one instance.
 ///
 /// Every operation is one critical section under a shard's mutex; no lock is held across
 /// an `.await`.
@@ -47,7 +48,7 @@ const RECLAIM_CHUNK: usize = 256;
 ///   a duplicate through.
 /// - **One-time tokens**: at most
 ///   [`token_capacity`](MemoryStoreBuilder::with_token_capacity) (default 250,000), and
-///   each scope only its newest few (the `keep` of [`Store::put_token`]). When the budget
+///   each scope only its newest few (the `keep` of [`TokenStore::put_token`]). When the budget
 ///   is full the oldest tokens are evicted — within each of the store's 64 shards, which
 ///   a client's tokens share — so a flood of form pages, by one client or by many
 ///   throwaway ones, costs other clients at most a form reload and never a guarded
@@ -58,7 +59,7 @@ const RECLAIM_CHUNK: usize = 256;
 /// capacity is given back once most entries are gone. The thread stops when the last
 /// clone of the store is dropped.
 ///
-/// Waiting ([`wait_for_release`](Store::wait_for_release)) registers the waiter under the
+/// Waiting ([`wait_for_release`](LockStore::wait_for_release)) registers the waiter under the
 /// shard's mutex, atomically with seeing the key held, and parks on a per-key
 /// [`tokio::sync::Notify`] that exists only while someone waits; a release wakes one
 /// waiter (`notify_one`), and a release nobody waits for finds no `Notify` and signals
@@ -75,7 +76,7 @@ const RECLAIM_CHUNK: usize = 256;
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_core::{Acquire, Key, MemoryStore, Owner, Store};
+/// use idem_core::{Acquire, Key, LockStore, MemoryStore, Owner};
 /// use idem_core::store::Fencing;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
@@ -307,7 +308,7 @@ fn kept(ttl: Duration) -> Duration {
     Duration::from_millis(ttl_millis(ttl))
 }
 
-impl Store for MemoryStore {
+impl LockStore for MemoryStore {
     async fn acquire(
         &self,
         key: &Key,
@@ -367,7 +368,9 @@ impl Store for MemoryStore {
         let key = &Packed::from(key);
         Ok(self.with_shard(key, |shard, now, _| shard.remaining(key, now)))
     }
+}
 
+impl TokenStore for MemoryStore {
     async fn put_token(
         &self,
         scope: &Key,
@@ -394,7 +397,9 @@ impl Store for MemoryStore {
         let (scope, token) = (&Packed::from(scope), &Packed::from(token));
         Ok(self.with_shard(scope, |shard, now, _| shard.has_token(scope, token, now)))
     }
+}
 
+impl RecordStore for MemoryStore {
     async fn begin_record(
         &self,
         key: &Key,
