@@ -16,7 +16,6 @@ use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
 use tracing::Instrument;
-use tracing::instrument::Instrumented;
 
 use crate::idem::handlers::Running;
 
@@ -41,7 +40,7 @@ where
     F::Output: Send + 'static,
 {
     RunToCompletion {
-        work: Some(Box::pin(work.in_current_span())),
+        work: Some(Box::pin(work)),
         running: Some(running),
         polling: false,
     }
@@ -53,7 +52,7 @@ where
     F::Output: Send + 'static,
 {
     /// `None` once it ended.
-    work: Option<Pin<Box<Instrumented<F>>>>,
+    work: Option<Pin<Box<F>>>,
     running: Option<Running>,
     /// Set while `work` is polled: dropped then, it is unwinding from a panic in `work`,
     /// which must not be polled again.
@@ -98,10 +97,12 @@ where
             return;
         };
         running.detach();
-        runtime.spawn(async move {
+        // In the request's span, which a task of its own does not enter by itself.
+        let work = async move {
             work.await;
             drop(running);
-        });
+        };
+        runtime.spawn(work.in_current_span());
     }
 }
 

@@ -37,13 +37,20 @@ pin_project! {
 }
 
 impl<F: Future> ResponseFuture<F> {
-    /// The answer of a guarded request, whose store calls share one timer
-    /// ([`sharing_one_timer`]).
-    pub(crate) fn guarded(future: impl Future<Output = F::Output> + Send + 'static) -> Self {
+    /// The answer of a guarded request. When its store calls may wait (`waits`), they
+    /// share one timer ([`sharing_one_timer`]); a `MemoryStore`'s never wait, and need
+    /// none.
+    pub(crate) fn guarded(
+        future: impl Future<Output = F::Output> + Send + 'static,
+        waits: bool,
+    ) -> Self {
+        let future: Boxed<F::Output> = if waits {
+            Box::pin(sharing_one_timer(future))
+        } else {
+            Box::pin(future)
+        };
         Self {
-            kind: Kind::Guarded {
-                future: Box::pin(sharing_one_timer(future)),
-            },
+            kind: Kind::Guarded { future },
         }
     }
 

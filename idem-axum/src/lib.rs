@@ -51,7 +51,7 @@
 //! what each refusal means, and what to set before production.
 //!
 //! The root holds what an application writes; the rest is grouped by module: [`store`]
-//! (the `Store` trait and its operations, for code that calls a store itself), [`lock`],
+//! (the store capabilities and their operations, for code that calls a store itself), [`lock`],
 //! [`client`] (who the client is), [`guard`] (for a guard of your own), and the modules of
 //! each guard with its service and settings.
 

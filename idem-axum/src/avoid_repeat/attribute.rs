@@ -16,6 +16,7 @@ use std::time::Duration;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
+use idem_core::store::sharing_one_timer;
 use idem_core::{Fingerprint, Key, Store};
 
 use super::window::{fingerprint_payload, in_window, key_for};
@@ -243,7 +244,7 @@ where
     /// is boxed by axum per request.
     type Output = Pin<Box<dyn Future<Output = Response> + Send>>;
 
-    fn on<St: Store + Clone>(self, store: St) -> Self::Output {
+    fn on<St: Store + Clone>(self, store: St, waits: bool) -> Self::Output {
         let Self {
             guard,
             client,
@@ -251,14 +252,19 @@ where
             spec,
             handler,
         } = self;
-        Box::pin(async move {
+        let window = async move {
             let start = || async move { Ok::<_, Infallible>(handler.await.into_response()) };
             let settings = &spec.settings;
             match in_window(store, &guard, settings, spec.handler, &client, key, start).await {
                 Ok(response) => response,
                 Err(never) => match never {},
             }
-        })
+        };
+        if waits {
+            Box::pin(sharing_one_timer(window))
+        } else {
+            Box::pin(window)
+        }
     }
 }
 

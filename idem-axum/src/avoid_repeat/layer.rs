@@ -166,8 +166,8 @@ struct Guarded<S> {
 impl<S: Inner> OnStore for Guarded<S> {
     type Output = ResponseFuture<S::Future>;
 
-    fn on<St: Store + Clone>(self, store: St) -> Self::Output {
-        ResponseFuture::guarded(self.answer(store))
+    fn on<St: Store + Clone>(self, store: St, waits: bool) -> Self::Output {
+        ResponseFuture::guarded(self.answer(store), waits)
     }
 }
 

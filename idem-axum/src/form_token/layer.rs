@@ -228,7 +228,7 @@ fn boxed_verify_form_token<S: Inner>(
     inner: S,
     request: Request,
 ) -> ResponseFuture<S::Future> {
-    ResponseFuture::guarded(verify_form_token(settings, inner, request))
+    ResponseFuture::guarded(verify_form_token(settings, inner, request), true)
 }
 
 /// Answers one request to a guarded route.

@@ -74,8 +74,9 @@ pub(crate) trait OnStore {
     /// What it comes to.
     type Output;
 
-    /// Does it on `store`.
-    fn on<St: Store + Clone>(self, store: St) -> Self::Output;
+    /// Does it on `store`; `waits` says whether its calls may wait (all but a
+    /// `MemoryStore`'s), and so need a timer ([`sharing_one_timer`](idem_core::store::sharing_one_timer)).
+    fn on<St: Store + Clone>(self, store: St, waits: bool) -> Self::Output;
 }
 
 impl IdemStore {
@@ -84,10 +85,10 @@ impl IdemStore {
     /// every `MemoryStore` request's), and none is boxed.
     pub(crate) fn typed<W: OnStore>(&self, work: W) -> W::Output {
         match &self.0 {
-            Repr::Memory(store) => work.on(store.clone()),
+            Repr::Memory(store) => work.on(store.clone(), false),
             #[cfg(feature = "redis")]
-            Repr::Redis(store) => work.on(store.clone()),
-            Repr::Any(store) => work.on(store.clone()),
+            Repr::Redis(store) => work.on(store.clone(), true),
+            Repr::Any(store) => work.on(store.clone(), true),
         }
     }
 }

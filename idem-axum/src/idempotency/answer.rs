@@ -73,7 +73,7 @@ struct Guarded<S> {
 impl<S: Inner> OnStore for Guarded<S> {
     type Output = ResponseFuture<S::Future>;
 
-    fn on<St: Store + Clone>(self, store: St) -> Self::Output {
+    fn on<St: Store + Clone>(self, store: St, waits: bool) -> Self::Output {
         let Self {
             attempt,
             in_header,
@@ -85,6 +85,7 @@ impl<S: Inner> OnStore for Guarded<S> {
             attempt
                 .answer(store, in_header, parts, unread)
                 .instrument(span),
+            waits,
         )
     }
 }
