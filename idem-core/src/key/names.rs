@@ -20,6 +20,16 @@ macro_rules! text_name {
             pub(crate) fn as_bytes(&self) -> &[u8] {
                 self.0.as_bytes()
             }
+
+            /// The 16 bytes whose hex digits the name ends with, when it was made from
+            /// them ([`Key::hashed`], [`Owner::random`]): a store that keeps names as
+            /// bytes takes them rather than reading the digits back.
+            pub(crate) fn hex_bytes(&self) -> Option<&[u8; 16]> {
+                match &self.0 {
+                    Text::Hex { bytes, .. } => Some(bytes),
+                    _ => None,
+                }
+            }
         }
 
         impl fmt::Debug for $name {
@@ -81,10 +91,9 @@ impl Key {
         P: AsRef<[u8]>,
     {
         let digest = digest_parts(parts);
-        let mut name = [0; 33];
-        name[0] = b'#';
-        write_hex(&mut name[1..], &digest[..16]);
-        Self(Text::inline(&name))
+        let mut bytes = [0; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        Self(Text::hex(b"#", bytes))
     }
 }
 
@@ -118,9 +127,7 @@ impl Owner {
     /// assert_ne!(idem_core::Owner::random(), idem_core::Owner::random());
     /// ```
     pub fn random() -> Self {
-        let mut buf = uuid::Uuid::encode_buffer();
-        let value = uuid::Uuid::new_v4().simple().encode_lower(&mut buf);
-        Self(Text::inline(value.as_bytes()))
+        Self(Text::hex(b"", uuid::Uuid::new_v4().into_bytes()))
     }
 
     /// An owner with a chosen value.
@@ -228,9 +235,21 @@ const INLINE: usize = 38;
 /// Equality, hashing and order are those of the bytes, whichever the representation.
 #[derive(Clone, Debug)]
 enum Text {
-    Inline { len: u8, bytes: [u8; INLINE] },
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE],
+    },
+    /// A prefix and the lowercase hex digits of `bytes`, kept with the bytes.
+    Hex {
+        len: u8,
+        text: [u8; HEX_TEXT],
+        bytes: [u8; 16],
+    },
     Shared(Arc<str>),
 }
+
+/// The longest [`Text::Hex`]: a one-byte prefix and 32 digits.
+const HEX_TEXT: usize = 33;
 
 impl Text {
     /// `value`, when it is not empty, at most `max` bytes long, and every character of it
@@ -264,9 +283,24 @@ impl Text {
         }
     }
 
+    /// `prefix` (at most one byte) and the hex digits of `bytes`.
+    fn hex(prefix: &[u8], bytes: [u8; 16]) -> Self {
+        debug_assert!(prefix.len() <= HEX_TEXT - 32 && prefix.is_ascii());
+        let mut text = [0; HEX_TEXT];
+        let start = prefix.len().min(HEX_TEXT - 32);
+        text[..start].copy_from_slice(&prefix[..start]);
+        write_hex(&mut text[start..start + 32], &bytes);
+        Self::Hex {
+            len: (start + 32) as u8,
+            text,
+            bytes,
+        }
+    }
+
     fn as_bytes(&self) -> &[u8] {
         match self {
             Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Hex { len, text, .. } => &text[..usize::from(*len)],
             Self::Shared(text) => text.as_bytes(),
         }
     }
@@ -275,7 +309,9 @@ impl Text {
         match self {
             // Only ASCII is ever put inline (checked by `Key::new`, `Owner::new`, or made
             // of hex digits), so this never falls back to "".
-            Self::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            Self::Inline { .. } | Self::Hex { .. } => {
+                std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+            }
             Self::Shared(text) => text,
         }
     }
@@ -366,7 +402,10 @@ mod tests {
         );
         assert!(short < shared, "ordered by bytes: `l` before `n`");
         let random = Owner::random();
+        assert!(matches!(random.0, Text::Hex { .. }));
         assert_eq!(Owner::new(random.as_str()).unwrap(), random);
-        assert_eq!(std::mem::size_of::<Key>(), 40);
+        assert!(matches!(Key::hashed(["k"]).0, Text::Hex { .. }));
+        // A hashed key keeps its 16 bytes beside its 33 characters.
+        assert_eq!(std::mem::size_of::<Key>(), 56);
     }
 }

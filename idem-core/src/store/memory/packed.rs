@@ -39,13 +39,21 @@ impl Packed {
 
 impl From<&Key> for Packed {
     fn from(key: &Key) -> Self {
-        Self::of(key.as_bytes(), || key.as_str().into())
+        match key.hex_bytes() {
+            // Made by `Key::hashed`: `#` and the digits of these bytes.
+            Some(bytes) => Self::Hashed(*bytes),
+            None => Self::of(key.as_bytes(), || key.as_str().into()),
+        }
     }
 }
 
 impl From<&Owner> for Packed {
     fn from(owner: &Owner) -> Self {
-        Self::of(owner.as_bytes(), || owner.as_str().into())
+        match owner.hex_bytes() {
+            // Made by `Owner::random`: the digits of these bytes.
+            Some(bytes) => Self::Hex(*bytes),
+            None => Self::of(owner.as_bytes(), || owner.as_str().into()),
+        }
     }
 }
 
@@ -125,6 +133,17 @@ mod tests {
             Packed::Text("lock:invoice-run".into())
         );
         assert_eq!(Packed::from(&random), Packed::from(&random.clone()));
+        // The bytes kept beside the digits pack as the digits would.
+        assert_eq!(
+            Packed::from(&as_owner),
+            Packed::of(digits.as_bytes(), || "".into())
+        );
+        let chosen = Owner::new(random.as_str()).unwrap();
+        assert_eq!(Packed::from(&chosen), Packed::from(&random));
+        assert_eq!(
+            Packed::from(&hashed),
+            Packed::of(hashed.as_bytes(), || "".into())
+        );
         assert_eq!(std::mem::size_of::<Packed>(), 24);
     }
 
