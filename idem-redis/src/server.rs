@@ -1,6 +1,7 @@
 //! What a [`RedisStore`](crate::RedisStore) learns of its server(s) on each new connection:
-//! the version, which picks how `acquire` takes a key and rules out servers too old for
-//! the rest, and the eviction policy, under which Redis may delete keys that still live.
+//! the version, which picks how `acquire` and `begin_record` take a key and rules out
+//! servers too old for the rest, and the eviction policy, under which Redis may delete keys
+//! that still live.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -49,8 +50,9 @@ pub(crate) struct Checks {
     pub(crate) script_acquire: bool,
 }
 
-/// How `acquire` without fencing takes a key: both return who held it, or nil when the key
-/// was free and is now taken.
+/// How `acquire` without fencing takes a key, and `begin_record` begins a record: both
+/// return the value found (who held the lock, the record there), or nil when the key was
+/// free and is now taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireCommand {
     /// `SET key owner NX PX ttl GET`: one command, Redis 7.0 or newer.
