@@ -46,7 +46,8 @@ pub enum EvictionCheck {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Checks {
     pub(crate) eviction: EvictionCheck,
-    /// Acquire with the script whatever the version, to test that path on a new server.
+    /// Acquire and begin records with the script whatever the version, to test that path
+    /// on a new server.
     pub(crate) script_acquire: bool,
 }
 
