@@ -23,8 +23,9 @@
 //!   `IDEM_BENCH_TASKS` tasks (default 50) sharing one `RedisStore`, with eight times as
 //!   many, and with one replica attached; and `redis-benchmark` on the same server, one
 //!   `SET … NX PX … GET`
-//!   and one `EVALSHA` of `begin_record.lua` per request on random keys, unpipelined and
-//!   16 deep, to bracket what batching changes. redis-server is pinned to CPU 1 and this
+//!   and one `EVALSHA` of `complete_record.lua` on a missing record (a script's least:
+//!   one `GET`) per request on random keys, unpipelined and 16 deep, to bracket what
+//!   batching changes. redis-server is pinned to CPU 1 and this
 //!   process (and `redis-benchmark`, and the replica) to CPU 0 with `taskset`, where the
 //!   machine has two CPUs.
 //! - `postgres`: requests per second of each guard on `PostgresStore` with PostgreSQL's
@@ -676,15 +677,16 @@ fn redis_cpu_table(settings: BenchRounds, [alone, deeper, replica]: [&[CpuRuns];
 }
 
 /// `redis-benchmark` on the server: a plain `SET … NX PX … GET` and an `EVALSHA` of
-/// `begin_record.lua` on random keys, one request in flight per connection and 16.
+/// `complete_record.lua` on random keys, where no record is (its `GET` alone), one request
+/// in flight per connection and 16.
 fn redis_benchmark_bracket(settings: BenchRounds, server: &RedisServer, binary: &Path) {
-    let begin_record = server.query::<String>(&[
+    let complete_record = server.query::<String>(&[
         "SCRIPT",
         "LOAD",
-        include_str!("../../idem-redis/src/scripts/begin_record.lua"),
+        include_str!("../../idem-redis/src/scripts/complete_record.lua"),
     ]);
     let owner = "#0123456789abcdef0123456789abcdef";
-    let fingerprint = "f".repeat(32);
+    let response = "r".repeat(48);
     let commands: [(&str, Vec<&str>); 2] = [
         (
             "`SET key owner NX PX 2000 GET` (avoid_repeat, a lock)",
@@ -699,15 +701,15 @@ fn redis_benchmark_bracket(settings: BenchRounds, server: &RedisServer, binary: 
             ],
         ),
         (
-            "`EVALSHA` begin_record.lua (a first request's begin)",
+            "`EVALSHA` complete_record.lua on a missing record (a script's least)",
             vec![
                 "EVALSHA",
-                begin_record.as_str(),
+                complete_record.as_str(),
                 "1",
                 "idem:{__rand_int__}:record",
                 owner,
-                fingerprint.as_str(),
-                "10000",
+                response.as_str(),
+                "5000",
             ],
         ),
     ];

@@ -37,7 +37,7 @@
 //! | `POST /bare-redis/avoid_repeat_finish` | `avoid_repeat finish` | `SET … NX PX 2000 GET`, `EVALSHA release.lua` (`GET`, `DEL`) |
 //! | `GET /bare-redis/form` | `form token issue+verify`, the page | `EVALSHA put_token.lua` (`TIME`, `ZRANGEBYSCORE`, 2 × `ZADD`, 2 × `ZCARD`, 2 × `PTTL`, `PEXPIRE` when a set's TTL is shorter) |
 //! | `POST /bare-redis/order` | `form token issue+verify`, the post | `EVALSHA consume_token.lua` (`TIME`, `ZSCORE`, 2 × `ZREM`) |
-//! | `POST /bare-redis/idempotency` | `idempotency first request` | `EVALSHA begin_record.lua` (`HMGET`, `HSET`, `PEXPIRE`), `EVALSHA complete_record.lua` (`HMGET`, `HSET`, `HDEL`, `PEXPIRE`) |
+//! | `POST /bare-redis/idempotency` | `idempotency first request` | `SET record <in progress> NX PX 10000 GET`, `EVALSHA complete_record.lua` (`GET`, `SET`) |
 //! | `POST /bare-redis/lock` | `lock acquire+release` | `SET … NX PX 2000 GET`, `EVALSHA` fair prelude + `release_and_signal.lua` (`GET`, `DEL`, `EXISTS`) |
 //!
 //! `idempotency replay` has no route here: a replay is answered from the store's copy in
@@ -54,7 +54,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Script};
 use sha2::{Digest, Sha256};
 
 use crate::CLIENT;
@@ -80,8 +80,6 @@ static PUT_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(idem_redis_script!("put_token.lua")));
 static CONSUME_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(idem_redis_script!("consume_token.lua")));
-static BEGIN_RECORD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(idem_redis_script!("begin_record.lua")));
 static COMPLETE_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(idem_redis_script!("complete_record.lua")));
 
@@ -308,15 +306,19 @@ async fn idempotency_first_request(
     let record = format!("idem:{{{}/{key}}}:record", client(&headers)?);
     let owner = owner();
     let fingerprint: [u8; 32] = Sha256::digest(&body).into();
-    let begun: Vec<Value> = BEGIN_RECORD
-        .key(&record)
-        .arg(&owner)
-        .arg(&fingerprint[..])
+    // The record in progress as the store lays it out: its state, the fingerprint, the owner.
+    let running = [b"r", &fingerprint[..], owner.as_bytes()].concat();
+    let found: Option<Vec<u8>> = redis::cmd("SET")
+        .arg(&record)
+        .arg(running)
+        .arg("NX")
+        .arg("PX")
         .arg(RECORD_LEASE_MS)
-        .invoke_async(&mut conn)
+        .arg("GET")
+        .query_async(&mut conn)
         .await
         .map_err(unavailable)?;
-    if !matches!(begun.as_slice(), [Value::Int(1)]) {
+    if found.is_some() {
         return Err(StatusCode::CONFLICT);
     }
     let args = [

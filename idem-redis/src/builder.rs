@@ -285,8 +285,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Acquires without fencing with the script meant for servers before Redis 7.0,
-    /// whatever the version: for testing that path on a new server.
+    /// Acquires without fencing, and begins idempotency records, with the script meant for
+    /// servers before Redis 7.0, whatever the version: for testing that path on a new
+    /// server.
     ///
     /// ```
     /// let builder = idem_redis::RedisStore::builder().with_script_acquire(true);

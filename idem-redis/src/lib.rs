@@ -49,6 +49,7 @@ mod builder;
 mod connection;
 mod error;
 mod fair;
+mod record;
 mod replay_cache;
 mod server;
 mod store;

@@ -8,7 +8,11 @@
 //! as long as Redis keeps it, and a copy answers exactly as Redis would, provided it is
 //! dropped no later than Redis drops the record. Each copy is kept until the record's
 //! remaining time, as Redis gave it, counted from before the request was sent: never past
-//! the record's own end.
+//! the record's own end. Redis gives that time in the same step as it shows the record's
+//! value again, so it is the time of the very record copied, not of one begun since.
+//!
+//! Only a replay asks Redis for that time, in a round trip of its own: a request that
+//! begins a record pays the copy one lookup in the process and nothing in Redis.
 //!
 //! Only records that were replayed are copied, not every record completed here: a key
 //! replayed once is the one that is likely to be asked for again (a client's retry loop, a

@@ -1,6 +1,7 @@
 //! What a [`RedisStore`](crate::RedisStore) learns of its server(s) on each new connection:
-//! the version, which picks how `acquire` takes a key and rules out servers too old for
-//! the rest, and the eviction policy, under which Redis may delete keys that still live.
+//! the version, which picks how `acquire` and `begin_record` take a key and rules out
+//! servers too old for the rest, and the eviction policy, under which Redis may delete keys
+//! that still live.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,12 +46,14 @@ pub enum EvictionCheck {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Checks {
     pub(crate) eviction: EvictionCheck,
-    /// Acquire with the script whatever the version, to test that path on a new server.
+    /// Acquire and begin records with the script whatever the version, to test that path
+    /// on a new server.
     pub(crate) script_acquire: bool,
 }
 
-/// How `acquire` without fencing takes a key: both return who held it, or nil when the key
-/// was free and is now taken.
+/// How `acquire` without fencing takes a key, and `begin_record` begins a record: both
+/// return the value found (who held the lock, the record there), or nil when the key was
+/// free and is now taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireCommand {
     /// `SET key owner NX PX ttl GET`: one command, Redis 7.0 or newer.

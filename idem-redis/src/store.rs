@@ -17,6 +17,7 @@ use idem_core::{
 use crate::EvictionCheck;
 use crate::builder::RedisStoreBuilder;
 use crate::connection::{Connection, Connections, Source, WaitingConnections};
+use crate::record::Taken;
 
 tokio::task_local! {
     /// Inside [`RedisStore::replicated_if`], the connection its write went on, for its
@@ -38,8 +39,6 @@ static RELEASE: LazyLock<Script> =
 static RELEASE_AND_SIGNAL: LazyLock<Script> =
     LazyLock::new(|| fair_script(include_str!("scripts/release_and_signal.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-static BEGIN_RECORD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/begin_record.lua")));
 static COMPLETE_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/complete_record.lua")));
 static RENEW_RECORD: LazyLock<Script> =
@@ -106,8 +105,11 @@ pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 /// [`acquire_or_register_waiter`](idem_core::LockStore::acquire_or_register_waiter) and were not yet
 /// answered by a release; kept as long as the longest registered wait, plus the timeout),
 /// `idem:{key}:signal` (a list of wake-ups, one per registered waiter a release answered,
-/// kept for 5 s; neither key exists for a lock nobody waits for), `idem:{key}:record`. One-time tokens are spread over 64 buckets by
-/// their scope: `idem:{tokens/N}:all` (the bucket's tokens, by expiry) and
+/// kept for 5 s; neither key exists for a lock nobody waits for), `idem:{key}:record` (an
+/// idempotency record: one string, a byte for its state, `r` in progress or `d` done, the
+/// request's 32-byte fingerprint, then the owner of the attempt in progress or the stored
+/// response; records that earlier versions kept as hashes are still read). One-time
+/// tokens are spread over 64 buckets by their scope: `idem:{tokens/N}:all` (the bucket's tokens, by expiry) and
 /// `idem:{tokens/N}:scope:<scope>` (one scope's), so a put or a spend is one script in one
 /// slot. Each bucket holds its share of the
 /// [token capacity](RedisStoreBuilder::with_token_capacity) and evicts the tokens that
@@ -125,9 +127,9 @@ pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 ///
 /// Redis 6.0 or newer (`BLPOP` with a fractional timeout). Each time the store opens its
 /// shared connection it reads the server's version (`INFO server`; in a cluster, every
-/// primary's): from Redis 7.0 on, `acquire` without fencing is the one command
-/// `SET … NX PX … GET`; before 7.0, which refuses `NX` with `GET`, it is one script doing
-/// the same `GET` and `SET NX PX` atomically. A server older than 6.0 is refused with
+/// primary's): from Redis 7.0 on, `acquire` without fencing and `begin_record` are the one
+/// command `SET … NX PX … GET`; before 7.0, which refuses `NX` with `GET`, each is one
+/// script doing the same `GET` and `SET NX PX` atomically. A server older than 6.0 is refused with
 /// [`RedisSetupError::UnsupportedVersion`] (from an operation, as the source of
 /// [`StoreError::Backend`]); a server that does not tell its version gets the
 /// script. Valkey speaks the same protocol and reports `redis_version` 7.2.4, so it takes
@@ -354,11 +356,21 @@ impl RedisStore {
         StoreError::backend(error)
     }
 
-    async fn pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
+    pub(crate) async fn pttl(&self, key: &str) -> Result<Option<Duration>, StoreError> {
         let millis: i64 = self
             .run(|mut conn| async move { redis::cmd("PTTL").arg(key).query_async(&mut conn).await })
             .await?;
         Ok(remaining_from_pttl(millis))
+    }
+
+    pub(crate) async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.run(|mut conn| async move { redis::cmd("GET").arg(key).query_async(&mut conn).await })
+            .await
+    }
+
+    /// The copies of replayed records, unless turned off.
+    pub(crate) fn replays(&self) -> Option<&ReplayCache> {
+        self.inner.replays.as_ref()
     }
 
     /// The answer of `write`, once the replicas the store was built to wait for have the
@@ -541,7 +553,10 @@ impl RedisStore {
         ttl: Duration,
     ) -> Result<Acquire, StoreError> {
         loop {
-            let Some(holder) = self.set_nx_get(lock, owner, ttl).await? else {
+            let Some(holder) = self
+                .set_nx_get(lock, owner.as_str().as_bytes(), ttl)
+                .await?
+            else {
                 return Ok(Acquire::Acquired { fence: None });
             };
             // The key may expire between the two commands; then try to take it again.
@@ -559,21 +574,22 @@ impl RedisStore {
         }
     }
 
-    /// Sets `lock` to `owner` for `ttl` unless it exists; the holder it found, if any.
-    /// Servers before 7.0 refuse `NX` with `GET`; a script does the same there.
-    async fn set_nx_get(
+    /// Sets `key` to `value` for `ttl` unless it exists; the value it found, if any: a
+    /// lock's holder, or a record. Servers before 7.0 refuse `NX` with `GET`; a script does
+    /// the same there.
+    pub(crate) async fn set_nx_get(
         &self,
-        lock: &str,
-        owner: &Owner,
+        key: &str,
+        value: &[u8],
         ttl: Duration,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let (owner, millis) = (owner.as_str(), ttl_millis(ttl));
+        let millis = ttl_millis(ttl);
         self.run(|mut conn| async move {
             match conn.acquire_command() {
                 AcquireCommand::SetNxGet => {
                     redis::cmd("SET")
-                        .arg(lock)
-                        .arg(owner)
+                        .arg(key)
+                        .arg(value)
                         .arg("NX")
                         .arg("PX")
                         .arg(millis)
@@ -583,8 +599,8 @@ impl RedisStore {
                 }
                 AcquireCommand::Script => {
                     ACQUIRE
-                        .key(lock)
-                        .arg(owner)
+                        .key(key)
+                        .arg(value)
                         .arg(millis)
                         .invoke_async(&mut conn)
                         .await
@@ -846,43 +862,16 @@ impl RecordStore for RedisStore {
             return Ok(answer);
         }
         let record = self.key(key, Kind::Record);
-        let (record, owner, millis) = (record.as_str(), owner.as_str(), ttl_millis(lease));
-        let asked = Instant::now();
-        let begin = self.run(|mut conn| async move {
-            BEGIN_RECORD
-                .key(record)
-                .arg(owner)
-                .arg(fingerprint.as_bytes().as_slice())
-                .arg(millis)
-                .invoke_async(&mut conn)
-                .await
-        });
-        // Started: `[1]`.
-        let started = |answer: &Vec<Value>| matches!(answer.as_slice(), [Value::Int(1)]);
-        let mut answer: Vec<Value> = self.replicated_if(record, begin, started).await?;
-        let state = answer
-            .first()
-            .ok_or_else(|| StoreError::unexpected("begin_record", &answer))
-            .and_then(|value| int("begin_record", value))?;
-        match (state, answer.len()) {
-            (1, 1) => Ok(Begin::Started),
-            (2, 2) => Ok(Begin::InProgress {
-                remaining: remaining_from_pttl(int("begin_record", &answer[1])?)
-                    .unwrap_or_default(),
-            }),
-            (3, 3) => {
-                let remaining = remaining_from_pttl(int("begin_record", &answer[2])?);
-                let response = match answer.swap_remove(1) {
-                    Value::BulkString(response) => Bytes::from(response),
-                    other => return Err(StoreError::unexpected("begin_record", other)),
-                };
-                if let (Some(replays), Some(remaining)) = (replays, remaining) {
-                    replays.keep(key, *fingerprint, response.clone(), asked, remaining);
-                }
-                Ok(Begin::Completed { response })
+        loop {
+            let answer = match self.take_record(&record, owner, fingerprint, lease).await? {
+                Taken::Started => return Ok(Begin::Started),
+                Taken::Found(value) => self.answer_found(key, &record, value, fingerprint).await?,
+                Taken::Hash => self.answer_hash(key, &record, fingerprint).await?,
+            };
+            // `None`: the record ended between two commands, and the key is free again.
+            if let Some(answer) = answer {
+                return Ok(answer);
             }
-            (4, 1) => Ok(Begin::Mismatch),
-            _ => Err(StoreError::unexpected("begin_record", &answer)),
         }
     }
 

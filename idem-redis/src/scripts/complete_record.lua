@@ -1,12 +1,14 @@
 -- Stores the response of a record, only if it is still running and ARGV[1] began it: a
 -- worker whose lease ran out cannot overwrite the attempt that replaced it.
--- KEYS[1] the record; ARGV[1] owner, ARGV[2] response, ARGV[3] retention in milliseconds
--- Returns 1 if stored, else 0.
-local record = redis.call('HMGET', KEYS[1], 'state', 'owner')
-if record[1] ~= 'running' or record[2] ~= ARGV[1] then
+-- KEYS[1] the record, a string: 'r', the fingerprint (32 bytes) and the owner while it
+-- runs; 'd', the fingerprint and the response once done
+-- ARGV[1] owner, ARGV[2] response, ARGV[3] retention in milliseconds
+-- Returns 1 if stored, else 0. `pcall`, because a key of another type (the hash that
+-- earlier versions wrote) is nobody's here, not an error.
+local record = redis.pcall('GET', KEYS[1])
+if type(record) ~= 'string' or string.sub(record, 1, 1) ~= 'r'
+    or string.sub(record, 34) ~= ARGV[1] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'state', 'done', 'response', ARGV[2])
-redis.call('HDEL', KEYS[1], 'owner')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[1], 'd' .. string.sub(record, 2, 33) .. ARGV[2], 'PX', ARGV[3])
 return 1

@@ -2,30 +2,13 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Key, LockStore, Owner, TokenStore};
+use idem_core::{Acquire, Begin, Fingerprint, Key, LockStore, Owner, RecordStore, TokenStore};
 use idem_redis::RedisStore;
 use idem_tests::RedisServer;
 
-use crate::{LONG, key};
-
-/// The commands `server` ran while `work` ran, by name.
-async fn commands_during(
-    server: &RedisServer,
-    work: impl Future<Output = ()>,
-) -> BTreeMap<String, u64> {
-    let before = server.command_calls();
-    work.await;
-    server.command_calls_since(&before)
-}
-
-/// Command counts by name, as [`commands_during`] answers them.
-fn calls<const N: usize>(counts: [(&str, u64); N]) -> BTreeMap<String, u64> {
-    counts
-        .into_iter()
-        .map(|(name, count)| (name.to_owned(), count))
-        .collect()
-}
+use crate::{LONG, calls, commands_during, key};
 
 /// What 100 acquisitions of free locks by one owner answered, `fencing` or not, and the
 /// commands `server` ran for them; a first acquisition before them opens the connection
@@ -158,4 +141,133 @@ async fn a_fenced_acquisition_is_one_script_of_two_calls() {
         "30000",
     ]);
     assert_eq!(answer, redis::Value::Int(1), "the first token, bare");
+}
+
+/// The commands of 100 first requests on `store`, each beginning a record of its own
+/// (named after `prefix`) and completing it; one before them loads the script.
+async fn first_requests(
+    server: &RedisServer,
+    store: &RedisStore,
+    prefix: &str,
+) -> BTreeMap<String, u64> {
+    let fingerprint = Fingerprint::of(["POST", "/payments", "", "{}"]);
+    let first_request = |name: String| async move {
+        let (k, owner) = (key(&name), Owner::random());
+        let begun = store.begin_record(&k, &owner, &fingerprint, LONG).await;
+        assert_eq!(begun.unwrap(), Begin::Started);
+        let response = Bytes::from_static(b"200 ok");
+        assert!(
+            store
+                .complete_record(&k, &owner, response, LONG)
+                .await
+                .unwrap()
+        );
+    };
+    first_request(format!("{prefix}-warm-up")).await;
+    let requests = async {
+        for i in 0..100 {
+            first_request(format!("{prefix}-{i}")).await;
+        }
+    };
+    commands_during(server, requests).await
+}
+
+/// A first request of `IdempotencyLayer`: its begin is the one command
+/// `SET record <in progress> NX PX lease GET`, its completion one script whose only calls
+/// are the `GET` that checks the owner and the `SET` that stores the response.
+#[tokio::test]
+async fn a_first_request_is_one_command_and_one_script_of_two_calls() {
+    let server = RedisServer::start();
+    let store = server.store();
+    assert_eq!(
+        first_requests(&server, &store, "set").await,
+        calls([("evalsha", 100), ("get", 100), ("set", 200)])
+    );
+    // Before Redis 7.0 (forced here) the begin is a script doing the same `GET` and `SET`.
+    let scripted = server.store_with(RedisStore::builder().with_script_acquire(true));
+    assert_eq!(
+        first_requests(&server, &scripted, "script").await,
+        calls([("evalsha", 200), ("get", 200), ("set", 200)])
+    );
+}
+
+/// Two records of `owner`, for `fp`: `done` completed with `stored`, `running` begun.
+async fn a_done_and_a_running_record(store: &RedisStore, owner: &Owner, fp: &Fingerprint) {
+    let (done, running) = (key("done"), key("running"));
+    for k in [&done, &running] {
+        let begun = store.begin_record(k, owner, fp, LONG).await.unwrap();
+        assert_eq!(begun, Begin::Started);
+    }
+    let response = Bytes::from_static(b"stored");
+    let completed = store.complete_record(&done, owner, response, LONG).await;
+    assert!(completed.unwrap());
+}
+
+/// A record found costs its `SET … GET` alone, but one in progress, whose time left is
+/// a `PTTL` more.
+#[tokio::test]
+async fn a_record_found_is_one_command() {
+    let server = RedisServer::start();
+    // Without the copy of replayed records, which would answer the replay itself.
+    let store = server.store_with(RedisStore::builder().with_replay_cache(0));
+    let (fp, other) = (Fingerprint::of(["a"]), Fingerprint::of(["b"]));
+    a_done_and_a_running_record(&store, &Owner::random(), &fp).await;
+    let (done, running) = (key("done"), key("running"));
+    let cases = [
+        (&done, &fp, calls([("set", 1)])),
+        (&done, &other, calls([("set", 1)])),
+        (&running, &other, calls([("set", 1)])),
+        (&running, &fp, calls([("pttl", 1), ("set", 1)])),
+    ];
+    let mut answers = Vec::new();
+    for (k, fingerprint, sent) in cases {
+        let before = server.command_calls();
+        let owner = Owner::random();
+        answers.push(
+            store
+                .begin_record(k, &owner, fingerprint, LONG)
+                .await
+                .unwrap(),
+        );
+        let since = server.command_calls_since(&before);
+        assert_eq!(since, sent, "{k:?} {fingerprint:?}");
+    }
+    assert!(
+        matches!(
+            answers.as_slice(),
+            [
+                Begin::Completed { response },
+                Begin::Mismatch,
+                Begin::Mismatch,
+                Begin::InProgress { .. },
+            ] if response == "stored"
+        ),
+        "{answers:?}"
+    );
+}
+
+/// Renewing and abandoning a record are a script of two calls each: the `GET` that checks
+/// the owner, and the change.
+#[tokio::test]
+async fn renewing_or_abandoning_a_record_is_one_script_of_two_calls() {
+    let server = RedisServer::start();
+    let store = server.store();
+    let owner = Owner::random();
+    a_done_and_a_running_record(&store, &owner, &Fingerprint::of(["a"])).await;
+    // Load the renewing and abandoning scripts.
+    let warm_up = key("warm-up");
+    assert!(!store.renew_record(&warm_up, &owner, LONG).await.unwrap());
+    assert!(!store.abandon_record(&warm_up, &owner).await.unwrap());
+
+    let running = key("running");
+    let renew = async { assert!(store.renew_record(&running, &owner, LONG).await.unwrap()) };
+    assert_eq!(
+        commands_during(&server, renew).await,
+        calls([("evalsha", 1), ("get", 1), ("pexpire", 1)])
+    );
+    let abandon = async { assert!(store.abandon_record(&running, &owner).await.unwrap()) };
+    assert_eq!(
+        commands_during(&server, abandon).await,
+        calls([("del", 1), ("evalsha", 1), ("get", 1)])
+    );
 }

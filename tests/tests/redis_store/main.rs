@@ -1,6 +1,6 @@
 //! What only `RedisStore` has to get right: outages and timeouts, reconnecting, reloading
-//! scripts, its key layout and namespaces, Redis Cluster slots, and how many commands an
-//! operation costs.
+//! scripts, its key layout and namespaces, Redis Cluster slots, how it lays out an
+//! idempotency record, and how many commands an operation costs.
 //!
 //! One module per topic; this file holds the settings and the helpers they share.
 
@@ -10,9 +10,11 @@ mod eviction;
 mod failover;
 mod key_layout;
 mod outages;
+mod records;
 mod replay_cache;
 mod tls;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use idem_core::store::Fencing;
@@ -20,6 +22,7 @@ use idem_core::{Acquire, Key, LockStore, Owner, StoreError};
 // `RedisServer` is the harness's server process; idem-redis' names where a store finds it.
 use idem_redis::RedisServer as Server;
 use idem_redis::RedisStore;
+use idem_tests::RedisServer;
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 
@@ -30,6 +33,24 @@ const LONG: Duration = Duration::from_secs(60);
 
 fn key(name: &str) -> Key {
     Key::new(name).expect("a valid test key")
+}
+
+/// The commands `server` ran while `work` ran, by name.
+async fn commands_during(
+    server: &RedisServer,
+    work: impl Future<Output = ()>,
+) -> BTreeMap<String, u64> {
+    let before = server.command_calls();
+    work.await;
+    server.command_calls_since(&before)
+}
+
+/// Command counts by name, as [`commands_during`] answers them.
+fn calls<const N: usize>(counts: [(&str, u64); N]) -> BTreeMap<String, u64> {
+    counts
+        .into_iter()
+        .map(|(name, count)| (name.to_owned(), count))
+        .collect()
 }
 
 /// Acquires `name` for a new owner, unfenced, for [`LONG`]: a store's first use, or a

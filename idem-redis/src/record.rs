@@ -1,0 +1,285 @@
+//! How a [`RedisStore`] keeps an idempotency record: one Redis string, begun with one
+//! command.
+//!
+//! The string's first byte is its state, then come the 32 bytes of the request's
+//! fingerprint, then, while the record runs, the owner of the attempt, and once it is done,
+//! the stored response:
+//!
+//! ```text
+//! r <fingerprint> <owner>       in progress
+//! d <fingerprint> <response>    completed
+//! ```
+//!
+//! So the value `SET record <in progress> NX PX lease GET` answers is enough to tell a
+//! started record from one in progress, completed or begun for another request: the
+//! fingerprint is compared here, not in a script. `complete_record.lua`, `renew_record.lua`
+//! and `abandon_record.lua` read the same layout to check the owner.
+//!
+//! Versions before this layout kept a record in a hash (`state`, `owner`, `fingerprint`,
+//! `response`). `SET … GET` on such a key fails with `WRONGTYPE`; the record is then read
+//! as a hash (`read_hash_record.lua`), so an instance upgraded during a rolling upgrade
+//! still answers the records the older ones wrote.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redis::{RedisError, Script, Value};
+
+use idem_core::{Begin, Fingerprint, Key, Owner, StoreError};
+
+use crate::store::{RedisStore, ScriptAnswer, remaining_from_pttl};
+
+static COMPLETED_REMAINING: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/completed_remaining.lua")));
+static READ_HASH_RECORD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/read_hash_record.lua")));
+
+/// The first byte of a record in progress.
+const RUNNING: u8 = b'r';
+/// The first byte of a completed record.
+const DONE: u8 = b'd';
+/// Where the owner or the response starts: after the state and the fingerprint.
+const AFTER_FINGERPRINT: usize = 1 + 32;
+
+/// The value of a record in progress, on the stack: `begin_record` sends one per request.
+pub(crate) struct Running {
+    bytes: [u8; AFTER_FINGERPRINT + Owner::MAX_LEN],
+    len: usize,
+}
+
+impl Running {
+    pub(crate) fn new(fingerprint: &Fingerprint, owner: &Owner) -> Self {
+        let owner = owner.as_str().as_bytes();
+        let mut bytes = [0; AFTER_FINGERPRINT + Owner::MAX_LEN];
+        bytes[0] = RUNNING;
+        bytes[1..AFTER_FINGERPRINT].copy_from_slice(fingerprint.as_bytes());
+        let len = AFTER_FINGERPRINT + owner.len();
+        bytes[AFTER_FINGERPRINT..len].copy_from_slice(owner);
+        Self { bytes, len }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// What a record's value says, for a request with a given fingerprint.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Begun for a request with another fingerprint, whatever its state.
+    Mismatch,
+    /// In progress, for this fingerprint.
+    Running,
+    /// Completed for this fingerprint: the stored response.
+    Done(Bytes),
+}
+
+impl Found {
+    /// Reads `value`, a record's string, for a request with `fingerprint`; `None` for a
+    /// value of no known layout.
+    pub(crate) fn read(value: &Bytes, fingerprint: &Fingerprint) -> Option<Self> {
+        let (&state, rest) = value.split_first()?;
+        let theirs = rest.get(..AFTER_FINGERPRINT - 1)?;
+        if !matches!(state, RUNNING | DONE) {
+            return None;
+        }
+        Some(if theirs != fingerprint.as_bytes() {
+            Self::Mismatch
+        } else if state == RUNNING {
+            Self::Running
+        } else {
+            Self::Done(value.slice(AFTER_FINGERPRINT..))
+        })
+    }
+}
+
+/// What `SET … NX … GET` found under a record's key.
+pub(crate) enum Taken {
+    /// Nothing: the record is now the caller's.
+    Started,
+    /// A record in this layout: its value.
+    Found(Bytes),
+    /// A record in the hash layout of earlier versions.
+    Hash,
+}
+
+impl RedisStore {
+    /// Begins `record` for `owner`, unless a record is there; what was there.
+    ///
+    /// A full Redis (`maxmemory` reached, `noeviction`) refuses the `SET` even when it
+    /// would change nothing: the record is then only read, so that replays and refusals
+    /// go on while nothing new can begin.
+    pub(crate) async fn take_record(
+        &self,
+        record: &str,
+        owner: &Owner,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Taken, StoreError> {
+        let value = Running::new(fingerprint, owner);
+        let set = self.set_nx_get(record, value.as_bytes(), lease);
+        let refusal = match self.replicated_if(record, set, Option::is_none).await {
+            Ok(None) => return Ok(Taken::Started),
+            Ok(Some(found)) => return Ok(Taken::Found(Bytes::from(found))),
+            Err(error) => error,
+        };
+        if holds_a_hash(&refusal) {
+            return Ok(Taken::Hash);
+        }
+        if !redis_error(&refusal).is_some_and(is_out_of_memory) {
+            return Err(refusal);
+        }
+        match self.get(record).await {
+            Ok(Some(found)) => Ok(Taken::Found(Bytes::from(found))),
+            Ok(None) => Err(refusal),
+            Err(error) if holds_a_hash(&error) => Ok(Taken::Hash),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// What `begin_record` answers for the record `value` found under `record`; `None`
+    /// when the record ended before its time left could be read, and the key is free to
+    /// begin again.
+    pub(crate) async fn answer_found(
+        &self,
+        key: &Key,
+        record: &str,
+        value: Bytes,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<Begin>, StoreError> {
+        match Found::read(&value, fingerprint) {
+            None => Err(StoreError::unexpected("begin_record", value)),
+            Some(Found::Mismatch) => Ok(Some(Begin::Mismatch)),
+            Some(Found::Running) => Ok(self
+                .pttl(record)
+                .await?
+                .map(|remaining| Begin::InProgress { remaining })),
+            Some(Found::Done(response)) => {
+                self.copy_replay(key, record, &value, fingerprint, &response)
+                    .await;
+                Ok(Some(Begin::Completed { response }))
+            }
+        }
+    }
+
+    /// Copies the completed record `value` into the process, unless the store keeps no
+    /// copies. The copy needs the record's time left, one more round trip, and only here:
+    /// a request that begins a record never pays for it.
+    async fn copy_replay(
+        &self,
+        key: &Key,
+        record: &str,
+        value: &Bytes,
+        fingerprint: &Fingerprint,
+        response: &Bytes,
+    ) {
+        let Some(replays) = self.replays() else {
+            return;
+        };
+        let asked = Instant::now();
+        let remaining = self
+            .script::<i64>(&COMPLETED_REMAINING, &[record], &[value])
+            .await;
+        // Without its time left the record is not copied; the answer stands all the same.
+        if let Some(remaining) = remaining.ok().and_then(remaining_from_pttl) {
+            replays.keep(key, *fingerprint, response.clone(), asked, remaining);
+        }
+    }
+
+    /// What `begin_record` answers for a record in the hash layout of earlier versions;
+    /// `None` when there is no such record any more.
+    pub(crate) async fn answer_hash(
+        &self,
+        key: &Key,
+        record: &str,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<Begin>, StoreError> {
+        let asked = Instant::now();
+        let fields: Vec<Value> = self
+            .script(
+                &READ_HASH_RECORD,
+                &[record],
+                &[fingerprint.as_bytes().as_slice()],
+            )
+            .await?;
+        let answer = ScriptAnswer::new("begin_record", &fields);
+        let remaining = |i| answer.field(i).map(remaining_from_pttl);
+        Ok(match (answer.field(0)?, fields.get(1)) {
+            (0, None) => None,
+            (4, None) => Some(Begin::Mismatch),
+            (2, Some(_)) => Some(Begin::InProgress {
+                remaining: remaining(1)?.unwrap_or_default(),
+            }),
+            (3, Some(Value::BulkString(response))) => {
+                let response = Bytes::from(response.clone());
+                if let (Some(replays), Some(left)) = (self.replays(), remaining(2)?) {
+                    replays.keep(key, *fingerprint, response.clone(), asked, left);
+                }
+                Some(Begin::Completed { response })
+            }
+            _ => return Err(answer.unexpected()),
+        })
+    }
+}
+
+/// The Redis error inside a store error, if it is one.
+fn redis_error(error: &StoreError) -> Option<&RedisError> {
+    error.backend_error::<RedisError>()
+}
+
+/// Whether a command failed because the key holds another type: a record in the hash
+/// layout. Redis before 7.0 reports it, from a script, as a script error quoting the reply.
+fn holds_a_hash(error: &StoreError) -> bool {
+    redis_error(error).is_some_and(|error| {
+        error.code() == Some("WRONGTYPE")
+            || error
+                .detail()
+                .is_some_and(|detail| detail.contains("WRONGTYPE "))
+    })
+}
+
+/// Whether Redis refused a write because it has reached `maxmemory`.
+fn is_out_of_memory(error: &RedisError) -> bool {
+    error.code() == Some("OOM")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_record_is_its_state_fingerprint_and_owner() {
+        let (fingerprint, owner) = (Fingerprint::from_bytes([7; 32]), Owner::new("me").unwrap());
+        let value = Running::new(&fingerprint, &owner);
+        assert_eq!(value.as_bytes(), [b"r", &[7; 32][..], b"me"].concat());
+        let longest = Owner::new("o".repeat(Owner::MAX_LEN)).unwrap();
+        assert_eq!(
+            Running::new(&fingerprint, &longest).as_bytes().len(),
+            1 + 32 + Owner::MAX_LEN
+        );
+    }
+
+    #[test]
+    fn a_value_is_read_for_the_fingerprint_asking() {
+        let (ours, theirs) = (
+            Fingerprint::from_bytes([1; 32]),
+            Fingerprint::from_bytes([2; 32]),
+        );
+        let owner = Owner::new("me").unwrap();
+        let running = Bytes::copy_from_slice(Running::new(&ours, &owner).as_bytes());
+        assert_eq!(Found::read(&running, &ours), Some(Found::Running));
+        assert_eq!(Found::read(&running, &theirs), Some(Found::Mismatch));
+
+        let done = Bytes::from([b"d", &[1; 32][..], b"200 ok"].concat());
+        let response = Bytes::from_static(b"200 ok");
+        assert_eq!(Found::read(&done, &ours), Some(Found::Done(response)));
+        assert_eq!(Found::read(&done, &theirs), Some(Found::Mismatch));
+        let empty = Bytes::from([b"d", &[1; 32][..]].concat());
+        assert_eq!(Found::read(&empty, &ours), Some(Found::Done(Bytes::new())));
+
+        for unknown in [&b""[..], b"d", &[b'x'; 40], &[b'r'; 20]] {
+            assert_eq!(Found::read(&Bytes::copy_from_slice(unknown), &ours), None);
+        }
+    }
+}
