@@ -46,6 +46,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod call;
 mod connection;
 mod error;
 mod fair;

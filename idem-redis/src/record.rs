@@ -130,7 +130,9 @@ impl RedisStore {
         if !redis_error(&refusal).is_some_and(is_out_of_memory) {
             return Err(refusal);
         }
-        match self.get(record).await {
+        // Boxed: a full server is rare, and this read inline would size every begin's
+        // future (`store::tests::an_operations_future_stays_small`).
+        match Box::pin(self.get(record)).await {
             Ok(Some(found)) => Ok(Taken::Found(Bytes::from(found))),
             Ok(None) => Err(refusal),
             Err(error) if holds_a_hash(&error) => Ok(Taken::Hash),

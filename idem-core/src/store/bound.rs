@@ -9,7 +9,7 @@
 //! the guards of idem-axum run every request so. A call that answers on its first poll
 //! (every call of `MemoryStore`) never touches a timer at all.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -22,6 +22,12 @@ use super::StoreError;
 tokio::task_local! {
     /// The timer the store calls of one request share, inside [`sharing_one_timer`].
     static SHARED: RefCell<SharedTimer>;
+}
+
+thread_local! {
+    /// Set while a [`Bounded`] call polls what it bounds: a [`Bounded`] call polled then is
+    /// part of it, and bounded by it.
+    static ENCLOSED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The timer of one request: made by its first call that has to wait, set again by each
@@ -60,8 +66,10 @@ pub fn sharing_one_timer<F: Future>(future: F) -> impl Future<Output = F::Output
 ///
 /// The timer is set only if `call` does not answer on its first poll, and inside
 /// [`sharing_one_timer`] it is the request's one timer; elsewhere (or while another call
-/// of the same request uses that one) a timer of its own. Dropping `call` on the timeout
-/// cancels it, as [`tokio::time::timeout`] does.
+/// of the same request uses that one) a timer of its own. A `bounded` call made inside
+/// another one (an operation of two commands, each bounded, bounded as a whole) sets no
+/// timer: the enclosing call's bounds both. Dropping `call` on the timeout cancels it, as
+/// [`tokio::time::timeout`] does.
 ///
 /// ```
 /// use std::time::Duration;
@@ -162,6 +170,26 @@ impl Timer {
     }
 }
 
+/// [`ENCLOSED`] set while it lives, and put back as it was when it is dropped, also by a
+/// panic in the call it encloses.
+struct Enclosing {
+    was: bool,
+}
+
+impl Enclosing {
+    fn enter() -> Self {
+        Self {
+            was: ENCLOSED.replace(true),
+        }
+    }
+}
+
+impl Drop for Enclosing {
+    fn drop(&mut self) {
+        ENCLOSED.set(self.was);
+    }
+}
+
 /// A timer for `deadline`, counted in tests.
 fn new_timer(deadline: Instant) -> Pin<Box<Sleep>> {
     #[cfg(test)]
@@ -177,9 +205,16 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Poll::Ready(answer) = this.call.poll(cx) {
+        let enclosing = Enclosing::enter();
+        let polled = this.call.poll(cx);
+        let enclosed = enclosing.was;
+        drop(enclosing);
+        if let Poll::Ready(answer) = polled {
             this.timer.release();
             return Poll::Ready(answer);
+        }
+        if enclosed {
+            return Poll::Pending;
         }
         if let Timer::Unset = this.timer {
             *this.timer = Timer::set(Instant::now() + *this.timeout);
@@ -194,8 +229,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
-
     use super::*;
 
     thread_local! {
@@ -259,6 +292,31 @@ mod tests {
             started.elapsed(),
             timeout,
             "the stalled call was cut off in time"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operation_of_two_calls_is_bounded_as_one() {
+        let timeout = Duration::from_secs(1);
+        let started = Instant::now();
+        let before = TIMERS.with(Cell::get);
+        let operation = bounded(timeout, async {
+            bounded(timeout, call(timeout * 6 / 10)).await?;
+            bounded(timeout, call(timeout * 6 / 10)).await
+        });
+        assert!(matches!(
+            sharing_one_timer(operation).await,
+            Err(StoreError::Timeout(_))
+        ));
+        assert_eq!(
+            started.elapsed(),
+            timeout,
+            "cut off at the operation's timeout"
+        );
+        assert_eq!(
+            TIMERS.with(Cell::get) - before,
+            1,
+            "one timer, the operation's"
         );
     }
 
