@@ -11,8 +11,10 @@
 # unpinned: all free to share both. Each case runs KERNEL_DURATION (6s); `perf stat -p`
 # (tracepoints raw_syscalls:sys_enter and syscalls:sys_enter_futex, software events) counts
 # the server's threads over the middle KERNEL_WINDOW (4s) of it, and /proc/<pid>/stat its
-# user and system ticks over the same window; wrk's own count of requests in the window is
-# taken as its rate times the window.
+# user and system ticks (100 a second: read them as a rough split) and
+# /proc/<pid>/task/*/status its voluntary context switches (a thread parked: nothing to do)
+# and involuntary ones (preempted: the core was wanted) over the same window; the requests
+# of the window are wrk's rate times the window.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -42,7 +44,13 @@ cases=(
     "avoid_repeat, Redis|new_client|/redis/avoid_repeat"
     "avoid_repeat, bare redis-rs|new_client|/bare-redis/avoid_repeat"
 )
-events=raw_syscalls:sys_enter,syscalls:sys_enter_futex,context-switches,cpu-migrations,page-faults
+events=raw_syscalls:sys_enter,syscalls:sys_enter_futex,cpu-migrations,page-faults
+
+# switches PID: the voluntary and the involuntary context switches of PID's threads so far.
+switches() {
+    cat /proc/"$1"/task/*/status | awk '/^voluntary_ctxt_switches/ {v += $2}
+        /^nonvoluntary_ctxt_switches/ {n += $2} END {print v, n}'
+}
 
 # measure MODE: one table row per case, with the server and wrk placed as MODE says.
 measure() {
@@ -71,23 +79,27 @@ measure() {
             -s "$root/bench/wrk/case.lua" "$base$path" >"$work/wrk" &
         local wrk_pid=$!
         sleep $(((duration - window) / 2))
-        local before after
+        local before after switches_before switches_after
         before=$(awk '{print $14, $15}' "/proc/$server/stat")
+        switches_before=$(switches "$server")
         perf stat -x, -e "$events" -p "$server" -o "$work/stat" -- sleep "$window"
         after=$(awk '{print $14, $15}' "/proc/$server/stat")
+        switches_after=$(switches "$server")
         wait "$wrk_pid"
         local rps requests
         rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk")
         requests=$(awk -v r="$rps" -v w="$window" 'BEGIN {print r * w}')
         awk -F, -v name="$name" -v mode="$mode" -v n="$requests" -v rps="$rps" \
-            -v before="$before" -v after="$after" -v hz="$clock_ticks" '
+            -v before="$before" -v after="$after" -v hz="$clock_ticks" \
+            -v sb="$switches_before" -v sa="$switches_after" '
             {count[$3] = $1}
             END {
                 split(before, b, " "); split(after, a, " ")
+                split(sb, x, " "); split(sa, y, " ")
                 user = (a[1] - b[1]) * 1e6 / hz / n; sys = (a[2] - b[2]) * 1e6 / hz / n
-                printf "| %s | %s | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f |\n", name, mode, rps,
+                printf "| %s | %s | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f |\n", name, mode, rps,
                     count["raw_syscalls:sys_enter"] / n, count["syscalls:sys_enter_futex"] / n,
-                    count["context-switches"] / n, count["cpu-migrations"] / n,
+                    (y[1] - x[1]) / n, (y[2] - x[2]) / n, count["cpu-migrations"] / n,
                     count["page-faults"] / n, user, sys
             }' "$work/stat" >>"$work/rows"
         echo "$mode: $name" >&2
@@ -106,8 +118,8 @@ mkdir -p "$(dirname "$report")"
     echo
     echo "\`bash bench/kernel.sh\` at \`$(git rev-parse --short HEAD)\`$(git diff --quiet HEAD -- idem-core idem-axum idem-redis bench/src || echo ' (with uncommitted changes)'), $(date -u '+%Y-%m-%d %H:%M UTC'), load before $(cut -d' ' -f1-3 /proc/loadavg). Per request of the bench server (one tokio worker), over ${window}s of a ${duration}s wrk -t1 -c32 run; pinned: server on CPU 0, wrk and Redis on CPU 1."
     echo
-    echo "| case | placement | requests/s | system calls | futex calls | context switches | migrations | page faults | user µs | system µs |"
-    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| case | placement | requests/s | system calls | futex calls | switches, voluntary | switches, preempted | migrations | page faults | user µs | system µs |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     cat "$work/rows"
 } >"$report"
 cat "$report"

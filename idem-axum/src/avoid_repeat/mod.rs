@@ -16,8 +16,8 @@
 //! - [`Release::Finish`]: a lock, released as soon as the handler has produced its
 //!   response (a second round trip); `timeout` is then only the lease that frees the key
 //!   if the process dies.
-//! - **Once the key is taken, the handler runs to its end**, in a task of its own if it
-//!   has to wait, even when the client goes away: the browser abandons the first POST of
+//! - **Once the key is taken, the handler runs to its end**, in a task of its own from
+//!   the moment the client goes away: the browser abandons the first POST of
 //!   a double click, and that POST may already have committed. In `Expire` mode an
 //!   abandoned request keeps its window; in `Finish` mode its key is released when the
 //!   handler really finishes, not when the client leaves.

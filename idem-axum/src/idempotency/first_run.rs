@@ -1,6 +1,6 @@
 //! The first attempt of a key, from its record begun to its record completed or
-//! abandoned: run in a task of its own, so a client that goes away does not abandon it
-//! half-way; its record's lease renewed while it runs; and ending in one of two ways — its
+//! abandoned: run to its end, in a task of its own once its client goes away, so that
+//! the client does not abandon it half-way; its record's lease renewed while it runs; and ending in one of two ways — its
 //! response stored, or its record removed so a retry runs afresh.
 //!
 //! [`Record`] is what both users of idempotency records call — [`IdempotencyLayer`] and

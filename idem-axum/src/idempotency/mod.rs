@@ -145,10 +145,10 @@
 //! # Robustness
 //!
 //! - **Atomic start**: the in-progress record is created with the fingerprint in one
-//!   store operation ([`Store::begin_record`](crate::store::RecordStore::begin_record)); of any number
+//!   store operation ([`RecordStore::begin_record`](crate::store::RecordStore::begin_record)); of any number
 //!   of concurrent requests with one key exactly one runs the handler.
-//! - **Disconnects**: the handler runs in a task of its own. A client that goes away does
-//!   not cancel it: it finishes, and its response is stored for the retry. Such a
+//! - **Disconnects**: a client that goes away does not cancel the handler: it moves into
+//!   a task of its own, finishes, and its response is stored for the retry. Such a
 //!   *detached* handler is counted by the runtime, not by anything around the router: at
 //!   shutdown [`Idem::shutdown`](crate::Idem::shutdown) waits for it (and refuses new
 //!   guarded requests with 503 meanwhile), and
