@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::HeaderValue;
-use idem_core::TokenStore;
+use idem_core::Store;
 use tracing::Instrument;
 
 use super::extract::{issue, scope_key, token_key, well_formed};
@@ -18,6 +18,7 @@ use crate::client::{ClientId, ClientRequest};
 use crate::detached::run_to_completion;
 use crate::future::{Inner, ResponseFuture};
 use crate::guard::GuardContext;
+use crate::idem::OnStore;
 use crate::idem::handlers::Running;
 use crate::idempotency;
 use crate::outcome::{self, Guard, Outcome};
@@ -220,35 +221,58 @@ define_guard_service!(
     VerifyFormTokenLayer => VerifyFormToken
 );
 
-impl_guard_service!(VerifyFormToken, boxed_verify_form_token);
+impl_guard_service!(VerifyFormToken, verify_form_token);
 
-/// [`verify_form_token`], boxed as a guarded request's future.
-fn boxed_verify_form_token<S: Inner>(
+/// Answers one request to a guarded route: the client is told from the request's head,
+/// then the post is answered on the runtime's store, typed, in a future boxed once.
+fn verify_form_token<S: Inner>(
     settings: Arc<Settings>,
     inner: S,
     request: Request,
 ) -> ResponseFuture<S::Future> {
-    ResponseFuture::guarded(verify_form_token(settings, inner, request), true)
+    let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
+        Ok(opened) => opened,
+        Err(refusal) => return ResponseFuture::ready(Ok(refusal)),
+    };
+    let store = guard.store().clone();
+    store.typed(Post {
+        guard,
+        client,
+        settings,
+        inner,
+        request,
+    })
 }
 
-/// Answers one request to a guarded route.
-async fn verify_form_token<S: Inner>(
+/// A post to a guarded route, to be answered on the runtime's store once it is typed.
+struct Post<S> {
+    guard: GuardContext,
+    client: ClientId,
     settings: Arc<Settings>,
     inner: S,
     request: Request,
-) -> Result<Response, S::Error> {
-    let (guard, client) = match GuardContext::open(&ClientRequest::from_request(&request)) {
-        Ok(opened) => opened,
-        Err(refusal) => return Ok(refusal),
-    };
-    let span = outcome::span(Guard::FormToken, request.uri().path(), Some(&client));
-    verify(guard, client, settings, inner, request)
-        .instrument(span)
-        .await
 }
 
-/// [`verify_form_token`], past the guard's opening.
-async fn verify<S: Inner>(
+impl<S: Inner> OnStore for Post<S> {
+    type Output = ResponseFuture<S::Future>;
+
+    fn on<St: Store + Clone>(self, store: St, waits: bool) -> Self::Output {
+        let Self {
+            guard,
+            client,
+            settings,
+            inner,
+            request,
+        } = self;
+        let span = outcome::span(Guard::FormToken, request.uri().path(), Some(&client));
+        let verified = verify(store, guard, client, settings, inner, request).instrument(span);
+        ResponseFuture::guarded(verified, waits)
+    }
+}
+
+/// Answers a post: its token found, then spent (or its submission's record begun).
+async fn verify<S: Inner, St: Store + Clone>(
+    store: St,
     guard: GuardContext,
     client: ClientId,
     settings: Arc<Settings>,
@@ -266,14 +290,15 @@ async fn verify<S: Inner>(
     // of a double click: dropped after its token was spent (or its submission's record
     // begun) and before its handler ran, the submission would be lost while the store
     // says it was made — its repeat refused, or left waiting for a record nobody runs.
+    let running = Running::start(guard.idem());
     let submission = Submission {
-        guard: guard.clone(),
+        store,
+        guard,
         client,
         config,
         settings,
         inner,
     };
-    let running = Running::start(guard.idem());
     if submission.settings.replay || submission.settings.spend_in_transaction {
         run_to_completion(running, submission.answer_with_replay(request, token)).await
     } else {
@@ -282,7 +307,9 @@ async fn verify<S: Inner>(
 }
 
 /// One post of a form, as the steps of its answer share it.
-pub(super) struct Submission<S> {
+pub(super) struct Submission<S, St> {
+    /// The runtime's store, typed: its calls' futures are this store's own.
+    pub(super) store: St,
     pub(super) guard: GuardContext,
     pub(super) client: ClientId,
     pub(super) config: FormTokenConfig,
@@ -290,7 +317,7 @@ pub(super) struct Submission<S> {
     pub(super) inner: S,
 }
 
-impl<S: Inner> Submission<S> {
+impl<S: Inner, St: Store + Clone> Submission<S, St> {
     /// Spends the token, then runs the handler; a token already spent (or never issued)
     /// is refused.
     async fn answer_without_replay(
@@ -299,7 +326,7 @@ impl<S: Inner> Submission<S> {
         token: String,
     ) -> Result<Response, S::Error> {
         let (guard, client, settings) = (&self.guard, &self.client, &self.settings);
-        match check(guard, client, &token, Check::Spend).await {
+        match check(&self.store, guard, client, &token, Check::Spend).await {
             Ok(Spent::Yes) => {}
             Ok(Spent::No) => return Ok(guard.refuse(refused_token(settings))),
             // Failing open: the request goes through unverified, and spends nothing.
@@ -331,12 +358,13 @@ pub(super) enum Check {
     Look,
 }
 
-/// Checks `token` of `client` as `how` says.
+/// Checks `token` of `client` on `store` as `how` says.
 ///
 /// # Errors
 ///
 /// The 503 of a store that failed while the runtime fails closed.
-pub(super) async fn check(
+pub(super) async fn check<St: Store>(
+    store: &St,
     guard: &GuardContext,
     client: &ClientId,
     token: &str,
@@ -349,8 +377,8 @@ pub(super) async fn check(
     let started = Instant::now();
     let (scope, token) = (scope_key(guard, client), token_key(guard, client, token));
     let checked = match how {
-        Check::Spend => guard.store().consume_token(&scope, &token).await,
-        Check::Look => guard.store().has_token(&scope, &token).await,
+        Check::Spend => store.consume_token(&scope, &token).await,
+        Check::Look => store.has_token(&scope, &token).await,
     };
     outcome::store_latency(Guard::FormToken, started.elapsed());
     match checked {
@@ -467,13 +495,25 @@ mod tests {
     #[test]
     fn the_per_request_futures_stay_small() {
         let settings = Arc::new(Settings::default());
+        let idem = crate::Idem::builder().build();
+        let (guard, client) = (GuardContext::new(idem, false), ClientId::new("a"));
+        let store = idem_core::MemoryStore::new();
+        let inner = axum::Router::<()>::new();
         let request = Request::new(Body::empty());
-        let future = verify_form_token(settings, axum::Router::new(), request);
+        let future = verify(
+            store.clone(),
+            guard.clone(),
+            client.clone(),
+            settings,
+            inner,
+            request,
+        );
         let size = std::mem::size_of_val(&future);
         assert!(size <= 2300, "the per-request future grew to {size} bytes");
         let submission = Submission {
-            guard: GuardContext::new(crate::Idem::builder().build(), false),
-            client: ClientId::new("a"),
+            store,
+            guard,
+            client,
             config: FormTokenConfig::new(),
             settings: Arc::new(Settings::default()),
             inner: axum::Router::<()>::new(),

@@ -17,13 +17,12 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::Response;
-use idem_core::{Fingerprint, Key, StoreError, TokenStore};
+use idem_core::{Fingerprint, Key, Store, StoreError};
 use tokio::time::Instant;
 
 use super::extract::{scope_key, token_key};
 use super::layer::{Check, Spent, Submission, check, refused_token, rotate, with_rotated};
 use super::submission::FormSubmission;
-use crate::IdemStore;
 use crate::client::ClientRequest;
 use crate::future::Inner;
 use crate::guard::GuardContext;
@@ -37,7 +36,7 @@ const WAIT_FOR_FIRST: Duration = Duration::from_secs(5);
 /// How often a waiting repeat looks again.
 const LOOK_AGAIN: Duration = Duration::from_millis(20);
 
-impl<S: Inner> Submission<S> {
+impl<S: Inner, St: Store + Clone> Submission<S, St> {
     /// Answers a post of `token`: the first runs the handler, its repeats replay its
     /// response.
     pub(super) async fn answer_with_replay(
@@ -54,7 +53,7 @@ impl<S: Inner> Submission<S> {
             &view,
             &token,
         );
-        let record = match begin_or_wait(&self.guard, &key, &kept).await {
+        let record = match begin_or_wait(&self.store, &self.guard, &key, &kept).await {
             Ok(Began::First(record)) => record,
             Ok(Began::Completed(stored)) => {
                 return Ok(replay(&self.guard, &kept, &stored, request.headers()));
@@ -89,7 +88,7 @@ impl<S: Inner> Submission<S> {
     /// its own transaction, looks at it), and runs the handler if it was spent (is live).
     async fn spend_then_run(
         mut self,
-        record: Record,
+        record: Record<St>,
         request: Request,
         token: String,
     ) -> Result<Response, S::Error> {
@@ -97,7 +96,7 @@ impl<S: Inner> Submission<S> {
             true => Check::Look,
             false => Check::Spend,
         };
-        let refusal = match check(&self.guard, &self.client, &token, how).await {
+        let refusal = match check(&self.store, &self.guard, &self.client, &token, how).await {
             Ok(Spent::Yes) => return self.run(record, request, &token, how).await,
             Ok(Spent::Unknown) => {
                 // Failing open, as without replay: nothing was spent, nothing is kept.
@@ -116,7 +115,7 @@ impl<S: Inner> Submission<S> {
     /// record goes.
     async fn run(
         self,
-        record: Record,
+        record: Record<St>,
         mut request: Request,
         token: &str,
         how: Check,
@@ -142,19 +141,20 @@ impl<S: Inner> Submission<S> {
 
 /// Begins the submission's record, or finds it; while an earlier post of the token
 /// still runs, looks again until it ends or the wait is over.
-async fn begin_or_wait(
+async fn begin_or_wait<St: Store + Clone>(
+    store: &St,
     guard: &GuardContext,
     key: &Key,
     kept: &Arc<idempotency::Settings>,
-) -> Result<Began, StoreError> {
+) -> Result<Began<St>, StoreError> {
     // The token is the whole identity of a submission: a repeat with other fields is
     // the same submission, posted again.
     let fingerprint = Fingerprint::of([b"form submission".as_slice()]);
     let deadline = Instant::now() + WAIT_FOR_FIRST;
-    let mut began = Record::begin(guard, key, &fingerprint, kept).await;
+    let mut began = Record::begin_on(store.clone(), guard, key, &fingerprint, kept).await;
     while matches!(began, Ok(Began::InProgress(_))) && Instant::now() < deadline {
         tokio::time::sleep(LOOK_AGAIN).await;
-        began = Record::begin(guard, key, &fingerprint, kept).await;
+        began = Record::begin_on(store.clone(), guard, key, &fingerprint, kept).await;
     }
     began
 }
@@ -162,8 +162,8 @@ async fn begin_or_wait(
 /// The token of a submission: spent before the handler ran, to give back if it fails
 /// (stored again for the token's life, under the same client); or left to the handler, to
 /// spend once the layer stored the response if the handler did not.
-struct SubmittedToken {
-    store: IdemStore,
+struct SubmittedToken<St> {
+    store: St,
     scope: Key,
     token: Key,
     ttl: Duration,
@@ -171,11 +171,11 @@ struct SubmittedToken {
     how: Check,
 }
 
-impl SubmittedToken {
-    fn new<S>(submission: &Submission<S>, token: &str, how: Check) -> Self {
+impl<St: Clone> SubmittedToken<St> {
+    fn new<S>(submission: &Submission<S, St>, token: &str, how: Check) -> Self {
         let (guard, client) = (&submission.guard, &submission.client);
         Self {
-            store: guard.store().clone(),
+            store: submission.store.clone(),
             scope: scope_key(guard, client),
             token: token_key(guard, client, token),
             ttl: submission.config.ttl(),
@@ -185,7 +185,7 @@ impl SubmittedToken {
     }
 }
 
-impl Spending for SubmittedToken {
+impl<St: Store> Spending for SubmittedToken<St> {
     fn give_back(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             if self.how == Check::Look {

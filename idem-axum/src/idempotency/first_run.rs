@@ -150,22 +150,6 @@ impl<St: Store> fmt::Debug for Record<St> {
     }
 }
 
-impl Record {
-    /// [`begin_on`](Self::begin_on) the runtime's store, as it is.
-    ///
-    /// # Errors
-    ///
-    /// The store's, when it cannot answer.
-    pub(crate) async fn begin(
-        guard: &GuardContext,
-        key: &Key,
-        fingerprint: &Fingerprint,
-        settings: &Arc<Settings>,
-    ) -> Result<Began, StoreError> {
-        Self::begin_on(guard.store().clone(), guard, key, fingerprint, settings).await
-    }
-}
-
 impl<St: Store + Clone> Record<St> {
     /// Begins the record `key` for a request with `fingerprint` on `store` (the runtime's,
     /// typed), or finds the one there.
