@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use idem_core::StoreError;
 use idem_core::store::{Bounded, bounded};
@@ -21,12 +22,13 @@ use crate::store::{RedisStore, WROTE_ON};
 
 impl RedisStore {
     /// Sends the call `build` makes for the shared connection (its check says which
-    /// commands the server has), and reads the answer as `T`.
+    /// commands the server has), and reads the answer as `T`, under the store's timeout
+    /// alone: waiting for replicas, where a write does, is bounded apart.
     pub(crate) fn query<'a, T: FromRedisValue + 'a>(
         &'a self,
         build: impl FnOnce(&Connection) -> Call<'a> + 'a,
     ) -> impl Future<Output = Result<T, StoreError>> + 'a {
-        self.bounded(self.send(build))
+        self.within(self.timeout(), self.send(build))
     }
 
     /// Runs `script` on `keys` with `args`.
@@ -58,8 +60,16 @@ impl RedisStore {
     where
         F: Future<Output = Result<T, StoreError>>,
     {
+        self.within(self.bound(), operation)
+    }
+
+    /// `operation` cut off after `bound`, the shared connection dropped if it is.
+    fn within<T, F>(&self, bound: Duration, operation: F) -> Dropping<'_, F>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
         Dropping {
-            call: bounded(self.bound(), operation),
+            call: bounded(bound, operation),
             connections: self.connections(),
         }
     }

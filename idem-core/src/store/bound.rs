@@ -114,8 +114,8 @@ pin_project_lite::pin_project! {
 enum Timer {
     /// None yet: the call has not had to wait.
     Unset,
-    /// The request's shared one.
-    Shared,
+    /// The request's shared one, set for this deadline.
+    Shared(Instant),
     /// One of its own.
     Own(Pin<Box<Sleep>>),
 }
@@ -136,7 +136,7 @@ impl Timer {
             true
         });
         if shared == Ok(true) {
-            Self::Shared
+            Self::Shared(deadline)
         } else {
             Self::Own(new_timer(deadline))
         }
@@ -144,26 +144,29 @@ impl Timer {
 
     /// Whether the deadline has passed; if not, the task is woken when it does.
     fn elapsed(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Self::Shared(deadline) = *self {
+            let shared = SHARED.try_with(|shared| {
+                let mut shared = shared.borrow_mut();
+                let sleep = shared.sleep.as_mut()?;
+                Some(sleep.as_mut().poll(cx).is_ready())
+            });
+            match shared {
+                Ok(Some(elapsed)) => return elapsed,
+                // The call moved out of its request's scope (a request whose client went
+                // away, its work detached into a task of its own): a timer of its own, for
+                // the same deadline.
+                _ => *self = Self::Own(new_timer(deadline)),
+            }
+        }
         match self {
-            Self::Unset => false,
             Self::Own(sleep) => sleep.as_mut().poll(cx).is_ready(),
-            // Outside the scope (never the case: `Shared` was set inside it) nothing bounds
-            // the call; that cannot hang it longer than its scope lives.
-            Self::Shared => SHARED
-                .try_with(|shared| {
-                    let mut shared = shared.borrow_mut();
-                    shared
-                        .sleep
-                        .as_mut()
-                        .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready())
-                })
-                .unwrap_or(false),
+            Self::Unset | Self::Shared(_) => false,
         }
     }
 
     /// Gives the request's timer back, for its next call.
     fn release(&mut self) {
-        if let Self::Shared = self {
+        if let Self::Shared(_) = self {
             let _ = SHARED.try_with(|shared| shared.borrow_mut().in_use = false);
         }
         *self = Self::Unset;
@@ -348,5 +351,23 @@ mod tests {
                 .unwrap();
         };
         sharing_one_timer(request).await;
+    }
+
+    /// A request's work detached into a task of its own when its client goes away takes
+    /// its call in progress along, out of the request's scope: the call stays bounded.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_moved_out_of_its_request_keeps_its_bound() {
+        let timeout = Duration::from_millis(100);
+        let mut call = Box::pin(bounded(timeout, std::future::pending::<Result<(), _>>()));
+        let started = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending()));
+        assert!(
+            sharing_one_timer(started).await,
+            "waiting on the request's timer"
+        );
+        let moved = tokio::time::timeout(timeout * 10, call).await;
+        assert!(
+            matches!(moved, Ok(Err(StoreError::Timeout(t))) if t == timeout),
+            "cut off at its own deadline, not left unbounded: {moved:?}"
+        );
     }
 }

@@ -136,3 +136,32 @@ async fn scripts_are_loaded_again_after_script_flush() {
     );
     assert!(store.release(&lock, &owner).await.unwrap());
 }
+
+/// With replica acknowledgements, a call that waits for no replica (putting a form token,
+/// looking one up) is bounded by the timeout alone, as `with_replica_acks` documents: the
+/// time it allows for the replicas is not added to every call.
+#[tokio::test]
+async fn with_replica_acks_a_call_that_waits_for_no_replica_is_bounded_by_the_timeout() {
+    let server = RedisServer::start();
+    let within = Duration::from_secs(1);
+    let builder = RedisStore::builder()
+        .with_timeout(TIMEOUT)
+        .with_replica_acks(1, within);
+    let store = server.store_with(builder);
+    let (scope, token) = (key("acks-scope"), key("acks-token"));
+    store.put_token(&scope, &token, LONG, 8).await.unwrap();
+
+    server.command(&["CLIENT", "PAUSE", "3000", "ALL"]);
+    let put = store.put_token(&scope, &token, LONG, 8).await;
+    let looked = store.has_token(&scope, &token).await;
+    for (name, answer) in [
+        ("put_token", put.map(drop)),
+        ("has_token", looked.map(drop)),
+    ] {
+        let error = answer.expect_err(name);
+        assert!(
+            matches!(error, StoreError::Timeout(t) if t == TIMEOUT),
+            "{name}: cut off after the timeout alone, not the replicas' time too: {error:?}"
+        );
+    }
+}
