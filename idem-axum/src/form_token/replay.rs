@@ -10,13 +10,15 @@
 //! token back before its record is removed: the waiting post, or a later one, then runs
 //! it again, still one at a time.
 
-use std::future::Future;
+use std::future::{Future, ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::Response;
+use futures_util::FutureExt;
+use futures_util::future::Either;
 use idem_core::{Fingerprint, Key, Store, StoreError};
 use tokio::time::Instant;
 
@@ -39,11 +41,27 @@ const LOOK_AGAIN: Duration = Duration::from_millis(20);
 impl<S: Inner, St: Store + Clone> Submission<S, St> {
     /// Answers a post of `token`: the first runs the handler, its repeats replay its
     /// response.
-    pub(super) async fn answer_with_replay(
+    ///
+    /// Two steps chained, not nested: what the post comes to ([`decide`](Self::decide)),
+    /// then the handler's run if it is the first. Each step's future holds the submission
+    /// and the request once, and the answer is the larger of the two, not their sum
+    /// (`layer::tests::the_per_request_futures_stay_small`).
+    pub(super) fn answer_with_replay(
         self,
         request: Request,
         token: String,
-    ) -> Result<Response, S::Error> {
+    ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+        self.decide(request, token).then(|decided| match decided {
+            Decided::Answered(response) => Either::Left(ready(Ok(response))),
+            Decided::Unguarded(mut inner, request) => {
+                Either::Right(Either::Left(inner.call(request)))
+            }
+            Decided::First(first) => Either::Right(Either::Right(first.run())),
+        })
+    }
+
+    /// Begins the post's record (or finds it), then spends its token (or looks at it).
+    async fn decide(self, request: Request, token: String) -> Decided<S, St> {
         let kept = self.settings.kept(self.config.ttl());
         let view = ClientRequest::from_request(&request);
         let key = record_key(
@@ -56,86 +74,115 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
         let record = match begin_or_wait(&self.store, &self.guard, &key, &kept).await {
             Ok(Began::First(record)) => record,
             Ok(Began::Completed(stored)) => {
-                return Ok(replay(&self.guard, &kept, &stored, request.headers()));
+                let replayed = replay(&self.guard, &kept, &stored, request.headers());
+                return Decided::Answered(replayed);
             }
             Ok(Began::InProgress(remaining)) => {
                 outcome::report(Guard::FormToken, Outcome::Conflict);
-                return Ok(self.guard.refuse(still_running(remaining)));
+                return Decided::Answered(self.guard.refuse(still_running(remaining)));
             }
-            Ok(Began::Mismatch) => return Ok(self.guard.refuse(refused_token(&self.settings))),
-            Err(error) => return self.unrecorded(&error, request).await,
+            Ok(Began::Mismatch) => {
+                return Decided::Answered(self.guard.refuse(refused_token(&self.settings)));
+            }
+            // A post whose record the store could not begin: refused, or, failing open,
+            // run unverified, as a post whose token the store cannot spend is.
+            Err(error) => {
+                return match self
+                    .guard
+                    .on_store_error(&error, "form submission not recorded")
+                {
+                    Err(refusal) => Decided::Answered(refusal),
+                    Ok(()) => Decided::Unguarded(self.inner, request),
+                };
+            }
         };
-        self.spend_then_run(record, request, token).await
-    }
-
-    /// A post whose record the store could not begin: refused, or, failing open, run
-    /// unverified, as a post whose token the store cannot spend is.
-    async fn unrecorded(
-        mut self,
-        error: &StoreError,
-        request: Request,
-    ) -> Result<Response, S::Error> {
-        match self
-            .guard
-            .on_store_error(error, "form submission not recorded")
-        {
-            Err(refusal) => Ok(refusal),
-            Ok(()) => self.inner.call(request).await,
-        }
-    }
-
-    /// Spends the token of the post that began `record` (or, the handler spending it in
-    /// its own transaction, looks at it), and runs the handler if it was spent (is live).
-    async fn spend_then_run(
-        mut self,
-        record: Record<St>,
-        request: Request,
-        token: String,
-    ) -> Result<Response, S::Error> {
         let how = match self.settings.spend_in_transaction {
             true => Check::Look,
             false => Check::Spend,
         };
         let refusal = match check(&self.store, &self.guard, &self.client, &token, how).await {
-            Ok(Spent::Yes) => return self.run(record, request, &token, how).await,
+            Ok(Spent::Yes) => {
+                return Decided::First(First {
+                    submission: self,
+                    record,
+                    request,
+                    token,
+                    how,
+                });
+            }
             Ok(Spent::Unknown) => {
                 // Failing open, as without replay: nothing was spent, nothing is kept.
                 record.abandon().await;
-                return self.inner.call(request).await;
+                return Decided::Unguarded(self.inner, request);
             }
             Ok(Spent::No) => refused_token(&self.settings),
             Err(rejection) => rejection,
         };
         record.abandon().await;
-        Ok(self.guard.refuse(refusal))
+        Decided::Answered(self.guard.refuse(refusal))
     }
+}
 
-    /// Runs the handler as the first submission of `token`, checked `how`: its response is
-    /// kept, or, if it fails, the token spent before it ran is given back before its
-    /// record goes.
-    async fn run(
-        self,
-        record: Record<St>,
-        mut request: Request,
-        token: &str,
-        how: Check,
-    ) -> Result<Response, S::Error> {
-        let token = SubmittedToken::new(&self, token, how);
+/// What a post comes to before its handler runs.
+enum Decided<S, St: Store> {
+    /// An answer without the handler: a replay, a refusal.
+    Answered(Response),
+    /// The handler's, unguarded: the store failed and the runtime fails open.
+    Unguarded(S, Request),
+    /// The first post of its token, which runs the handler.
+    First(First<S, St>),
+}
+
+/// The first post of a token: its record begun, its token spent (or, the handler spending
+/// it in its own transaction, seen live).
+struct First<S, St: Store> {
+    submission: Submission<S, St>,
+    record: Record<St>,
+    request: Request,
+    token: String,
+    how: Check,
+}
+
+impl<S: Inner, St: Store + Clone> First<S, St> {
+    /// Runs the handler: its response is kept, or, if it fails, the token spent before it
+    /// ran is given back before its record goes. With rotation, the fresh token is issued
+    /// first, in a future boxed apart (rotation is off by default).
+    fn run(self) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+        let Self {
+            submission,
+            record,
+            mut request,
+            token,
+            how,
+        } = self;
+        let token = SubmittedToken::new(&submission, &token, how);
         if how == Check::Look {
             request.extensions_mut().insert(FormSubmission::new(
                 record.handle().clone(),
                 &token.scope,
                 &token.token,
-                &self.guard,
-                &self.settings,
+                &submission.guard,
+                &submission.settings,
             ));
         }
         let record = record.spending(token);
-        let (guard, client, config) = (&self.guard, &self.client, &self.config);
-        let (request, rotated) = rotate(guard, client, config, &self.settings, request).await;
-        // In place: the whole answer already runs in a task of its own when it has to.
-        let response = record.run_in_place(self.inner, request).await?;
-        Ok(with_rotated(response, config, rotated))
+        if !submission.settings.rotation {
+            // In place: the whole answer already runs in a task of its own when it has to.
+            return Either::Left(record.run_in_place(submission.inner, request));
+        }
+        Either::Right(Box::pin(async move {
+            let Submission {
+                guard,
+                client,
+                config,
+                settings,
+                inner,
+                ..
+            } = submission;
+            let (request, rotated) = rotate(&guard, &client, &config, &settings, request).await;
+            let response = record.run_in_place(inner, request).await?;
+            Ok(with_rotated(response, &config, rotated))
+        }))
     }
 }
 

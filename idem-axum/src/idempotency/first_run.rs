@@ -525,12 +525,12 @@ impl<St: Store + Clone> Record<St> {
     /// [`run`](Self::run) for a caller whose answer already runs to its end, in a task of
     /// its own when it has to (a form post, detached from its first store call on): the
     /// same attempt, without a second task.
-    pub(crate) async fn run_in_place<S: Inner>(
+    pub(crate) fn run_in_place<S: Inner>(
         self,
         inner: S,
         request: Request,
-    ) -> Result<Response, S::Error> {
-        self.work(inner, request).await
+    ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
+        self.work(inner, request)
     }
 
     /// The attempt [`run`](Self::run) boxes: the handler's call and the response
