@@ -27,12 +27,16 @@ stop_all() {
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
 
-# free_port: sets `port` to a port nothing listens on and that no earlier call gave out.
+# free_port: sets `port` to a port no socket uses and that no earlier call gave out, below
+# the kernel's range of ephemeral ports: a port in it may be taken by a client connection
+# (wrk's, redis-cli's) between the check and the bind, as one was once.
 used_ports=" "
 free_port() {
+    local lowest
+    lowest=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
     for _ in $(seq 1000); do
-        port=$(shuf -i 20000-60999 -n 1)
-        if [[ -z $(ss -Htln "sport = :$port") && $used_ports != *" $port "* ]]; then
+        port=$(shuf -i "20000-$((lowest - 1))" -n 1)
+        if [[ -z $(ss -Htan "sport = :$port") && $used_ports != *" $port "* ]]; then
             used_ports+="$port "
             return
         fi
