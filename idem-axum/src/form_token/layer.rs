@@ -495,34 +495,7 @@ mod tests {
     /// store is a `MemoryStore`, typed, as the runtime hands it to the post.
     #[test]
     fn the_per_request_futures_stay_small() {
-        let settings = Arc::new(Settings::default());
-        let idem = crate::Idem::builder().build();
-        let (guard, client) = (GuardContext::new(idem, false), ClientId::new("a"));
-        let store = idem_core::MemoryStore::new();
-        let inner = axum::Router::<()>::new();
-        let request = Request::new(Body::empty());
-        let future = verify(
-            store.clone(),
-            guard.clone(),
-            client.clone(),
-            settings,
-            inner,
-            request,
-        );
-        let size = std::mem::size_of_val(&future);
-        assert!(size <= 2300, "the per-request future grew to {size} bytes");
-        let submission = Submission {
-            store,
-            guard,
-            client,
-            config: FormTokenConfig::new(),
-            settings: Arc::new(Settings::default()),
-            inner: axum::Router::<()>::new(),
-        };
-        let work = submission.answer_without_replay(Request::new(Body::empty()), String::new());
-        let size = std::mem::size_of_val(&work);
-        assert!(size <= 1100, "the boxed answer grew to {size} bytes");
-        let with_replay = Submission {
+        let submission = || Submission {
             store: idem_core::MemoryStore::new(),
             guard: GuardContext::new(crate::Idem::builder().build(), false),
             client: ClientId::new("a"),
@@ -530,7 +503,28 @@ mod tests {
             settings: Arc::new(Settings::default()),
             inner: axum::Router::<()>::new(),
         };
-        let work = with_replay.answer_with_replay(Request::new(Body::empty()), String::new());
+        let Submission {
+            store,
+            guard,
+            client,
+            settings,
+            inner,
+            ..
+        } = submission();
+        let future = verify(
+            store,
+            guard,
+            client,
+            settings,
+            inner,
+            Request::new(Body::empty()),
+        );
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 2300, "the per-request future grew to {size} bytes");
+        let work = submission().answer_without_replay(Request::new(Body::empty()), String::new());
+        let size = std::mem::size_of_val(&work);
+        assert!(size <= 1100, "the boxed answer grew to {size} bytes");
+        let work = submission().answer_with_replay(Request::new(Body::empty()), String::new());
         let size = std::mem::size_of_val(&work);
         // Its two steps chained, each holding the post once (3,488 bytes, debug, when they
         // were nested async calls).
