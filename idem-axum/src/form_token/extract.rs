@@ -142,10 +142,13 @@ pub(super) async fn issue(
         ));
     }
     let value = URL_SAFE_NO_PAD.encode(bytes);
-    let (scope, key) = (scope_key(guard, client), token_key(guard, client, &value));
-    let stored = guard
-        .store()
-        .put_token(&scope, &key, config.ttl(), config.tokens_per_client());
+    let keys = TokenKeys::of(guard, client, &value);
+    let stored = guard.store().put_token(
+        &keys.scope,
+        &keys.token,
+        config.ttl(),
+        config.tokens_per_client(),
+    );
     match stored.await {
         Ok(()) => outcome::report(Guard::FormToken, Outcome::Issued),
         Err(error) => guard.store_failed(&error, "form token not stored")?,
@@ -179,20 +182,40 @@ fn draw(bytes: &mut [u8]) -> Result<(), getrandom::Error> {
     Ok(())
 }
 
-/// The store key of `client`'s set of tokens.
-pub(super) fn scope_key(guard: &GuardContext, client: &ClientId) -> Key {
-    guard.key(&[b"form_tokens", client.as_bytes()])
+/// The store keys of one token of one client: its client's set of tokens, and the token
+/// itself, hashed with the client, so a token is found only when its own client posts it,
+/// and so the store never sees the token itself.
+///
+/// Hashed once a post and handed on: the check that spends the token, the give-back of a
+/// failed submission and the handler's [`FormSubmission`](super::FormSubmission) use the
+/// same two (three SHA-256 blocks a post, `bench/results/counts.md`).
+#[derive(Debug, Clone)]
+pub(super) struct TokenKeys {
+    /// The key of `client`'s set of tokens.
+    pub(super) scope: Key,
+    /// The key of the token.
+    pub(super) token: Key,
 }
 
-/// The store key of `token` for `client`: hashed with the client, so a token is found only
-/// when its own client posts it, and so the store never sees the token itself.
-pub(super) fn token_key(guard: &GuardContext, client: &ClientId, token: &str) -> Key {
-    guard.key(&[b"form_token", client.as_bytes(), token.as_bytes()])
+impl TokenKeys {
+    /// The keys of `token`, which [`issue`] drew.
+    pub(super) fn of(guard: &GuardContext, client: &ClientId, token: &str) -> Self {
+        Self {
+            scope: guard.key(&[b"form_tokens", client.as_bytes()]),
+            token: guard.key(&[b"form_token", client.as_bytes(), token.as_bytes()]),
+        }
+    }
+
+    /// The keys of a posted `token`; `None`, and nothing hashed, when it cannot be one
+    /// that [`issue`] drew.
+    pub(super) fn of_posted(guard: &GuardContext, client: &ClientId, token: &str) -> Option<Self> {
+        well_formed(token).then(|| Self::of(guard, client, token))
+    }
 }
 
 /// Whether `token` could be one [`issue`] drew. Anything else is unknown without asking
 /// the store.
-pub(super) fn well_formed(token: &str) -> bool {
+fn well_formed(token: &str) -> bool {
     token.len() == TOKEN_LEN
         && token
             .bytes()
@@ -243,12 +266,9 @@ mod tests {
         assert!(!well_formed("short"));
         assert!(!well_formed(&"+".repeat(TOKEN_LEN)));
         let spend = |client: &ClientId, token: &FormToken| {
-            let (scope, key) = (
-                scope_key(&guard, client),
-                token_key(&guard, client, token.value()),
-            );
+            let keys = TokenKeys::of(&guard, client, token.value());
             let store = guard.store().clone();
-            async move { store.consume_token(&scope, &key).await.unwrap() }
+            async move { store.consume_token(&keys.scope, &keys.token).await.unwrap() }
         };
         assert!(spend(&client, &a).await);
         assert!(

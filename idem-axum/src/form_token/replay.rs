@@ -12,7 +12,7 @@
 
 use std::future::{Future, ready};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -22,7 +22,7 @@ use futures_util::future::Either;
 use idem_core::{Fingerprint, Key, Store, StoreError};
 use tokio::time::Instant;
 
-use super::extract::{scope_key, token_key};
+use super::extract::TokenKeys;
 use super::layer::{Check, Spent, Submission, check, refused_token, rotate, with_rotated};
 use super::submission::FormSubmission;
 use crate::client::ClientRequest;
@@ -31,6 +31,12 @@ use crate::guard::GuardContext;
 use crate::idempotency::{self, Began, Record, Spending, record_key, replay};
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
+
+/// The fingerprint of every submission: the token is the whole identity of a submission,
+/// and a repeat with other fields is the same submission, posted again. Hashed once a
+/// process rather than once a post.
+static SUBMISSION: LazyLock<Fingerprint> =
+    LazyLock::new(|| Fingerprint::of([b"form submission".as_slice()]));
 
 /// How long a repeat waits for the first submission of its token to finish.
 const WAIT_FOR_FIRST: Duration = Duration::from_secs(5);
@@ -100,26 +106,30 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
             true => Check::Look,
             false => Check::Spend,
         };
-        let refusal = match check(&self.store, &self.guard, &self.client, &token, how).await {
-            Ok(Spent::Yes) => {
+        let keys = TokenKeys::of_posted(&self.guard, &self.client, &token);
+        let checked = check(&self.store, &self.guard, keys.as_ref(), how).await;
+        // Decided before the record is abandoned, so that what the check gave is not
+        // held while it is.
+        let refusal = match (checked, keys) {
+            (Ok(Spent::Yes), Some(keys)) => {
                 return Decided::First(First {
                     submission: self,
                     record,
                     request,
-                    token,
+                    keys,
                     how,
                 });
             }
-            Ok(Spent::Unknown) => {
-                // Failing open, as without replay: nothing was spent, nothing is kept.
-                record.abandon().await;
-                return Decided::Unguarded(self.inner, request);
-            }
-            Ok(Spent::No) => refused_token(&self.settings),
-            Err(rejection) => rejection,
+            // Failing open, as without replay: nothing was spent, nothing is kept.
+            (Ok(Spent::Unknown), _) => None,
+            (Ok(Spent::No | Spent::Yes), _) => Some(refused_token(&self.settings)),
+            (Err(rejection), _) => Some(rejection),
         };
         record.abandon().await;
-        Decided::Answered(self.guard.refuse(refusal))
+        match refusal {
+            Some(refusal) => Decided::Answered(self.guard.refuse(refusal)),
+            None => Decided::Unguarded(self.inner, request),
+        }
     }
 }
 
@@ -139,7 +149,7 @@ struct First<S, St: Store> {
     submission: Submission<S, St>,
     record: Record<St>,
     request: Request,
-    token: String,
+    keys: TokenKeys,
     how: Check,
 }
 
@@ -152,20 +162,18 @@ impl<S: Inner, St: Store + Clone> First<S, St> {
             submission,
             record,
             mut request,
-            token,
+            keys,
             how,
         } = self;
-        let token = SubmittedToken::new(&submission, &token, how);
         if how == Check::Look {
             request.extensions_mut().insert(FormSubmission::new(
                 record.handle().clone(),
-                &token.scope,
-                &token.token,
+                &keys,
                 &submission.guard,
                 &submission.settings,
             ));
         }
-        let record = record.spending(token);
+        let record = record.spending(SubmittedToken::new(&submission, keys, how));
         if !submission.settings.rotation {
             // In place: the whole answer already runs in a task of its own when it has to.
             return Either::Left(record.run_in_place(submission.inner, request));
@@ -194,9 +202,7 @@ async fn begin_or_wait<St: Store + Clone>(
     key: &Key,
     kept: &Arc<idempotency::Settings>,
 ) -> Result<Began<St>, StoreError> {
-    // The token is the whole identity of a submission: a repeat with other fields is
-    // the same submission, posted again.
-    let fingerprint = Fingerprint::of([b"form submission".as_slice()]);
+    let fingerprint = *SUBMISSION;
     let deadline = Instant::now() + WAIT_FOR_FIRST;
     let mut began = Record::begin_on(store.clone(), guard, key, &fingerprint, kept).await;
     while matches!(began, Ok(Began::InProgress(_))) && Instant::now() < deadline {
@@ -211,20 +217,17 @@ async fn begin_or_wait<St: Store + Clone>(
 /// spend once the layer stored the response if the handler did not.
 struct SubmittedToken<St> {
     store: St,
-    scope: Key,
-    token: Key,
+    keys: TokenKeys,
     ttl: Duration,
     keep: usize,
     how: Check,
 }
 
 impl<St: Clone> SubmittedToken<St> {
-    fn new<S>(submission: &Submission<S, St>, token: &str, how: Check) -> Self {
-        let (guard, client) = (&submission.guard, &submission.client);
+    fn new<S>(submission: &Submission<S, St>, keys: TokenKeys, how: Check) -> Self {
         Self {
             store: submission.store.clone(),
-            scope: scope_key(guard, client),
-            token: token_key(guard, client, token),
+            keys,
             ttl: submission.config.ttl(),
             keep: submission.config.tokens_per_client(),
             how,
@@ -238,9 +241,9 @@ impl<St: Store> Spending for SubmittedToken<St> {
             if self.how == Check::Look {
                 return; // nothing was spent: the handler's transaction rolled back
             }
-            let stored = self
-                .store
-                .put_token(&self.scope, &self.token, self.ttl, self.keep);
+            let stored =
+                self.store
+                    .put_token(&self.keys.scope, &self.keys.token, self.ttl, self.keep);
             if let Err(error) = stored.await {
                 tracing::warn!(%error, "idem: a failed submission's form token stays spent");
             }
@@ -257,7 +260,11 @@ impl<St: Store> Spending for SubmittedToken<St> {
                  is spent after its transaction, not in it; complete the record with the \
                  token through `FormSubmission`"
             );
-            if let Err(error) = self.store.consume_token(&self.scope, &self.token).await {
+            if let Err(error) = self
+                .store
+                .consume_token(&self.keys.scope, &self.keys.token)
+                .await
+            {
                 tracing::warn!(%error, "idem: a submission's form token could not be spent; it lapses with its TTL");
             }
         })

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use idem_core::Key;
 
+use super::extract::TokenKeys;
 use super::layer::{Settings, refused_token};
 use crate::guard::GuardContext;
 use crate::idempotency::{DoNotKeep, IdempotencyRecord};
@@ -68,8 +69,7 @@ use crate::rejection::{Rejection, RejectionKind};
 #[derive(Clone)]
 pub struct FormSubmission {
     record: IdempotencyRecord,
-    scope: Key,
-    token: Key,
+    keys: TokenKeys,
     guard: GuardContext,
     settings: Arc<Settings>,
 }
@@ -77,15 +77,13 @@ pub struct FormSubmission {
 impl FormSubmission {
     pub(super) fn new(
         record: IdempotencyRecord,
-        scope: &Key,
-        token: &Key,
+        keys: &TokenKeys,
         guard: &GuardContext,
         settings: &Arc<Settings>,
     ) -> Self {
         Self {
             record,
-            scope: scope.clone(),
-            token: token.clone(),
+            keys: keys.clone(),
             guard: guard.clone(),
             settings: Arc::clone(settings),
         }
@@ -98,13 +96,13 @@ impl FormSubmission {
 
     /// The store key of the client's tokens the token belongs to.
     pub fn token_scope(&self) -> &Key {
-        &self.scope
+        &self.keys.scope
     }
 
     /// The store key of the token (a hash of it and its client: the store never holds the
     /// token itself).
     pub fn token(&self) -> &Key {
-        &self.token
+        &self.keys.token
     }
 
     /// The answer to a submission whose token lapsed before the handler could spend it:
