@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 n=${IDEM_COUNTS_REQUESTS:-5000}
 report=${IDEM_COUNTS_REPORT:-$root/bench/results/counts.md}
-guarded=(avoid_repeat avoid_repeat_layer avoid_repeat_finish form form_replay_first
+guarded=(layered_bare avoid_repeat avoid_repeat_layer avoid_repeat_finish form form_replay_first
     form_replay idempotency idempotency_replay lock)
 (($# > 0)) && guarded=("$@")
 

@@ -10,6 +10,7 @@
 //! | case | one request |
 //! |---|---|
 //! | `bare` | `POST /bare` (no guard, no store, no `Idem` layer) |
+//! | `layered_bare` | `POST /layered`: the same under a route layer that does nothing |
 //! | `avoid_repeat` | `POST` to `#[avoid_repeat]` (`expire`) from a new client |
 //! | `avoid_repeat_layer` | the same under `AvoidRepeatLayer` |
 //! | `avoid_repeat_finish` | the same under `#[avoid_repeat(release = "finish")]` |
@@ -31,8 +32,9 @@ use idem_axum::MemoryStore;
 use idem_bench::{CLIENT, guard_cases, unguarded_routes};
 use tower::ServiceExt;
 
-const CASES: [&str; 12] = [
+const CASES: [&str; 13] = [
     "bare",
+    "layered_bare",
     "avoid_repeat",
     "avoid_repeat_layer",
     "avoid_repeat_finish",
@@ -126,6 +128,7 @@ impl Driver {
     async fn request(&mut self, case: &str, kept: Option<&str>) {
         match case {
             "bare" => self.post("/bare", "bench", None, false).await,
+            "layered_bare" => self.post("/layered", "bench", None, false).await,
             "avoid_repeat" | "avoid_repeat_layer" | "avoid_repeat_finish" | "lock" => {
                 let client = self.fresh();
                 self.post(&format!("/memory/{case}"), &client, None, false)
