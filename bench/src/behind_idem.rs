@@ -3,7 +3,7 @@
 use axum::Router;
 use axum::http::HeaderName;
 use idem_axum::Idem;
-use idem_axum::client::ClientHeader;
+use idem_axum::identity::ClientHeader;
 use idem_axum::store::Store;
 
 /// The header that names the client in the benches' requests, so that a bench decides

@@ -73,9 +73,9 @@ async fn lock(State(store): State<IdemStore>, headers: HeaderMap) -> StatusCode 
 
 /// The unguarded baselines, with no store and no `Idem` layer: `POST /bare` (the trivial
 /// handler every guarded case wraps), `POST /layered` (the same under a route layer that
-/// does nothing: what axum charges any route layer, a guard's or a peer's), and `GET /plain/form`, `POST /plain/order` (the
-/// form case's handlers without a token: a 22-character value for a token, the same
-/// `Form` handler without the layer).
+/// does nothing: what axum charges any route layer, a guard's or a peer's), and
+/// `GET /plain/form`, `POST /plain/order` (the form case's handlers without a token: a
+/// 22-character value for a token, the same `Form` handler without the layer).
 pub fn unguarded_routes() -> Router {
     Router::new()
         .route("/bare", post(bare))

@@ -6,7 +6,7 @@
 //! told which methods they guard, by their full path:
 //!
 //! ```
-//! use idem_axum::client::ClientHeader;
+//! use idem_axum::identity::ClientHeader;
 //! use idem_axum::{Idem, IdempotencyLayer};
 //!
 //! let idem = Idem::builder()
@@ -34,11 +34,11 @@
 //!   on `Pay` and on `Refund` is two calls, even under a `route_layer`, whose matched path
 //!   (`/payments.Payments/{*rest}`) names the whole service. The fingerprint is the path
 //!   and the request's message bytes, as for a body.
-//! - **The client**: [`PeerIp`](crate::client::PeerIp) reads axum's `ConnectInfo`, which
+//! - **The client**: [`PeerIp`](crate::identity::PeerIp) reads axum's `ConnectInfo`, which
 //!   a tonic server does not set; tell clients apart by a metadata entry
-//!   ([`ClientHeader`](crate::client::ClientHeader)), by what an interceptor put in the
-//!   request's extensions ([`ClientExtension`](crate::client::ClientExtension)), or with
-//!   [`IdentifyFn`](crate::client::IdentifyFn) reading tonic's `TcpConnectInfo`.
+//!   ([`ClientHeader`](crate::identity::ClientHeader)), by what an interceptor put in the
+//!   request's extensions ([`ClientExtension`](crate::identity::ClientExtension)), or with
+//!   [`IdentifyFn`](crate::identity::IdentifyFn) reading tonic's `TcpConnectInfo`.
 //!
 //! # Refusals are gRPC statuses
 //!

@@ -17,7 +17,7 @@
 //! use std::time::Duration;
 //! use axum::extract::Request;
 //! use axum::response::{IntoResponse, Response};
-//! use idem_axum::client::ClientRequest;
+//! use idem_axum::identity::ClientRequest;
 //! use idem_axum::guard::GuardContext;
 //! use idem_axum::store::{Acquire, Fencing, LockStore, Owner};
 //! use idem_axum::{Rejection, RejectionKind};
@@ -57,8 +57,8 @@ use axum::response::{IntoResponse, Response};
 use idem_core::{Key, StoreError};
 
 use crate::StoreFailure;
-use crate::client::{ClientId, ClientRequest};
 use crate::idem::{Idem, IdemStore};
+use crate::identity::{ClientId, ClientRequest};
 use crate::rejection::{Rejection, RejectionKind, prefers_html};
 
 /// One request as a guard sees it: the runtime it runs under, and how its refusals are

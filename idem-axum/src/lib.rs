@@ -7,7 +7,7 @@
 //! operation in a store every instance shares.
 //!
 //! 1. Build an [`Idem`] runtime — its store ([`MemoryStore`] by default, `RedisStore` for
-//!    several instances), who the client is ([`client`]), the store-failure policy — and
+//!    several instances), who the client is ([`identity`]), the store-failure policy — and
 //!    install it with [`Idem::layer`].
 //! 2. Guard handlers with `#[avoid_repeat(timeout = "30s")]` or routes with
 //!    [`AvoidRepeatLayer`]: a repeat from the same client inside the window gets 409.
@@ -52,7 +52,7 @@
 //!
 //! The root holds what an application writes; the rest is grouped by module: [`store`]
 //! (the store capabilities and their operations, for code that calls a store itself), [`lock`],
-//! [`client`] (who the client is), [`guard`] (for a guard of your own), and the modules of
+//! [`identity`] (who the client is), [`guard`] (for a guard of your own), and the modules of
 //! each guard with its service and settings.
 
 // On docs.rs, items behind a feature say which.
@@ -62,7 +62,6 @@
 mod macros;
 
 pub mod avoid_repeat;
-pub mod client;
 mod detached;
 #[cfg(test)]
 mod field_lines;
@@ -75,6 +74,7 @@ pub mod guard;
 pub mod guide;
 mod idem;
 pub mod idempotency;
+pub mod identity;
 pub mod outcome;
 mod rejection;
 mod request_body;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::client::ClientId;
+use crate::identity::ClientId;
 
 /// The guard that decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

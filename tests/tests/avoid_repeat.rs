@@ -10,7 +10,7 @@ use axum::http::{HeaderName, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use idem_axum::client::ClientHeader;
+use idem_axum::identity::ClientHeader;
 use idem_axum::{AvoidRepeatLayer, Idem, Release, RepeatBy, avoid_repeat, store::Store};
 use idem_tests::{
     Backend, Shop, all_at_once, assert_ran_once, assert_refused_page, body_text, count, eventually,

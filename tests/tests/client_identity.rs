@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
-use idem_axum::client::{ForwardingHeader, TrustedProxyIp};
+use idem_axum::identity::{ForwardingHeader, TrustedProxyIp};
 use idem_axum::{Idem, IdempotencyLayer, avoid_repeat, store::Store};
 use idem_tests::{Backend, Shop, body_text, send};
 

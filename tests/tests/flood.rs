@@ -15,7 +15,7 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::{Html, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use idem_axum::client::ClientCookie;
+use idem_axum::identity::ClientCookie;
 use idem_axum::{
     AvoidRepeatLayer, FormToken, Idem, IdempotencyLayer, MemoryStore, RedisStore,
     VerifyFormTokenLayer, store::Store,

@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::{Request, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use idem_axum::client::ClientCookie;
+use idem_axum::identity::ClientCookie;
 use idem_axum::{FormToken, Idem, VerifyFormTokenLayer, store::Store};
 use idem_tests::{Backend, all_at_once, body_text, form_token_in, problem_code, send};
 use tower_http::catch_panic::CatchPanicLayer;

@@ -9,7 +9,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderName, Request, StatusCode};
 use axum::routing::post;
-use idem_axum::client::ClientHeader;
+use idem_axum::identity::ClientHeader;
 use idem_axum::{AvoidRepeatLayer, Idem, IdempotencyLayer};
 use idem_tests::send;
 use tracing_subscriber::fmt::MakeWriter;

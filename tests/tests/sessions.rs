@@ -1,4 +1,4 @@
-//! Clients told apart by their `tower_sessions::Session` (`client::SessionClient`): a
+//! Clients told apart by their `tower_sessions::Session` (`identity::SessionClient`): a
 //! browser's very first request gets its session, and with it the client its form will be
 //! posted as; another browser is another client.
 
@@ -8,7 +8,7 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::Html;
 use axum::routing::{get, post};
 use axum::{Form, Router, middleware};
-use idem_axum::client::{SessionClient, ensure_session};
+use idem_axum::identity::{SessionClient, ensure_session};
 use idem_axum::{FormToken, Idem, VerifyFormTokenLayer};
 use idem_tests::{Shop, body_text, send};
 use tower_sessions::{MemoryStore, Session, SessionManagerLayer};

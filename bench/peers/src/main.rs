@@ -195,7 +195,7 @@ async fn serve(args: &Args) -> Result<(), Error> {
 fn idem_router<S: idem_axum::store::Store>(guarded: Router, store: S) -> Router {
     let idem = idem_axum::Idem::builder()
         .with_store(store)
-        .with_client_identity(idem_axum::client::ClientHeader::new(
+        .with_client_identity(idem_axum::identity::ClientHeader::new(
             axum::http::HeaderName::from_static("x-client"),
         ))
         .build();

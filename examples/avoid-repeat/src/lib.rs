@@ -21,7 +21,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem_axum::client::{ClientId, IdentifyClient, IdentifyFn, PeerIp};
+use idem_axum::identity::{ClientId, IdentifyClient, IdentifyFn, PeerIp};
 use idem_axum::{AvoidRepeatLayer, Idem, avoid_repeat};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http_body_util::BodyExt;
-use idem_axum::client::ClientHeader;
+use idem_axum::identity::ClientHeader;
 use idem_axum::store::Store;
 use idem_axum::{AvoidRepeatLayer, Idem, IdempotencyLayer};
 use tokio::net::TcpListener;

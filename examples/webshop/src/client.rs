@@ -5,7 +5,7 @@ use axum::extract::Request;
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
-use idem_axum::client::{
+use idem_axum::identity::{
     ClientId, ClientRequest, IdentifyClient, IdentifyError, IdentifyFn, SessionClient,
 };
 use sqlx::SqlitePool;
@@ -114,7 +114,7 @@ pub(crate) fn session_store(db: &SqlitePool) -> SqliteStore {
 }
 
 /// Gives a browser's page request a session with an id (idem's
-/// [`ensure_session`](idem_axum::client::ensure_session)), so the first page a browser
+/// [`ensure_session`](idem_axum::identity::ensure_session)), so the first page a browser
 /// opens — the order form, say — already belongs to its session and issues its form token
 /// to it. API paths and `/metrics` start none: an API client without `X-User-Id` would
 /// otherwise be a new session on every request, its retries would never meet, and each
@@ -128,5 +128,5 @@ pub(crate) async fn ensure_browser_session(
     if path.starts_with("/api/") || path == "/metrics" || user_id(request.headers()).is_some() {
         return next.run(request).await;
     }
-    idem_axum::client::ensure_session(session, request, next).await
+    idem_axum::identity::ensure_session(session, request, next).await
 }

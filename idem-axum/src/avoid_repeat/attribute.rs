@@ -21,9 +21,9 @@ use idem_core::{Fingerprint, Key, Store};
 
 use super::window::{fingerprint_payload, in_window, key_for};
 use super::{Release, RepeatBy, Settings};
-use crate::client::{ClientId, ClientRequest};
 use crate::guard::GuardContext;
 use crate::idem::OnStore;
+use crate::identity::{ClientId, ClientRequest};
 use crate::rejection::Rejection;
 
 /// One annotated handler's settings, a `const` in the expansion.

@@ -11,10 +11,10 @@ use idem_core::Store;
 
 use super::window::{fingerprint_payload, in_window, key_for};
 use super::{Release, RepeatBy, Settings};
-use crate::client::{ClientId, ClientRequest};
 use crate::future::{Inner, ResponseFuture};
 use crate::guard::GuardContext;
 use crate::idem::OnStore;
+use crate::identity::{ClientId, ClientRequest};
 
 /// Guards the routes of a router with the anti-repeat window; see the
 /// [module docs](mod@crate::avoid_repeat).

@@ -6,7 +6,7 @@
 //! `Retry-After` (the seconds left), and the handler body does not run for it.
 //!
 //! - The key is the runtime's namespace + the handler's identity + the client
-//!   ([`client`](crate::client)), hashed; with [`RepeatBy::ClientAndBody`] also a
+//!   ([`identity`](crate::identity)), hashed; with [`RepeatBy::ClientAndBody`] also a
 //!   fingerprint of the query and body, so a *different* payload from the same client is
 //!   not a repeat. The identity is `module_path::fn_name` for the attribute and
 //!   `METHOD /matched/{path}` for the layer.

@@ -14,10 +14,10 @@ use idem_core::store::Fencing;
 use idem_core::{Acquire, Fingerprint, Key, Owner, Store};
 
 use super::{Release, Settings};
-use crate::client::ClientId;
 use crate::detached::run_to_completion;
 use crate::guard::GuardContext;
 use crate::idem::handlers::Running;
+use crate::identity::ClientId;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::read_whole;

@@ -12,8 +12,8 @@ use http::request::Parts;
 use idem_core::{Key, TokenStore};
 
 use super::FormTokenConfig;
-use crate::client::{ClientId, ClientRequest};
 use crate::guard::GuardContext;
+use crate::identity::{ClientId, ClientRequest};
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind, escape_html};
 

@@ -9,7 +9,7 @@
 //!
 //! **Issue.** Extracting [`FormToken`] draws 128 bits from the operating system's random
 //! generator, stores the token for the configured TTL under the client's scope (who the
-//! client is: the runtime's [`client`](crate::client) key), and gives the handler its
+//! client is: the runtime's [`identity`](crate::identity) key), and gives the handler its
 //! [value](crate::FormToken::value), [field name](crate::FormToken::field_name) and a ready,
 //! HTML-escaped [hidden input](crate::FormToken::hidden_input). Every rendering issues a new
 //! token, so a user with the form open in two tabs can post each once. The store holds a
@@ -106,7 +106,7 @@
 //! use axum::response::Html;
 //! use axum::routing::{get, post};
 //! use axum::{Extension, Form, Router};
-//! use idem_axum::client::ClientCookie;
+//! use idem_axum::identity::ClientCookie;
 //! use idem_axum::{FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer};
 //!
 //! async fn order_form(token: FormToken) -> Html<String> {

@@ -25,10 +25,10 @@ use tokio::time::Instant;
 use super::extract::TokenKeys;
 use super::layer::{Check, Spent, Submission, check, refused_token, rotate, with_rotated};
 use super::submission::FormSubmission;
-use crate::client::ClientRequest;
 use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::idempotency::{self, Began, Record, Spending, record_key, replay};
+use crate::identity::ClientRequest;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
 

@@ -9,7 +9,7 @@ use idem_core::{MemoryStore, Store};
 use super::handlers::{DEFAULT_DETACHED_LIMIT, Handlers};
 use super::{Idem, IdemStore, Inner, Responder};
 use crate::StoreFailure;
-use crate::client::{IdentifyClient, PeerIp};
+use crate::identity::{IdentifyClient, PeerIp};
 use crate::rejection::Rejection;
 
 /// Settings for an [`Idem`]; made by [`Idem::builder`].
@@ -60,11 +60,11 @@ impl IdemBuilder {
         self
     }
 
-    /// Who the client is (default [`PeerIp`]). See [`client`](crate::client).
+    /// Who the client is (default [`PeerIp`]). See [`identity`](crate::identity).
     ///
     /// ```
     /// let idem = idem_axum::Idem::builder()
-    ///     .with_client_identity(idem_axum::client::ClientCookie::new("session"))
+    ///     .with_client_identity(idem_axum::identity::ClientCookie::new("session"))
     ///     .build();
     /// ```
     pub fn with_client_identity<K: IdentifyClient>(mut self, client_identity: K) -> Self {

@@ -20,7 +20,7 @@ pub use self::layer::{IdemLayer, IdemService};
 pub use self::store::IdemStore;
 pub(crate) use self::store::OnStore;
 use crate::StoreFailure;
-use crate::client::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
+use crate::identity::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 use crate::rejection::{Rejection, RejectionKind};
 
 /// The runtime of idem's guards.
@@ -32,7 +32,7 @@ use crate::rejection::{Rejection, RejectionKind};
 ///
 /// ```
 /// use axum::{Router, routing::post};
-/// use idem_axum::{Idem, MemoryStore, client::ClientHeader};
+/// use idem_axum::{Idem, MemoryStore, identity::ClientHeader};
 ///
 /// let idem = Idem::builder()
 ///     .with_store(MemoryStore::new())

@@ -22,7 +22,7 @@
 //!
 //! ```
 //! use axum::{Router, routing::post};
-//! use idem_axum::{Idem, IdempotencyLayer, client::ClientHeader};
+//! use idem_axum::{Idem, IdempotencyLayer, identity::ClientHeader};
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -57,7 +57,7 @@
 //!   cannot send a header: a payment provider's callback whose `source` and `seq` fields
 //!   name one delivery, whichever channel it arrives on.
 //! - Keys are scoped by client ([`RecordScope::Client`], the runtime's
-//!   [client identity](crate::client)): two clients may use the same key without meeting.
+//!   [client identity](crate::identity)): two clients may use the same key without meeting.
 //!   [`RecordScope::Shared`] makes one key space for everyone, for keys that are unique by
 //!   construction (the provider's sequence number) on a route only that caller reaches.
 //! - Keys are scoped by route as well, under either scope: a record belongs to one method
@@ -249,7 +249,7 @@ pub use self::record::IdempotencyRecord;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum RecordScope {
-    /// Each client (as the runtime's [client identity](crate::client) tells them apart) has
+    /// Each client (as the runtime's [client identity](crate::identity) tells them apart) has
     /// keys of its own, so one client can neither collide with nor probe another's.
     #[default]
     Client,

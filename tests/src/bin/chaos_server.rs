@@ -53,8 +53,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem_axum::client::ClientHeader;
 use idem_axum::idempotency::{IdempotencyRecord, RecordScope};
+use idem_axum::identity::ClientHeader;
 use idem_axum::lock::{Lease, Lock, LockError, LockGuard};
 use idem_axum::store::{AnyStore, Key, LockStore, Owner};
 use idem_axum::{

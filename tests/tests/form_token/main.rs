@@ -22,7 +22,7 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Json, Router};
-use idem_axum::client::ClientCookie;
+use idem_axum::identity::ClientCookie;
 use idem_axum::store::Store;
 use idem_axum::{
     AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer, avoid_repeat,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::http::{Request, StatusCode, header};
 use idem_axum::Idem;
-use idem_axum::client::ClientCookie;
+use idem_axum::identity::ClientCookie;
 use idem_tests::{Backend, Shop, shop_on};
 
 use crate::{accepted, app, issue, order, post_form, routes, send_empty_as, token_in};

@@ -15,7 +15,7 @@ use axum::Router;
 use axum::http::uri::PathAndQuery;
 use axum::response::IntoResponse;
 use axum::routing::{MethodRouter, post};
-use idem_axum::client::ClientHeader;
+use idem_axum::identity::ClientHeader;
 use idem_axum::store::Store;
 use idem_axum::{Idem, IdemLayer, StoreFailure};
 use idem_tests::Shop;

@@ -5,7 +5,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderName, Method, Request, StatusCode};
 use axum::routing::post;
-use idem_axum::client::ClientHeader;
+use idem_axum::identity::ClientHeader;
 use idem_axum::{Idem, IdempotencyLayer};
 use idem_tests::{Shop, send};
 

@@ -7,7 +7,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
-use idem_axum::client::ClientHeader;
+use idem_axum::identity::ClientHeader;
 use idem_axum::{Idem, IdempotencyLayer, StoreFailure};
 use idem_tests::{RedisServer, Shop, send};
 

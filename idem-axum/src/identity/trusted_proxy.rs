@@ -41,7 +41,7 @@ use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 /// Needs `ConnectInfo<SocketAddr>`, like [`PeerIp`](super::PeerIp).
 ///
 /// ```
-/// use idem_axum::client::{ForwardingHeader, TrustedProxyIp};
+/// use idem_axum::identity::{ForwardingHeader, TrustedProxyIp};
 ///
 /// // nginx on the same host, appending with `$proxy_add_x_forwarded_for`.
 /// let key = TrustedProxyIp::new(["127.0.0.1/32".parse().unwrap()]);
@@ -88,7 +88,7 @@ impl ForwardingHeader {
     /// The header's name.
     ///
     /// ```
-    /// use idem_axum::client::ForwardingHeader;
+    /// use idem_axum::identity::ForwardingHeader;
     /// assert_eq!(ForwardingHeader::default().name(), "x-forwarded-for");
     /// ```
     pub fn name(&self) -> &HeaderName {
@@ -107,7 +107,7 @@ impl TrustedProxyIp {
     /// unless [`with_header`](Self::with_header) names another.
     ///
     /// ```
-    /// let key = idem_axum::client::TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap()]);
+    /// let key = idem_axum::identity::TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap()]);
     /// ```
     pub fn new(proxies: impl IntoIterator<Item = IpNet>) -> Self {
         Self {
@@ -120,7 +120,7 @@ impl TrustedProxyIp {
     /// [`ForwardingHeader::XForwardedFor`]); every other forwarding header is ignored.
     ///
     /// ```
-    /// # use idem_axum::client::{ForwardingHeader, TrustedProxyIp};
+    /// # use idem_axum::identity::{ForwardingHeader, TrustedProxyIp};
     /// let key = TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap()]).with_header(ForwardingHeader::Forwarded);
     /// ```
     pub fn with_header(mut self, header: ForwardingHeader) -> Self {

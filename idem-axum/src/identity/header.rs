@@ -8,7 +8,7 @@ use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 /// A request without the header, or with it empty, is refused with 400.
 ///
 /// ```
-/// use idem_axum::client::ClientHeader;
+/// use idem_axum::identity::ClientHeader;
 /// let key = ClientHeader::new(http::HeaderName::from_static("x-user-id"));
 /// ```
 #[derive(Debug, Clone)]

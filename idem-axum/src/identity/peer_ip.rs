@@ -14,7 +14,7 @@ use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 /// be one: use [`TrustedProxyIp`](super::TrustedProxyIp) there.
 ///
 /// ```
-/// let idem = idem_axum::Idem::builder().with_client_identity(idem_axum::client::PeerIp).build();
+/// let idem = idem_axum::Idem::builder().with_client_identity(idem_axum::identity::PeerIp).build();
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerIp;

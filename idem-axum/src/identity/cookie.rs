@@ -10,7 +10,7 @@ use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 /// before the guarded form is posted (when the form page is rendered).
 ///
 /// ```
-/// let key = idem_axum::client::ClientCookie::new("session");
+/// let key = idem_axum::identity::ClientCookie::new("session");
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientCookie {

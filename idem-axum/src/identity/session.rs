@@ -28,7 +28,7 @@ const VISITOR: &str = "idem.visitor";
 /// ```
 /// use axum::{Router, middleware};
 /// use idem_axum::Idem;
-/// use idem_axum::client::{SessionClient, ensure_session};
+/// use idem_axum::identity::{SessionClient, ensure_session};
 /// use tower_sessions::{MemoryStore, SessionManagerLayer};
 ///
 /// let idem = Idem::builder().with_client_identity(SessionClient).build();

@@ -59,7 +59,7 @@ impl ClientId {
     /// A client id from any bytes.
     ///
     /// ```
-    /// let id = idem_axum::client::ClientId::new("user-42");
+    /// let id = idem_axum::identity::ClientId::new("user-42");
     /// assert_eq!(id.as_bytes(), b"user-42");
     /// ```
     pub fn new(id: impl Into<Bytes>) -> Self {
@@ -114,7 +114,7 @@ impl<'a> ClientRequest<'a> {
     ///
     /// ```
     /// let (parts, ()) = http::Request::new(()).into_parts();
-    /// let view = idem_axum::client::ClientRequest::from_parts(&parts);
+    /// let view = idem_axum::identity::ClientRequest::from_parts(&parts);
     /// assert_eq!(view.method(), http::Method::GET);
     /// ```
     pub fn from_parts(parts: &'a Parts) -> Self {
@@ -130,7 +130,7 @@ impl<'a> ClientRequest<'a> {
     ///
     /// ```
     /// let request = http::Request::new(());
-    /// let view = idem_axum::client::ClientRequest::from_request(&request);
+    /// let view = idem_axum::identity::ClientRequest::from_request(&request);
     /// assert_eq!(view.uri(), "/");
     /// ```
     pub fn from_request<B>(request: &'a http::Request<B>) -> Self {
@@ -166,7 +166,7 @@ impl<'a> ClientRequest<'a> {
 /// Tells which client sent a request.
 ///
 /// ```
-/// use idem_axum::client::{ClientId, IdentifyError, ClientRequest, IdentifyClient};
+/// use idem_axum::identity::{ClientId, IdentifyError, ClientRequest, IdentifyClient};
 ///
 /// /// The tenant and the user, from two headers.
 /// #[derive(Debug)]
@@ -198,7 +198,7 @@ pub trait IdentifyClient: fmt::Debug + Send + Sync + 'static {
 /// A [`IdentifyClient`] from a closure.
 ///
 /// ```
-/// use idem_axum::client::{ClientId, IdentifyError, IdentifyFn};
+/// use idem_axum::identity::{ClientId, IdentifyError, IdentifyFn};
 ///
 /// let by_api_key = IdentifyFn::new(|request| {
 ///     request

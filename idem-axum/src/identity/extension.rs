@@ -16,7 +16,7 @@ use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { self.0.fmt(f) }
 /// }
 ///
-/// let key = idem_axum::client::ClientExtension::<UserId>::new();
+/// let key = idem_axum::identity::ClientExtension::<UserId>::new();
 /// ```
 pub struct ClientExtension<T>(PhantomData<fn() -> T>);
 
