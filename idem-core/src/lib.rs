@@ -52,6 +52,8 @@ pub mod conformance;
 pub mod key;
 pub mod lock;
 pub mod outbound;
+#[doc(hidden)]
+pub mod record;
 pub mod store;
 
 // What an application or a store author writes first. Each item is public here only, and

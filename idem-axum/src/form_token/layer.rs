@@ -532,9 +532,10 @@ mod tests {
         let size = std::mem::size_of_val(&work);
         // Its two steps chained, each holding the post once (3,488 bytes, debug, when they
         // were nested async calls). 1,256 when the first step handed on the token rather
-        // than its keys, which the second then hashed again (three SHA-256 blocks a post).
+        // than its keys, which the second then hashed again (three SHA-256 blocks a post);
+        // 1,320 before the record's lifecycle moved to `idem_core::record` (1,360).
         assert!(
-            size <= 1350,
+            size <= 1400,
             "the boxed answer with replay grew to {size} bytes"
         );
     }

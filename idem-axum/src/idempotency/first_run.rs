@@ -1,21 +1,20 @@
-//! The first attempt of a key, from its record begun to its record completed or
-//! abandoned: run to its end, in a task of its own once its client goes away, so that
-//! the client does not abandon it half-way; its record's lease renewed while it runs; and ending in one of two ways — its
-//! response stored, or its record removed so a retry runs afresh.
+//! The first attempt of a key over HTTP: the handler's call and its response captured,
+//! what of the response the record keeps, and the answer to a client whose key another
+//! attempt took meanwhile.
 //!
-//! [`Record`] is what both users of idempotency records call — [`IdempotencyLayer`] and
-//! a form token with replay: [`Record::begin`], [`Record::run`] (which completes or
+//! The record's own life — begun, its lease renewed, completed (again, while the store
+//! cannot answer), claimed again, given back — is [`idem_core::record`]'s, which knows
+//! nothing of HTTP; [`FirstRun`] is what an HTTP attempt hosts it with. [`Record`] is what
+//! both users of idempotency records here call — [`IdempotencyLayer`] (on HTTP and gRPC)
+//! and a form token with replay: [`Record::begin_on`], [`Record::run`] (which completes or
 //! abandons the record), [`Record::abandon`] for an attempt that does not run, and
 //! [`replay`](super::replay) for a completed one.
 //!
 //! [`IdempotencyLayer`]: super::IdempotencyLayer
 
-use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -26,8 +25,9 @@ use futures_util::future::Either;
 use http::header::CONTENT_ENCODING;
 use http::response::Parts;
 use http::{HeaderMap, StatusCode};
-use idem_core::{Begin, Fingerprint, Key, Owner, Store, StoreError};
-use pin_project_lite::pin_project;
+pub(crate) use idem_core::record::Spending;
+use idem_core::record::{self, Host, Kept};
+use idem_core::{Fingerprint, Key, Owner, Store, StoreError};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
@@ -43,10 +43,6 @@ use crate::guard::GuardContext;
 use crate::idem::handlers::Running;
 use crate::rejection::{Rejection, RejectionKind};
 
-/// How long the answer of a handler that took its record over, and failed, waits for the
-/// record's removal (`Record::abandon_taken_over`).
-const REMOVAL_WAIT: Duration = Duration::from_millis(50);
-
 /// What beginning a record came to.
 pub(crate) enum Began<St: Store = IdemStore> {
     /// No record existed: this request holds one now, and runs first.
@@ -59,94 +55,58 @@ pub(crate) enum Began<St: Store = IdemStore> {
     Mismatch,
 }
 
-/// What keeping a first attempt's response came to.
-enum Kept {
-    /// Stored in the attempt's record.
-    Stored,
-    /// The handler completed the record itself, in its own transaction.
-    ByHandler,
-    /// Stored after the key was claimed again: the record had ended with its lease.
-    ClaimedAgain,
-    /// Not known: the store could not answer (the response is stored again in the
-    /// background, where there is a runtime to do it).
-    Unknown,
-    /// The key is another attempt's now: what it stored, if it completed.
-    Lost(Option<Bytes>),
+/// What an HTTP attempt hosts its record with: the runtime, which counts the work that
+/// outlives the request (its drain waits for it); the layer's settings; and the handle on
+/// the record its handler gets, which says whether the handler took the record over.
+#[derive(Clone)]
+pub(crate) struct FirstRun {
+    guard: GuardContext,
+    settings: Arc<Settings>,
+    handle: IdempotencyRecord,
 }
 
-impl Kept {
-    /// Logs it; `again` for a completion retried after the store failed to answer (an
-    /// earlier try may have been applied).
-    fn log(&self, again: bool) {
-        match self {
-            Self::Stored => tracing::debug!(again, "idem: response stored"),
-            Self::ByHandler => tracing::debug!(
-                "idem: the handler completed the record itself, in its own transaction"
-            ),
-            Self::ClaimedAgain => tracing::warn!(
-                "idem: the record had ended with its lease while the store was unreachable; \
-                 the key was free, so it was claimed again and the response stored"
-            ),
-            Self::Unknown => {}
-            Self::Lost(_) if again => tracing::error!(
-                "idem: the key was taken by another attempt while this one's response could \
-                 not be stored; this client already got its own response"
-            ),
-            Self::Lost(_) => tracing::warn!(
-                "idem: the record was taken by another attempt after this one's lease ran \
-                 out; its client gets that attempt's answer"
-            ),
-        }
+impl fmt::Debug for FirstRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FirstRun")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
     }
 }
 
-/// What an attempt spends to be let run (a form token). Spent before the handler runs,
-/// it is given back before the record is removed: a retry of the failed attempt then
-/// finds it again, and no retry can begin the record before it is back. Left to the
-/// handler, to spend in its own transaction, it is spent after the response is stored
-/// when the handler left the record to the layer.
-pub(crate) trait Spending: Send + Sync + 'static {
-    /// Gives back what was spent before the handler ran; a failure is logged, not
-    /// returned: the record goes either way.
-    fn give_back(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+impl Host for FirstRun {
+    fn spawn<F>(&self, work: F) -> Option<JoinHandle<()>>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let runtime = Handle::try_current().ok()?;
+        let running = Running::start(self.guard.idem());
+        Some(runtime.spawn(async move {
+            work.await;
+            drop(running);
+        }))
+    }
 
-    /// Spends what the handler was to spend, now that the layer stored the response in
-    /// its stead; a failure is logged.
-    fn spend_late(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    fn taken_over(&self) -> bool {
+        self.handle.taken_over()
+    }
 }
 
-/// An in-progress record this attempt began, and the handle on it the handler gets.
-///
-/// Shared behind one `Arc`: the boxed work holds it twice (renewing its lease, and
-/// abandoning it on a panic), and each copy inline would take that box past glibc's
-/// per-thread cache (BENCHMARKS.md, "The reshape"; `tests::the_boxed_work_stays_small`).
+/// An in-progress record this attempt began, hosted by its [`FirstRun`]: one `Arc`,
+/// which the boxed work holds twice (`tests::the_boxed_work_stays_small`).
 #[derive(Clone)]
-pub(crate) struct Record<St: Store = IdemStore>(Arc<RecordState<St>>);
-
-/// What a [`Record`] shares.
-pub(crate) struct RecordState<St: Store> {
-    guard: GuardContext,
-    /// The runtime's store, typed: its calls' futures are this store's own.
-    store: St,
-    fingerprint: Fingerprint,
-    settings: Arc<Settings>,
-    handle: IdempotencyRecord,
-    spending: Option<Box<dyn Spending>>,
-}
+pub(crate) struct Record<St: Store = IdemStore>(record::Record<St, FirstRun>);
 
 impl<St: Store> std::ops::Deref for Record<St> {
-    type Target = RecordState<St>;
+    type Target = record::Record<St, FirstRun>;
 
-    fn deref(&self) -> &RecordState<St> {
+    fn deref(&self) -> &Self::Target {
         &self.0
     }
 }
 
 impl<St: Store> fmt::Debug for Record<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Record")
-            .field("handle", &self.handle)
-            .finish_non_exhaustive()
+        self.0.fmt(f)
     }
 }
 
@@ -154,245 +114,67 @@ impl<St: Store + Clone> Record<St> {
     /// Begins the record `key` for a request with `fingerprint` on `store` (the runtime's,
     /// typed), or finds the one there.
     ///
+    /// The lifecycle's own future, mapped, not wrapped in an `async fn` of this one's,
+    /// which would hold the arguments twice (`answer::tests::the_per_request_future_stays_small`:
+    /// 920 bytes wrapped, against 800).
+    ///
     /// # Errors
     ///
     /// The store's, when it cannot answer.
-    pub(crate) async fn begin_on(
+    pub(crate) fn begin_on(
         store: St,
         guard: &GuardContext,
         key: &Key,
         fingerprint: &Fingerprint,
         settings: &Arc<Settings>,
-    ) -> Result<Began<St>, StoreError> {
-        let owner = Owner::random();
-        let begun = store.begin_record(key, &owner, fingerprint, settings.lease);
-        Ok(match begun.await? {
-            Begin::Started => Began::First(Self(Arc::new(RecordState {
-                guard: guard.clone(),
-                store,
-                fingerprint: *fingerprint,
-                settings: Arc::clone(settings),
-                handle: IdempotencyRecord::new(key.clone(), owner, settings),
-                spending: None,
-            }))),
-            Begin::Completed { response } => Began::Completed(response),
-            Begin::InProgress { remaining } => Began::InProgress(remaining),
-            Begin::Mismatch => Began::Mismatch,
+    ) -> impl Future<Output = Result<Began<St>, StoreError>> {
+        let host = |key: &Key, owner: &Owner| FirstRun {
+            guard: guard.clone(),
+            settings: Arc::clone(settings),
+            handle: IdempotencyRecord::new(key.clone(), owner.clone(), settings),
+        };
+        record::Record::begin(store, key, fingerprint, settings.lease, host).map(|began| {
+            Ok(match began? {
+                record::Began::First(record) => Began::First(Self(record)),
+                record::Began::Completed(stored) => Began::Completed(stored),
+                record::Began::InProgress(remaining) => Began::InProgress(remaining),
+                record::Began::Mismatch => Began::Mismatch,
+            })
         })
     }
 
     /// This record, with what the attempt spends given back whenever it is abandoned, and
     /// spent late when the layer stores the response.
-    ///
-    /// In place while this is the record's only copy, as it is right after it was begun:
-    /// no second shared state (`tests::spending_is_set_in_place`).
-    pub(crate) fn spending(mut self, spending: impl Spending) -> Self {
-        let spending = Some(Box::new(spending) as Box<dyn Spending>);
-        if let Some(state) = Arc::get_mut(&mut self.0) {
-            state.spending = spending;
-            return self;
-        }
-        Self(Arc::new(RecordState {
-            guard: self.guard.clone(),
-            store: self.store.clone(),
-            fingerprint: self.fingerprint,
-            settings: Arc::clone(&self.settings),
-            handle: self.handle.clone(),
-            spending,
-        }))
+    pub(crate) fn spending(self, spending: impl Spending) -> Self {
+        Self(self.0.spending(spending))
     }
 
     /// The handle on the record its handler gets.
     pub(crate) fn handle(&self) -> &IdempotencyRecord {
-        &self.handle
+        &self.host().handle
     }
 
-    fn key(&self) -> &Key {
-        self.handle.key()
+    fn guard(&self) -> &GuardContext {
+        &self.host().guard
     }
 
-    fn store(&self) -> &St {
-        &self.store
-    }
-
-    fn owner(&self) -> &Owner {
-        self.handle.owner()
-    }
-
-    /// Renews the lease every third of it, for as long as it is polled.
-    async fn keep_alive(self, lease: Duration) -> Infallible {
-        // A lease under 3 ms would otherwise renew in a tight loop.
-        let period = (lease / 3).max(Duration::from_millis(1));
-        loop {
-            tokio::time::sleep(period).await;
-            match self
-                .store()
-                .renew_record(self.key(), self.owner(), lease)
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::warn!(
-                        "idem: a running request lost its idempotency record (its lease ran \
-                         out); its response will not be stored"
-                    );
-                    return std::future::pending().await;
-                }
-                // The next renewal comes before the lease ends, unless the store stays down.
-                Err(error) => tracing::warn!(%error, "idem: could not renew an idempotency record"),
-            }
-        }
+    fn settings(&self) -> &Settings {
+        &self.host().settings
     }
 
     /// Stores `response`, the encoding of a response with `status`, and says whether
     /// the client gets its own response or, the key being answered by another attempt,
-    /// the answer of that one.
-    ///
-    /// A store that cannot answer now (Redis restarting, a network fault) gets the
-    /// completion again, in the background, until it answers: the handler has run, and
-    /// a record left in progress would let a retry run it a second time once its lease
-    /// ran out. The client gets its response meanwhile; the runtime's drain
-    /// ([`Idem::shutdown`](crate::Idem::shutdown)) waits for the completion.
-    async fn complete(&self, response: Bytes, status: StatusCode, retention: Duration) -> Kept {
-        match self.keep(&response, status, retention).await {
-            Ok(kept) => {
-                kept.log(false);
-                kept
-            }
-            Err(error) => {
-                tracing::warn!(
-                    %error,
-                    "idem: the response could not be stored yet; storing it again until the \
-                     store answers"
-                );
-                self.in_background(|record| async move {
-                    record
-                        .complete_when_the_store_answers(response, status, retention)
-                        .await;
-                });
-                Kept::Unknown
-            }
-        }
-    }
-
-    /// Spends what the handler was to spend, now that the layer stored the response in
-    /// its stead.
-    async fn spend_late(&self) {
-        if let Some(spending) = &self.spending {
-            spending.spend_late().await;
-        }
-    }
-
-    /// Keeps the response again and again, ever less often (from 50 ms up to 1 s
-    /// apart), until the store answers or `retention` has passed.
-    async fn complete_when_the_store_answers(
-        self,
-        response: Bytes,
-        status: StatusCode,
-        retention: Duration,
-    ) {
-        let deadline = tokio::time::Instant::now() + retention;
-        let mut pause = Duration::from_millis(50);
-        loop {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
-            match self.keep(&response, status, retention).await {
-                Ok(kept) => return kept.log(true),
-                Err(_) if tokio::time::Instant::now() < deadline => {}
-                Err(error) => {
-                    tracing::error!(
-                        %error,
-                        "idem: the response could not be stored within its retention; a \
-                         retry runs again once the lease ends"
-                    );
-                    return;
-                }
-            }
-        }
-    }
-
-    /// One attempt at keeping the response in the record.
-    ///
-    /// A record no longer this attempt's (its lease ran out while the store could not be
-    /// reached) is claimed again when its key is free, and the response stored in it: a
-    /// retry then replays it rather than running the handler a second time. A key
-    /// another attempt took meanwhile is that attempt's, and so is its answer.
-    async fn keep(
-        &self,
-        response: &Bytes,
-        status: StatusCode,
-        retention: Duration,
-    ) -> Result<Kept, StoreError> {
-        // Asked before the store is: the handler's own transaction, which completed the
-        // record, may have used up the store's timeout already (a stalled link), and the
-        // answer must not wait for a second one.
-        if self.handle.taken_over() {
-            return Ok(Kept::ByHandler);
-        }
-        if self
-            .try_complete(response.clone(), status, retention)
-            .await?
-        {
-            self.spend_late().await;
-            return Ok(Kept::Stored);
-        }
-        // Boxed: the rare way, which inline would size every first attempt's boxed work
-        // (`tests::the_boxed_work_stays_small`).
-        Box::pin(self.claim_again(response, status, retention)).await
-    }
-
-    /// Claims the key of a record that ended with its lease, and stores the response in
-    /// it; or, the key being another attempt's, says so.
-    async fn claim_again(
-        &self,
-        response: &Bytes,
-        status: StatusCode,
-        retention: Duration,
-    ) -> Result<Kept, StoreError> {
-        let (key, owner, lease) = (self.key(), self.owner(), self.settings.lease);
-        let claimed = self
-            .store()
-            .begin_record(key, owner, &self.fingerprint, lease);
-        Ok(match claimed.await? {
-            Begin::Started => match self
-                .try_complete(response.clone(), status, retention)
-                .await?
-            {
-                true => {
-                    self.spend_late().await;
-                    Kept::ClaimedAgain
-                }
-                false => Kept::Lost(None),
-            },
-            // This attempt's own response: an earlier try whose answer was lost did store it.
-            Begin::Completed { response: stored } if stored == *response => Kept::Stored,
-            Begin::Completed { response: stored } => Kept::Lost(Some(stored)),
-            Begin::InProgress { .. } | Begin::Mismatch => Kept::Lost(None),
-        })
-    }
-
-    /// One attempt at completing the record, falling back to the "too large" note when
-    /// the store has no room for the response.
-    async fn try_complete(
+    /// the answer of that one; a response the store has no room for is kept as a note of
+    /// its status ([`record::Record::complete`]). The lifecycle's own future, not wrapped:
+    /// it is part of the boxed work (`tests::the_boxed_work_stays_small`).
+    fn complete(
         &self,
         response: Bytes,
         status: StatusCode,
         retention: Duration,
-    ) -> Result<bool, StoreError> {
-        let stored = self
-            .store()
-            .complete_record(self.key(), self.owner(), response, retention)
-            .await;
-        match stored {
-            Err(StoreError::Memory { .. }) => {
-                tracing::warn!("idem: no room to store the response; retries get 409");
-                let note = stored_response::encode_too_large(status);
-                self.store()
-                    .complete_record(self.key(), self.owner(), note, retention)
-                    .await
-            }
-            other => other,
-        }
+    ) -> impl Future<Output = Kept> + '_ {
+        let too_large = move || stored_response::encode_too_large(status);
+        self.0.complete(response, retention, too_large)
     }
 
     /// The answer of the attempt that holds the key now, for the client of this one,
@@ -400,8 +182,8 @@ impl<St: Store + Clone> Record<St> {
     /// that says so. One key never answers two ways.
     fn answer_of_winner(&self, stored: Option<&Bytes>) -> Response {
         match stored {
-            Some(stored) => super::replay(&self.guard, &self.settings, stored, &HeaderMap::new()),
-            None => self.guard.refuse(
+            Some(stored) => super::replay(self.guard(), self.settings(), stored, &HeaderMap::new()),
+            None => self.guard().refuse(
                 Rejection::new(
                     RejectionKind::IdempotentRequestInProgress,
                     "this request lost its idempotency key to a retry while the server could \
@@ -410,106 +192,6 @@ impl<St: Store + Clone> Record<St> {
                 )
                 .with_retry_after(Duration::from_secs(1)),
             ),
-        }
-    }
-
-    /// Runs `work` on this record in a task of its own, which the runtime's drain
-    /// ([`Idem::shutdown`](crate::Idem::shutdown)) waits for; `None`, and nothing run,
-    /// without a runtime (it is shutting down: the record ends with its lease).
-    fn in_background<F>(&self, work: impl FnOnce(Self) -> F) -> Option<JoinHandle<()>>
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        let runtime = Handle::try_current().ok()?;
-        let (work, running) = (work(self.clone()), Running::start(self.guard.idem()));
-        Some(runtime.spawn(async move {
-            work.await;
-            drop(running);
-        }))
-    }
-
-    /// Removes the record of a handler that took it over and whose response is not kept
-    /// (its transaction failed), in a task of its own that the runtime's drain waits for,
-    /// and waits for the removal for at most [`REMOVAL_WAIT`]: a store that answers
-    /// removes it well within that, so that a retry right after the failure runs afresh;
-    /// one that stalls had likely held the handler's transaction up to the store's
-    /// timeout already, and the answer does not wait out a second one. Without a runtime
-    /// (it is shutting down) the record ends with its lease.
-    async fn abandon_taken_over(&self) {
-        let Some(removal) = self.in_background(|record| async move { record.abandon().await })
-        else {
-            return;
-        };
-        if tokio::time::timeout(REMOVAL_WAIT, removal).await.is_err() {
-            tracing::warn!(
-                "idem: the store did not remove the record of a failed attempt in time; the \
-                 answer goes now, the removal goes on (a retry meanwhile gets 409)"
-            );
-        }
-    }
-
-    /// Removes the record, so that a retry runs afresh, once what the attempt spent is
-    /// given back.
-    pub(crate) async fn abandon(&self) {
-        if let Some(spending) = &self.spending {
-            spending.give_back().await;
-        }
-        if let Err(error) = self.store().abandon_record(self.key(), self.owner()).await {
-            tracing::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
-        }
-    }
-}
-
-pin_project! {
-    /// `work`, with its record's lease renewed every third of it while `work` waits. The
-    /// renewal (a timer) is made, on the heap, only once `work` has to wait.
-    struct Renewing<W, St: Store> {
-        #[pin]
-        work: W,
-        record: Record<St>,
-        renewal: Option<Pin<Box<dyn Future<Output = Infallible> + Send>>>,
-    }
-}
-
-impl<W: Future, St: Store + Clone> Future for Renewing<W, St> {
-    type Output = W::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<W::Output> {
-        let this = self.project();
-        if let Poll::Ready(output) = this.work.poll(cx) {
-            return Poll::Ready(output);
-        }
-        let record = this.record;
-        let renewal = this.renewal.get_or_insert_with(|| {
-            let lease = record.settings.lease;
-            Box::pin(record.clone().keep_alive(lease))
-        });
-        match renewal.as_mut().poll(cx) {
-            Poll::Ready(never) => match never {},
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-/// Removes the record when dropped while armed: when the handler panicked, unwinding the
-/// task that held it.
-struct Pending<St: Store + Clone> {
-    record: Record<St>,
-    armed: bool,
-}
-
-impl<St: Store + Clone> Drop for Pending<St> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        tracing::error!(
-            "idem: the first attempt ended without a response (a panic); its idempotency record is removed"
-        );
-        // Without a runtime (it is shutting down) the record ends with its lease.
-        if let Ok(runtime) = Handle::try_current() {
-            let record = self.record.clone();
-            runtime.spawn(async move { record.abandon().await });
         }
     }
 }
@@ -526,7 +208,10 @@ impl<St: Store + Clone> Record<St> {
         inner: S,
         request: Request,
     ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
-        run_to_completion(Running::start(self.guard.idem()), self.work(inner, request))
+        run_to_completion(
+            Running::start(self.guard().idem()),
+            self.work(inner, request),
+        )
     }
 
     /// [`run`](Self::run) for a caller whose answer already runs to its end, in a task of
@@ -543,33 +228,24 @@ impl<St: Store + Clone> Record<St> {
     /// The attempt [`run`](Self::run) boxes: the handler's call and the response
     /// captured, renewing the lease while they wait, then settled.
     ///
-    /// A [`Renewing`] future composed with [`settle`](Self::settle) rather than one
-    /// `async` block, which would hold the renewal inline and the work and the record
-    /// twice (`tests::the_boxed_work_stays_small`).
+    /// A [`Renewing`](record::Renewing) future composed with [`settle`](Self::settle)
+    /// rather than one `async` block, which would hold the renewal inline and the work and
+    /// the record twice (`tests::the_boxed_work_stays_small`).
     fn work<S: Inner>(
         self,
         mut inner: S,
         mut request: Request,
     ) -> impl Future<Output = Result<Response, S::Error>> + Send + 'static {
-        request.extensions_mut().insert(self.handle.clone());
-        let max_stored = self.settings.max_stored_response;
+        request.extensions_mut().insert(self.handle().clone());
+        let max_stored = self.settings().max_stored_response;
         let work = async move {
             let (parts, body) = inner.call(request).await?.into_parts();
             Ok::<_, S::Error>((parts, capture(body, max_stored).await))
         };
-        let renewing = Renewing {
-            work,
-            record: self.clone(),
-            renewal: None,
-        };
-        let pending = Pending {
-            record: self,
-            armed: true,
-        };
+        let renewing = self.renewing(work);
+        let pending = self.0.abandon_on_drop();
         renewing.then(move |produced| {
-            let mut pending = pending;
-            pending.armed = false;
-            let record = pending.record.clone();
+            let record = Self(pending.disarm());
             match produced {
                 Ok((parts, captured)) => Either::Left(record.settle(parts, captured)),
                 Err(error) => Either::Right(record.failed(error)),
@@ -595,7 +271,7 @@ impl<St: Store + Clone> Record<St> {
         async move {
             match self.kept(&parts, &captured) {
                 Some(stored) => {
-                    let retention = self.settings.retention;
+                    let retention = self.settings().retention;
                     if let Kept::Lost(theirs) = self.complete(stored, parts.status, retention).await
                     {
                         return Ok(self.answer_of_winner(theirs.as_ref()));
@@ -604,7 +280,7 @@ impl<St: Store + Clone> Record<St> {
                 // The handler took the record over, and its transaction did not complete
                 // it (or it would be kept). Boxed: the rare way, whose timer inline would
                 // size every first attempt's boxed work.
-                None if self.handle.taken_over() => Box::pin(self.abandon_taken_over()).await,
+                None if self.handle().taken_over() => Box::pin(self.abandon_taken_over()).await,
                 None => self.abandon().await,
             }
             Ok(Response::from_parts(parts, captured.into_body()))
@@ -630,7 +306,7 @@ impl<St: Store + Clone> Record<St> {
             tracing::debug!("idem: a 413 is not stored");
             return None;
         }
-        if !(self.settings.stores_status)(parts.status) {
+        if !(self.settings().stores_status)(parts.status) {
             tracing::debug!(
                 status = parts.status.as_u16(),
                 "idem: response not stored (by policy)"
@@ -640,7 +316,9 @@ impl<St: Store + Clone> Record<St> {
         match captured {
             #[cfg(feature = "grpc")]
             Captured::Whole { trailers, .. }
-                if !self.settings.keeps_call(&parts.headers, trailers.as_ref()) =>
+                if !self
+                    .settings()
+                    .keeps_call(&parts.headers, trailers.as_ref()) =>
             {
                 None
             }
@@ -659,13 +337,13 @@ impl<St: Store + Clone> Record<St> {
                     parts,
                     data,
                     trailers.as_ref(),
-                    self.settings.scope,
+                    self.settings().scope,
                 ))
             }
             Captured::TooLarge { .. } => {
                 tracing::info!(
                     status = parts.status.as_u16(),
-                    limit = self.settings.max_stored_response,
+                    limit = self.settings().max_stored_response,
                     "idem: response too large to store; retries get 409"
                 );
                 Some(stored_response::encode_too_large(parts.status))
@@ -689,48 +367,15 @@ mod tests {
     use crate::IdempotencyLayer;
 
     /// The work of a first attempt, boxed per first request, is measured with
-    /// `size_of_val` in a debug build with a `Router` as the inner service: 712 bytes as
-    /// written; 752 with a form token's late spend awaited in `settle` rather than in
+    /// `size_of_val` in a debug build with a `Router` as the inner service: 728 bytes as
+    /// written (712 before the record's lifecycle moved to `idem_core::record`); 792 with
+    /// its completion wrapped in an `async fn` here; 752 with a form token's late spend awaited in `settle` rather than in
     /// `keep`, 760 in `complete`; 952 when `settle` took the handler's result whole and
     /// split it (holding the response twice), 1,040 with the key claimed again inline
     /// rather than boxed.
     /// Measured earlier on a larger work (880): 1,032 with the record's state held as two
     /// `Arc`s, 1,432 with `settle` an `async fn`, 2,448 with the renewal an `async` block
     /// selecting between the work and the lease's renewal.
-    struct Nothing;
-
-    impl Spending for Nothing {
-        fn give_back(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-            Box::pin(std::future::ready(()))
-        }
-
-        fn spend_late(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-            Box::pin(std::future::ready(()))
-        }
-    }
-
-    /// A record just begun takes what it spends into its own shared state; a record
-    /// shared already gets a state of its own, leaving the other copy as it was.
-    #[tokio::test]
-    async fn spending_is_set_in_place() {
-        let guard = GuardContext::new(crate::Idem::new(MemoryStore::new()), false);
-        let settings = IdempotencyLayer::new().settings;
-        let (key, fingerprint) = (Key::hashed(["k"]), Fingerprint::of(["f"]));
-        let began =
-            Record::begin_on(MemoryStore::new(), &guard, &key, &fingerprint, &settings).await;
-        let Ok(Began::First(record)) = began else {
-            panic!("a new key begins a record");
-        };
-        let state = Arc::as_ptr(&record.0);
-        let record = record.spending(Nothing);
-        assert_eq!(Arc::as_ptr(&record.0), state, "set in place");
-        assert!(record.spending.is_some());
-        let shared = record.clone();
-        let spending_again = shared.spending(Nothing);
-        assert_ne!(Arc::as_ptr(&spending_again.0), state);
-        assert!(record.spending.is_some() && spending_again.spending.is_some());
-    }
-
     #[tokio::test]
     async fn the_boxed_work_stays_small() {
         let guard = GuardContext::new(crate::Idem::new(MemoryStore::new()), false);
