@@ -19,7 +19,7 @@ use axum::extract::Request;
 use axum::response::Response;
 use futures_util::FutureExt;
 use futures_util::future::Either;
-use idem_core::{Fingerprint, Key, Store, StoreError};
+use idem_core::{Fingerprint, Key, Store, StoreError, throttled};
 use tokio::time::Instant;
 
 use super::extract::{scope_key, token_key};
@@ -242,7 +242,7 @@ impl<St: Store> Spending for SubmittedToken<St> {
                 .store
                 .put_token(&self.scope, &self.token, self.ttl, self.keep);
             if let Err(error) = stored.await {
-                tracing::warn!(%error, "idem: a failed submission's form token stays spent");
+                throttled::warn!(%error, "idem: a failed submission's form token stays spent");
             }
         })
     }
@@ -252,13 +252,13 @@ impl<St: Store> Spending for SubmittedToken<St> {
             if self.how == Check::Spend {
                 return; // spent before the handler ran
             }
-            tracing::warn!(
+            throttled::warn!(
                 "idem: a form submission's handler left its record to the layer, so its token \
                  is spent after its transaction, not in it; complete the record with the \
                  token through `FormSubmission`"
             );
             if let Err(error) = self.store.consume_token(&self.scope, &self.token).await {
-                tracing::warn!(%error, "idem: a submission's form token could not be spent; it lapses with its TTL");
+                throttled::warn!(%error, "idem: a submission's form token could not be spent; it lapses with its TTL");
             }
         })
     }

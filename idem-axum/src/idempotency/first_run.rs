@@ -26,7 +26,7 @@ use futures_util::future::Either;
 use http::header::CONTENT_ENCODING;
 use http::response::Parts;
 use http::{HeaderMap, StatusCode};
-use idem_core::{Begin, Fingerprint, Key, Owner, Store, StoreError};
+use idem_core::{Begin, Fingerprint, Key, Owner, Store, StoreError, throttled};
 use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
@@ -83,16 +83,16 @@ impl Kept {
             Self::ByHandler => tracing::debug!(
                 "idem: the handler completed the record itself, in its own transaction"
             ),
-            Self::ClaimedAgain => tracing::warn!(
+            Self::ClaimedAgain => throttled::warn!(
                 "idem: the record had ended with its lease while the store was unreachable; \
                  the key was free, so it was claimed again and the response stored"
             ),
             Self::Unknown => {}
-            Self::Lost(_) if again => tracing::error!(
+            Self::Lost(_) if again => throttled::error!(
                 "idem: the key was taken by another attempt while this one's response could \
                  not be stored; this client already got its own response"
             ),
-            Self::Lost(_) => tracing::warn!(
+            Self::Lost(_) => throttled::warn!(
                 "idem: the record was taken by another attempt after this one's lease ran \
                  out; its client gets that attempt's answer"
             ),
@@ -225,14 +225,16 @@ impl<St: Store + Clone> Record<St> {
             {
                 Ok(true) => {}
                 Ok(false) => {
-                    tracing::warn!(
+                    throttled::warn!(
                         "idem: a running request lost its idempotency record (its lease ran \
                          out); its response will not be stored"
                     );
                     return std::future::pending().await;
                 }
                 // The next renewal comes before the lease ends, unless the store stays down.
-                Err(error) => tracing::warn!(%error, "idem: could not renew an idempotency record"),
+                Err(error) => {
+                    throttled::warn!(%error, "idem: could not renew an idempotency record")
+                }
             }
         }
     }
@@ -253,7 +255,7 @@ impl<St: Store + Clone> Record<St> {
                 kept
             }
             Err(error) => {
-                tracing::warn!(
+                throttled::warn!(
                     %error,
                     "idem: the response could not be stored yet; storing it again until the \
                      store answers"
@@ -293,7 +295,7 @@ impl<St: Store + Clone> Record<St> {
                 Ok(kept) => return kept.log(true),
                 Err(_) if tokio::time::Instant::now() < deadline => {}
                 Err(error) => {
-                    tracing::error!(
+                    throttled::error!(
                         %error,
                         "idem: the response could not be stored within its retention; a \
                          retry runs again once the lease ends"
@@ -378,7 +380,7 @@ impl<St: Store + Clone> Record<St> {
             .await;
         match stored {
             Err(StoreError::Memory { .. }) => {
-                tracing::warn!("idem: no room to store the response; retries get 409");
+                throttled::warn!("idem: no room to store the response; retries get 409");
                 let note = stored_response::encode_too_large(status);
                 self.store()
                     .complete_record(self.key(), self.owner(), note, retention)
@@ -434,7 +436,7 @@ impl<St: Store + Clone> Record<St> {
             return;
         };
         if tokio::time::timeout(REMOVAL_WAIT, removal).await.is_err() {
-            tracing::warn!(
+            throttled::warn!(
                 "idem: the store did not remove the record of a failed attempt in time; the \
                  answer goes now, the removal goes on (a retry meanwhile gets 409)"
             );
@@ -448,7 +450,7 @@ impl<St: Store + Clone> Record<St> {
             spending.give_back().await;
         }
         if let Err(error) = self.store().abandon_record(self.key(), self.owner()).await {
-            tracing::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
+            throttled::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
         }
     }
 }
@@ -496,7 +498,7 @@ impl<St: Store + Clone> Drop for Pending<St> {
         if !self.armed {
             return;
         }
-        tracing::error!(
+        throttled::error!(
             "idem: the first attempt ended without a response (a panic); its idempotency record is removed"
         );
         // Without a runtime (it is shutting down) the record ends with its lease.
@@ -639,7 +641,7 @@ impl<St: Store + Clone> Record<St> {
             }
             Captured::Whole { data, trailers } => {
                 if let Some(coding) = parts.headers.get(CONTENT_ENCODING) {
-                    tracing::warn!(
+                    throttled::warn!(
                         content_encoding = ?coding,
                         "idem: an idempotent response is stored already encoded; put \
                          compression outside IdempotencyLayer, so that the identity \
@@ -667,7 +669,7 @@ impl<St: Store + Clone> Record<St> {
                 // The handler ran: a retry must not run it again, and there is no whole
                 // response to give it. Its client gets the body as far as it went, then
                 // the error, which ends the connection.
-                tracing::warn!(%error, "idem: the response body failed; retries get 409");
+                throttled::warn!(%error, "idem: the response body failed; retries get 409");
                 Some(stored_response::encode_failed(parts.status))
             }
         }
