@@ -14,6 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use idem_core::throttled;
 use tokio::runtime::Handle;
 use tracing::Instrument;
 
@@ -91,7 +92,7 @@ where
             return;
         }
         let Ok(runtime) = Handle::try_current() else {
-            tracing::warn!(
+            throttled::warn!(
                 "idem: a guarded handler was cut off: its request went away outside a Tokio runtime"
             );
             return;

@@ -54,7 +54,7 @@
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
-use idem_core::{Key, StoreError};
+use idem_core::{Key, StoreError, throttled};
 
 use crate::StoreFailure;
 use crate::idem::{Idem, IdemStore};
@@ -102,7 +102,7 @@ impl GuardContext {
                 Err(refusal) => Err(rendering.respond(Some(idem), refusal)),
             },
             None => {
-                tracing::error!("idem: a guard ran without `Idem::layer()` on the router");
+                throttled::error!("idem: a guard ran without `Idem::layer()` on the router");
                 let missing = Rejection::new(
                     RejectionKind::MissingLayer,
                     "idem's runtime is missing: add `.layer(idem.layer())` to the Router, \
@@ -146,7 +146,9 @@ impl GuardContext {
 
     /// Applies the runtime's [`StoreFailure`] policy to `error`, met while doing `what`
     /// (a few words for the log): failing closed, the 503 refusal; failing open, `Ok`, to
-    /// go on unguarded. Logged either way.
+    /// go on unguarded. Logged either way, as a warning written at most once every 10
+    /// seconds with the count of the rest (the production guide's
+    /// [logs](crate::guide::production#logs)).
     ///
     /// # Errors
     ///

@@ -45,7 +45,10 @@
 //! request runs in an `idem` `tracing` span (guard, route, client hashed, outcome, store
 //! latency), and each decision is an event — a refused duplicate, a replay, a conflict or
 //! a mismatch at `info`, the rest at `debug`; with the feature `metrics` they are also
-//! counters and a latency histogram ([`outcome`] lists them).
+//! counters and a latency histogram ([`outcome`] lists them). What goes wrong for one
+//! request (a store failure, a refusal for `busy`) is a warning, written at most once
+//! every 10 seconds with the count of the rest, so that a flood writes a few lines
+//! ([logs](guide::production#logs)).
 //!
 //! The [`guide`] says what the guards promise as a whole, which store keeps which promise,
 //! what each refusal means, and what to set before production.

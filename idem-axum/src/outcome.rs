@@ -1,7 +1,11 @@
 //! What a guard decided for one request, reported the same way by every guard: a
 //! `tracing` span per guarded request, one event per decision at the level the decision
 //! deserves, and — with the feature `metrics` — counters and a latency histogram through
-//! the [`metrics`](https://docs.rs/metrics) facade.
+//! the [`metrics`](https://docs.rs/metrics) facade. What goes wrong for one request (a
+//! store failure, a refusal for `busy`) is a warning or an error written at most once
+//! every 10 seconds per place in the code, with how many went unwritten since
+//! (`idem_core::throttled`, the production guide's [logs](crate::guide::production#logs));
+//! the counters count every one.
 //!
 //! | name | kind | labels |
 //! |---|---|---|

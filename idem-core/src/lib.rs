@@ -55,6 +55,8 @@ pub mod outbound;
 #[doc(hidden)]
 pub mod record;
 pub mod store;
+#[doc(hidden)]
+pub mod throttled;
 
 // What an application or a store author writes first. Each item is public here only, and
 // everything else only in its module (`key`, `lock`, `store`): one path per public item,
@@ -75,6 +77,7 @@ pub use store::tokens::TokenStore;
 #[doc(hidden)]
 pub mod __private {
     pub use bytes::Bytes;
+    pub use tracing;
 }
 
 /// The README's examples, compiled (and run where they can be) as doctests.

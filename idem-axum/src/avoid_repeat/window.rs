@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use idem_core::store::Fencing;
-use idem_core::{Acquire, Fingerprint, Key, Owner, Store};
+use idem_core::{Acquire, Fingerprint, Key, Owner, Store, throttled};
 
 use super::{Release, Settings};
 use crate::detached::run_to_completion;
@@ -154,7 +154,7 @@ impl<St: Store + Clone> Permit<St> {
         }
         if let Err(error) = self.store.release(&self.key, &self.owner).await {
             // The key still expires at the end of its window.
-            tracing::warn!(%error, "idem: could not release a key; it expires with its window");
+            throttled::warn!(%error, "idem: could not release a key; it expires with its window");
         }
     }
 }
@@ -171,7 +171,7 @@ impl<St: Store + Clone> Drop for Permit<St> {
         let (store, key, owner) = (self.store.clone(), self.key.clone(), self.owner.clone());
         runtime.spawn(async move {
             if let Err(error) = store.release(&key, &owner).await {
-                tracing::warn!(%error, "idem: could not release the key of an abandoned request");
+                throttled::warn!(%error, "idem: could not release the key of an abandoned request");
             }
         });
     }

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::request::Parts;
-use idem_core::{Key, TokenStore};
+use idem_core::{Key, TokenStore, throttled};
 
 use super::FormTokenConfig;
 use crate::guard::GuardContext;
@@ -135,7 +135,7 @@ pub(super) async fn issue(
 ) -> Result<FormToken, Rejection> {
     let mut bytes = [0; TOKEN_BYTES];
     if let Err(error) = draw(&mut bytes) {
-        tracing::error!(%error, "idem: the operating system's random generator failed");
+        throttled::error!(%error, "idem: the operating system's random generator failed");
         return Err(Rejection::new(
             RejectionKind::RandomnessUnavailable,
             "the server could not draw a form token; please retry shortly",

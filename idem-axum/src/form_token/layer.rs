@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::HeaderValue;
-use idem_core::Store;
+use idem_core::{Store, throttled};
 use tracing::Instrument;
 
 use super::extract::{TokenKeys, issue};
@@ -423,7 +423,7 @@ pub(super) async fn rotate(
         // The old token is spent already: refusing now would lose the submission as well.
         // The handler runs; the page gets no new token from this response.
         Err(rejection) => {
-            tracing::warn!(detail = rejection.detail(), "idem: no rotated form token");
+            throttled::warn!(detail = rejection.detail(), "idem: no rotated form token");
             (request, None)
         }
     }

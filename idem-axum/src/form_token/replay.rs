@@ -19,7 +19,7 @@ use axum::extract::Request;
 use axum::response::Response;
 use futures_util::FutureExt;
 use futures_util::future::Either;
-use idem_core::{Fingerprint, Key, Store, StoreError};
+use idem_core::{Fingerprint, Key, Store, StoreError, throttled};
 use tokio::time::Instant;
 
 use super::extract::TokenKeys;
@@ -245,7 +245,7 @@ impl<St: Store> Spending for SubmittedToken<St> {
                 self.store
                     .put_token(&self.keys.scope, &self.keys.token, self.ttl, self.keep);
             if let Err(error) = stored.await {
-                tracing::warn!(%error, "idem: a failed submission's form token stays spent");
+                throttled::warn!(%error, "idem: a failed submission's form token stays spent");
             }
         })
     }
@@ -255,7 +255,7 @@ impl<St: Store> Spending for SubmittedToken<St> {
             if self.how == Check::Spend {
                 return; // spent before the handler ran
             }
-            tracing::warn!(
+            throttled::warn!(
                 "idem: a form submission's handler left its record to the layer, so its token \
                  is spent after its transaction, not in it; complete the record with the \
                  token through `FormSubmission`"
@@ -265,7 +265,7 @@ impl<St: Store> Spending for SubmittedToken<St> {
                 .consume_token(&self.keys.scope, &self.keys.token)
                 .await
             {
-                tracing::warn!(%error, "idem: a submission's form token could not be spent; it lapses with its TTL");
+                throttled::warn!(%error, "idem: a submission's form token could not be spent; it lapses with its TTL");
             }
         })
     }

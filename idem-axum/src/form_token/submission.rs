@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
-use idem_core::Key;
+use idem_core::{Key, throttled};
 
 use super::extract::TokenKeys;
 use super::layer::{Settings, refused_token};
@@ -128,7 +128,7 @@ impl<S: Send + Sync> FromRequestParts<S> for FormSubmission {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         parts.extensions.get::<Self>().cloned().ok_or_else(|| {
-            tracing::error!("idem: FormSubmission extracted where the layer gave none");
+            throttled::error!("idem: FormSubmission extracted where the layer gave none");
             Rejection::new(
                 RejectionKind::MissingLayer,
                 "this handler takes the form's submission, but none was given: put \

@@ -11,6 +11,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use idem_core::throttled;
 use tokio::sync::Notify;
 
 use super::Idem;
@@ -58,7 +59,7 @@ impl Handlers {
             return Err(shutting_down());
         }
         if self.detached.load(Ordering::Relaxed) > self.detached_limit {
-            tracing::warn!(
+            throttled::warn!(
                 limit = self.detached_limit,
                 "idem: more handlers run for clients that went away than the runtime's \
                  limit; new guarded requests are refused until some end"

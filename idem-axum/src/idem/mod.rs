@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
-use idem_core::{Key, Store, StoreError};
+use idem_core::{Key, Store, StoreError, throttled};
 
 pub use self::builder::IdemBuilder;
 pub use self::handlers::Drained;
@@ -172,7 +172,7 @@ impl Idem {
                     Rejection::new(RejectionKind::MissingClientIdentity, why)
                 }
                 IdentifyError::Unavailable(why) => {
-                    tracing::error!(%why, "idem: cannot identify clients");
+                    throttled::error!(%why, "idem: cannot identify clients");
                     Rejection::new(RejectionKind::ClientIdentityUnavailable, why)
                 }
             })
@@ -185,7 +185,7 @@ impl Idem {
         match self.inner.store_failure {
             StoreFailure::FailClosed => {
                 crate::outcome::store_error(false);
-                tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}: refused (fail closed)");
+                throttled::warn!(idem.outcome = "store_error", %error, "idem: {what}: refused (fail closed)");
                 Err(Rejection::new(
                     RejectionKind::StoreUnavailable,
                     "protection against duplicate requests is unavailable right now; please retry shortly",
@@ -194,7 +194,7 @@ impl Idem {
             }
             StoreFailure::FailOpen => {
                 crate::outcome::store_error(true);
-                tracing::warn!(idem.outcome = "store_error", %error, "idem: {what}: let through unguarded (fail open)");
+                throttled::warn!(idem.outcome = "store_error", %error, "idem: {what}: let through unguarded (fail open)");
                 Ok(())
             }
         }

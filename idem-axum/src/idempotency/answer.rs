@@ -13,7 +13,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, StatusCode, Uri};
-use idem_core::{Fingerprint, Key, Store, StoreError};
+use idem_core::{Fingerprint, Key, Store, StoreError, throttled};
 use tracing::Instrument;
 
 use super::first_run::{Began, Record};
@@ -287,7 +287,7 @@ fn pass<S: Inner>(mut inner: S, request: Request) -> Pin<Box<S::Future>> {
 
 /// The refusal of a request that reaches the layer outside a Tokio runtime.
 fn runtime_unavailable() -> Rejection {
-    tracing::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
+    throttled::error!("idem: IdempotencyLayer runs outside a Tokio runtime");
     Rejection::new(
         RejectionKind::RuntimeUnavailable,
         "the server runs IdempotencyLayer outside a Tokio runtime",
@@ -379,7 +379,7 @@ pub(crate) fn replay(
             not_replayable(status, "failed while it was sent")
         }
         Err(unreadable) => {
-            tracing::error!(%unreadable, "idem: a stored response cannot be replayed");
+            throttled::error!(%unreadable, "idem: a stored response cannot be replayed");
             Rejection::new(
                 RejectionKind::UnreadableIdempotencyRecord,
                 "the stored response of this idempotency key cannot be read by this server; \

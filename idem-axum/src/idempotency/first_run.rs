@@ -27,7 +27,7 @@ use http::response::Parts;
 use http::{HeaderMap, StatusCode};
 pub(crate) use idem_core::record::Spending;
 use idem_core::record::{self, Host, Kept};
-use idem_core::{Fingerprint, Key, Owner, Store, StoreError};
+use idem_core::{Fingerprint, Key, Owner, Store, StoreError, throttled};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
@@ -324,7 +324,7 @@ impl<St: Store + Clone> Record<St> {
             }
             Captured::Whole { data, trailers } => {
                 if let Some(coding) = parts.headers.get(CONTENT_ENCODING) {
-                    tracing::warn!(
+                    throttled::warn!(
                         content_encoding = ?coding,
                         "idem: an idempotent response is stored already encoded; put \
                          compression outside IdempotencyLayer, so that the identity \
@@ -352,7 +352,7 @@ impl<St: Store + Clone> Record<St> {
                 // The handler ran: a retry must not run it again, and there is no whole
                 // response to give it. Its client gets the body as far as it went, then
                 // the error, which ends the connection.
-                tracing::warn!(%error, "idem: the response body failed; retries get 409");
+                throttled::warn!(%error, "idem: the response body failed; retries get 409");
                 Some(stored_response::encode_failed(parts.status))
             }
         }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::request::Parts;
 use idem_core::outbound::{OutboundKey, OutboundKeys};
-use idem_core::{Key, Owner};
+use idem_core::{Key, Owner, throttled};
 
 use super::capture::{Captured, capture};
 use super::stored_response;
@@ -204,7 +204,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyRecord {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         parts.extensions.get::<Self>().cloned().ok_or_else(|| {
-            tracing::error!("idem: IdempotencyRecord extracted where no record was begun");
+            throttled::error!("idem: IdempotencyRecord extracted where no record was begun");
             Rejection::new(
                 RejectionKind::MissingLayer,
                 "this handler takes the request's idempotency record, but none was begun: put \

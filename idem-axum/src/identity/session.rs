@@ -2,6 +2,7 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use idem_core::throttled;
 use tower_sessions::Session;
 
 use super::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
@@ -81,7 +82,7 @@ pub async fn ensure_session(session: Session, request: Request, next: Next) -> R
         Ok::<_, tower_sessions::session::Error>(())
     };
     if let Err(error) = started.await {
-        tracing::error!(%error, "idem: the session could not be loaded or started");
+        throttled::error!(%error, "idem: the session could not be loaded or started");
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
             "the session could not be started",

@@ -13,6 +13,7 @@ use super::fencing::{Fenced, FencingMode, Unfenced};
 use super::watchdog::Status;
 use crate::key::{Key, Owner};
 use crate::store::{FencingToken, LockStore, StoreError};
+use crate::throttled;
 
 /// A held [`Lock`](crate::Lock). Made by [`Lock::try_acquire`](crate::Lock::try_acquire)
 /// and [`Lock::acquire_within`](crate::Lock::acquire_within).
@@ -220,7 +221,7 @@ impl<S: LockStore, F: FencingMode> Drop for LockGuard<S, F> {
                 let key = self.key.clone();
                 runtime.spawn(async move {
                     if let Err(error) = hold.release(&key).await {
-                        tracing::warn!(%key, ?error, "idem: releasing a dropped lock failed; its lease will free it");
+                        throttled::warn!(%key, ?error, "idem: releasing a dropped lock failed; its lease will free it");
                     }
                 });
             }

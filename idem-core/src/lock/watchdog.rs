@@ -16,6 +16,7 @@ use super::error::LockLost;
 use super::lease::valid_until;
 use crate::key::{Key, Owner};
 use crate::store::LockStore;
+use crate::throttled;
 
 /// What a guard knows about its hold; the watchdog updates it, the guard reads it.
 #[derive(Debug, Clone)]
@@ -54,7 +55,7 @@ impl<S: LockStore> Watchdog<S> {
                 Err(lost) => break lost,
             }
         };
-        tracing::warn!(key = %self.key, ?lost, "idem: lock lost; the watchdog stops");
+        throttled::warn!(key = %self.key, ?lost, "idem: lock lost; the watchdog stops");
         self.status.send_modify(|status| status.lost = Some(lost));
     }
 
@@ -69,7 +70,7 @@ impl<S: LockStore> Watchdog<S> {
                 Ok(Ok(true)) => return Ok(valid_until(sent_at, self.lease, self.lease)),
                 Ok(Ok(false)) => return Err(LockLost::NotHeld),
                 Ok(Err(error)) => {
-                    tracing::warn!(key = %self.key, ?error, "idem: lock renewal failed; trying again");
+                    throttled::warn!(key = %self.key, ?error, "idem: lock renewal failed; trying again");
                     let pause = tokio::time::sleep(self.lease / 10);
                     if tokio::time::timeout_at(deadline, pause).await.is_err() {
                         return Err(LockLost::Expired);

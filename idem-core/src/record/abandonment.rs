@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::{Host, Record};
 use crate::store::RecordStore;
+use crate::throttled;
 
 /// How long [`Record::abandon_taken_over`] waits for the removal before it answers.
 const REMOVAL_WAIT: Duration = Duration::from_millis(50);
@@ -17,7 +18,7 @@ impl<St: RecordStore + Clone, H: Host> Record<St, H> {
             spending.give_back().await;
         }
         if let Err(error) = self.store().abandon_record(self.key(), self.owner()).await {
-            tracing::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
+            throttled::warn!(%error, "idem: could not remove an idempotency record; it ends with its lease");
         }
     }
 
@@ -33,7 +34,7 @@ impl<St: RecordStore + Clone, H: Host> Record<St, H> {
             return;
         };
         if tokio::time::timeout(REMOVAL_WAIT, removal).await.is_err() {
-            tracing::warn!(
+            throttled::warn!(
                 "idem: the store did not remove the record of a failed attempt in time; the \
                  answer goes now, the removal goes on (a retry meanwhile gets 409)"
             );
@@ -66,7 +67,7 @@ impl<St: RecordStore + Clone, H: Host> Drop for AbandonOnDrop<St, H> {
         let Some(record) = self.record.take() else {
             return;
         };
-        tracing::error!(
+        throttled::error!(
             "idem: the first attempt ended without a result (a panic); its idempotency record is removed"
         );
         // Without a runtime (it is shutting down) the record ends with its lease.

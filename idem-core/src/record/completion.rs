@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::{Host, Record};
 use crate::store::{Begin, RecordStore, StoreError};
+use crate::throttled;
 
 /// What keeping an attempt's result came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,16 +34,16 @@ impl Kept {
             Self::ByHandler => tracing::debug!(
                 "idem: the attempt completed the record itself, in its own transaction"
             ),
-            Self::ClaimedAgain => tracing::warn!(
+            Self::ClaimedAgain => throttled::warn!(
                 "idem: the record had ended with its lease while the store was unreachable; \
                  the key was free, so it was claimed again and the result stored"
             ),
             Self::Unknown => {}
-            Self::Lost(_) if again => tracing::error!(
+            Self::Lost(_) if again => throttled::error!(
                 "idem: the key was taken by another attempt while this one's result could \
                  not be stored; this attempt's caller already got its own result"
             ),
-            Self::Lost(_) => tracing::warn!(
+            Self::Lost(_) => throttled::warn!(
                 "idem: the record was taken by another attempt after this one's lease ran \
                  out; its caller gets that attempt's answer"
             ),
@@ -71,7 +72,7 @@ impl<St: RecordStore + Clone, H: Host> Record<St, H> {
                 kept
             }
             Err(error) => {
-                tracing::warn!(
+                throttled::warn!(
                     %error,
                     "idem: the result could not be stored yet; storing it again until the \
                      store answers"
@@ -111,7 +112,7 @@ impl<St: RecordStore + Clone, H: Host> Record<St, H> {
                 Ok(kept) => return kept.log(true),
                 Err(_) if tokio::time::Instant::now() < deadline => {}
                 Err(error) => {
-                    tracing::error!(
+                    throttled::error!(
                         %error,
                         "idem: the result could not be stored within its retention; a \
                          retry runs again once the lease ends"
@@ -196,7 +197,7 @@ impl<St: RecordStore + Clone, H: Host> Record<St, H> {
             .await;
         match stored {
             Err(StoreError::Memory { .. }) => {
-                tracing::warn!(
+                throttled::warn!(
                     "idem: no room to store the result; a note that it was too large is stored instead"
                 );
                 self.store()

@@ -11,6 +11,7 @@ use pin_project_lite::pin_project;
 
 use super::{Host, Record};
 use crate::store::RecordStore;
+use crate::throttled;
 
 impl<St: RecordStore + Clone, H: Host> Record<St, H> {
     /// `work`, with this record's lease renewed every third of it while `work` waits.
@@ -36,14 +37,16 @@ impl<St: RecordStore + Clone, H: Host> Record<St, H> {
             {
                 Ok(true) => {}
                 Ok(false) => {
-                    tracing::warn!(
+                    throttled::warn!(
                         "idem: a running attempt lost its idempotency record (its lease ran \
                          out); its result will not be stored"
                     );
                     return std::future::pending().await;
                 }
                 // The next renewal comes before the lease ends, unless the store stays down.
-                Err(error) => tracing::warn!(%error, "idem: could not renew an idempotency record"),
+                Err(error) => {
+                    throttled::warn!(%error, "idem: could not renew an idempotency record")
+                }
             }
         }
     }
