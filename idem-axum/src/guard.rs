@@ -48,7 +48,7 @@
 //! ```
 
 // A refusal is the response itself, as axum's own extractors give theirs: the guard
-// returns it as it is. It is the rare path, so its size costs nothing on the common one.
+// returns it as it is.
 #![allow(clippy::result_large_err)]
 
 use std::time::Duration;

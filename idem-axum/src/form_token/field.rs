@@ -79,7 +79,7 @@ impl Form {
             })?,
             // Boxed: multer's parser is 2 KB of state, which inline would size every form
             // post's future, urlencoded ones included (the rarer multipart post pays an
-            // allocation instead).
+            // allocation instead; `layer::tests::the_per_request_futures_stay_small`).
             Self::Multipart { boundary } => Box::pin(multipart_field(body, boundary, name))
                 .await
                 .map_err(|error| {

@@ -414,7 +414,7 @@ pub(super) async fn rotate(
         return (request, None);
     }
     // Boxed: rotation is off by default, and its store call inline would size every
-    // post's future.
+    // post's future (`tests::the_per_request_futures_stay_small`).
     match Box::pin(issue(guard, client, config)).await {
         Ok(rotated) => {
             request.extensions_mut().insert(rotated.clone());

@@ -279,3 +279,51 @@ fn still_running(remaining: Duration) -> Rejection {
     )
     .with_retry_after(remaining.min(Duration::from_secs(1)))
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::{get, post};
+    use http::{HeaderName, Request, StatusCode};
+    use tower::ServiceExt;
+
+    use super::super::extract::HASHED;
+    use crate::identity::ClientHeader;
+    use crate::{FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer};
+
+    /// The first post of a token, kept for replay, hashes the token's keys once: for the
+    /// check that spends it and for what gives it back if the handler fails.
+    #[tokio::test]
+    async fn a_post_hashes_its_token_once() {
+        const CLIENT: HeaderName = HeaderName::from_static("x-client");
+        let idem = Idem::builder()
+            .with_client_identity(ClientHeader::new(CLIENT))
+            .build();
+        let app = Router::new()
+            .route(
+                "/form",
+                get(|token: FormToken| async move { token.value().to_owned() }),
+            )
+            .route(
+                "/order",
+                post(|| async { "placed" })
+                    .route_layer(VerifyFormTokenLayer::new().with_replay(true)),
+            )
+            .layer(idem.layer());
+        let page = Request::get("/form")
+            .header(&CLIENT, "alice")
+            .body(Body::empty());
+        let page = app.clone().oneshot(page.unwrap()).await.unwrap();
+        let token = axum::body::to_bytes(page.into_body(), 64).await.unwrap();
+        let token = String::from_utf8(token.to_vec()).unwrap();
+        HASHED.set(0);
+        let post = Request::post("/order")
+            .header(&CLIENT, "alice")
+            .header(FormTokenConfig::new().header_name(), token)
+            .body(Body::empty());
+        let answer = app.oneshot(post.unwrap()).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(HASHED.get(), 1);
+    }
+}

@@ -14,7 +14,8 @@ use idem_redis::RedisStore;
 /// no allocation per call; any other store — the SQL stores of `idem-sqlx`, a store of
 /// your own — through an [`AnyStore`], which boxes each call's future (one small
 /// allocation, next to a SQL statement's round trip). A built-in store given inside an
-/// `AnyStore` is found and called directly too.
+/// `AnyStore` is found and called directly too
+/// (`tests::built_in_stores_are_called_directly_and_others_through_any_store`).
 ///
 /// It is a [`Store`] itself, so what takes a store (a [`Lock`](crate::lock::Lock), a
 /// guard of your own) takes it; clones share the store.

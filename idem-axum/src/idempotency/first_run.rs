@@ -279,7 +279,7 @@ impl<St: Store + Clone> Record<St> {
                 }
                 // The handler took the record over, and its transaction did not complete
                 // it (or it would be kept). Boxed: the rare way, whose timer inline would
-                // size every first attempt's boxed work.
+                // size every first attempt's boxed work (`tests::the_boxed_work_stays_small`).
                 None if self.handle().taken_over() => Box::pin(self.abandon_taken_over()).await,
                 None => self.abandon().await,
             }

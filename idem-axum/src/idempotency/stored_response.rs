@@ -7,8 +7,8 @@
 //! frozen and specified): a [`Record`] with the status, every header value in order
 //! (repeated ones kept, hop-by-hop ones left out, and `Set-Cookie` for a shared key) and
 //! the body, each length-prefixed with
-//! a varint. Replaying borrows the body from the bytes the store returned, without a
-//! copy.
+//! a varint. Replaying borrows the body and the header values from the bytes the store
+//! returned, without a copy (`tests::a_replay_borrows_the_stored_bytes`).
 //!
 //! A response that ended with trailers (a gRPC call's `grpc-status`, `grpc-message` and
 //! trailing metadata) has the format byte [`WITH_TRAILERS`]: the same [`Record`], then the
@@ -243,7 +243,8 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
     }
 }
 
-/// Appends the stored `fields` to `map`, their values slices of `stored`, not copies.
+/// Appends the stored `fields` to `map`, their values slices of `stored`, not copies
+/// (`tests::a_replay_borrows_the_stored_bytes`).
 fn append_fields(
     stored: &Bytes,
     fields: Fields<'_>,
@@ -388,6 +389,28 @@ mod tests {
         assert_eq!(
             stored, first_format,
             "one format byte, then the record alone"
+        );
+    }
+
+    /// A replay's body and header values are slices of the bytes the store returned: a
+    /// replay copies neither, whatever their size.
+    #[tokio::test]
+    async fn a_replay_borrows_the_stored_bytes() {
+        let body = vec![b'b'; 4096];
+        let original = parts(StatusCode::CREATED, &[("x-order", "order 7")]);
+        let stored = encode_response(&original, &body, None, RecordScope::Client);
+        let within = |bytes: &[u8]| stored.as_ptr_range().contains(&bytes.as_ptr());
+        let Ok(Replay::Response(replayed)) = decode(&stored) else {
+            panic!("the record decodes");
+        };
+        assert!(within(replayed.headers()["x-order"].as_bytes()));
+        let replayed = axum::body::to_bytes(replayed.into_body(), usize::MAX)
+            .await
+            .expect("a whole body");
+        assert_eq!(replayed, body);
+        assert!(
+            within(&replayed),
+            "the body is the stored bytes, not a copy"
         );
     }
 

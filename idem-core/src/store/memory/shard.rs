@@ -21,7 +21,8 @@ use crate::store::{Acquire, Begin, FencingToken, Turn};
 
 /// A shard's map. Keys are SHA-256 output or names the application chose, never raw
 /// client input, so a fast hash serves: std's SipHash was the largest single cost of an
-/// operation (BENCHMARKS.md, "Latency per operation").
+/// operation (`bench/results/history.md`, "Latency per operation";
+/// `tests::the_maps_hash_with_foldhash`).
 pub(super) type Map<V> = HashMap<Packed, V, foldhash::fast::RandomState>;
 
 /// What a window, a lock or a record counts against the store's bytes, besides a stored
@@ -647,6 +648,15 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+
+    #[test]
+    fn the_maps_hash_with_foldhash() {
+        fn hasher<K, V, S>(_: &HashMap<K, V, S>) -> &'static str {
+            std::any::type_name::<S>()
+        }
+        let map: Map<()> = Map::default();
+        assert!(hasher(&map).starts_with("foldhash::"), "{}", hasher(&map));
+    }
     use crate::key::{Key, Owner};
 
     fn hashed(parts: &[&[u8]]) -> Packed {
