@@ -82,7 +82,7 @@ impl RedisStore {
         let mut conn = match self.connections().ready() {
             Some(ready) => ready?,
             // Boxed: opening a connection is rare, and its future inline would size every
-            // call's.
+            // call's (`store::tests::an_operations_future_stays_small`).
             None => Box::pin(self.connections().open()).await?,
         };
         // Inside `replicated_if`: its `WAIT` goes on the connection the write went on.
@@ -97,7 +97,8 @@ impl RedisStore {
         let answer = match answer {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 match script {
-                    // Boxed: the rare way, as above.
+                    // Boxed: the rare way, as above
+                    // (`store::tests::an_operations_future_stays_small`).
                     Some(script) => Box::pin(load_and_send(&mut conn, script, &cmd)).await,
                     None => Err(error),
                 }
