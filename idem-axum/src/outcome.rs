@@ -12,6 +12,7 @@
 //! | `idem_outcomes_total` | counter | `guard` (`avoid_repeat`, `form_token`, `idempotency`), `outcome` |
 //! | `idem_store_seconds` | histogram | `guard`: the decisive store operation's latency |
 //! | `idem_store_errors_total` | counter | `policy` (`fail_closed`, `fail_open`) |
+//! | `idem_unadmitted_total` | counter | `reason` (`busy`, `shutting_down`): guarded requests the runtime did not let in |
 //! | `idem_detached_handlers` | gauge | —: guarded handlers running on after their client went away |
 //! | `idem_lock_waits_total`, `idem_lock_handoffs_total` | counter | — (from `idem-core`, its own feature `metrics`) |
 //!
@@ -150,6 +151,15 @@ pub(crate) fn store_latency(guard: Guard, took: Duration) {
     metrics::histogram!("idem_store_seconds", "guard" => guard.as_str()).record(took.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
     let _ = guard;
+}
+
+/// Reports a guarded request the runtime did not let in, for `reason`: `busy` (more
+/// detached handlers than its limit) or `shutting_down` (it drains).
+pub(crate) fn unadmitted(reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("idem_unadmitted_total", "reason" => reason).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = reason;
 }
 
 /// Reports a store failure and what the policy made of it.

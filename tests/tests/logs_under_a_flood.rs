@@ -118,21 +118,36 @@ impl Visit for Fields {
     }
 }
 
-/// A recorder of `idem_store_errors_total{policy="fail_closed"}` alone.
-#[derive(Debug, Default)]
-struct FailClosedErrors(Arc<AtomicU64>);
+/// A recorder of one counter with one label's value, the others ignored.
+#[derive(Debug)]
+struct OneCounter {
+    name: &'static str,
+    label: (&'static str, &'static str),
+    count: Arc<AtomicU64>,
+}
 
-impl Recorder for FailClosedErrors {
+impl OneCounter {
+    fn new(name: &'static str, label: (&'static str, &'static str)) -> Self {
+        let count = Arc::default();
+        Self { name, label, count }
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl Recorder for OneCounter {
     fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        let fail_closed = key
+        let labelled = key
             .labels()
-            .any(|label| label.key() == "policy" && label.value() == "fail_closed");
-        if key.name() == "idem_store_errors_total" && fail_closed {
-            Counter::from_arc(Arc::clone(&self.0))
+            .any(|label| (label.key(), label.value()) == self.label);
+        if key.name() == self.name && labelled {
+            Counter::from_arc(Arc::clone(&self.count))
         } else {
             Counter::noop()
         }
@@ -175,12 +190,15 @@ async fn one_interval_later(app: &Router) {
 }
 
 /// A runtime with no room for detached handlers runs one: every guarded request is
-/// refused with `busy`, and logged as one line per interval.
+/// refused with `busy`, logged as one line per interval, and counted, each, by
+/// `idem_unadmitted_total`.
 #[tokio::test(start_paused = true)]
 async fn refusals_over_the_detached_bound_write_a_line_per_interval() {
     let lines = Lines::default();
     let _subscriber =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(lines.clone()));
+    let busy = OneCounter::new("idem_unadmitted_total", ("reason", "busy"));
+    let _recorder = metrics::set_default_local_recorder(&busy);
     let idem = Idem::builder()
         .with_client_identity(ClientHeader::new(CLIENT))
         .with_detached_limit(0)
@@ -220,6 +238,11 @@ async fn refusals_over_the_detached_bound_write_a_line_per_interval() {
     flood(&app, FLOOD - 1).await;
     one_interval_later(&app).await;
     lines.assert_account_for(FLOOD + 1, "new guarded requests are refused");
+    assert_eq!(
+        busy.count(),
+        FLOOD + 1,
+        "idem_unadmitted_total counts every refusal"
+    );
 }
 
 /// A store that is full fails every new window: each request is refused (the runtime
@@ -230,7 +253,7 @@ async fn store_failures_write_a_line_per_interval_and_are_all_counted() {
     let lines = Lines::default();
     let _subscriber =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(lines.clone()));
-    let errors = FailClosedErrors::default();
+    let errors = OneCounter::new("idem_store_errors_total", ("policy", "fail_closed"));
     let _recorder = metrics::set_default_local_recorder(&errors);
     let idem = Idem::builder()
         .with_store(MemoryStore::builder().with_capacity(1).build())
@@ -254,7 +277,7 @@ async fn store_failures_write_a_line_per_interval_and_are_all_counted() {
     one_interval_later(&app).await;
     lines.assert_account_for(FLOOD + 1, "refused (fail closed)");
     assert_eq!(
-        errors.0.load(Ordering::SeqCst),
+        errors.count(),
         FLOOD + 1,
         "idem_store_errors_total counts every refusal"
     );

@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 
 use super::Idem;
 use crate::guard::shutting_down;
+use crate::outcome;
 use crate::rejection::{Rejection, RejectionKind};
 
 /// How many detached handlers a runtime lets run before it refuses new guarded requests
@@ -56,9 +57,11 @@ impl Handlers {
     /// detached handlers than its limit.
     pub(crate) fn admit(&self) -> Result<(), Rejection> {
         if self.draining.load(Ordering::Acquire) {
+            outcome::unadmitted("shutting_down");
             return Err(shutting_down());
         }
         if self.detached.load(Ordering::Relaxed) > self.detached_limit {
+            outcome::unadmitted("busy");
             throttled::warn!(
                 limit = self.detached_limit,
                 "idem: more handlers run for clients that went away than the runtime's \
