@@ -6,9 +6,9 @@
 //! succeeded. idem makes each of these run the handler once, with a single atomic
 //! operation in a store every instance shares.
 //!
-//! 1. Build an [`Idem`] runtime — its store ([`MemoryStore`] by default, `RedisStore` for
-//!    several instances), who the client is ([`identity`]), the store-failure policy — and
-//!    install it with [`Idem::layer`].
+//! 1. Build an [`Idem`] runtime — its store ([`MemoryStore`] by default; `RedisStore`, with
+//!    the feature `redis`, for several instances), who the client is ([`identity`]), the
+//!    store-failure policy — and install it with [`Idem::layer`].
 //! 2. Guard handlers with `#[avoid_repeat(timeout = "30s")]` or routes with
 //!    [`AvoidRepeatLayer`]: a repeat from the same client inside the window gets 409.
 //! 3. Give forms a one-time token with the [`FormToken`] extractor and spend it on submit
@@ -93,6 +93,7 @@ pub use idem_core::MemoryStore;
 #[cfg(feature = "macros")]
 pub use idem_macros::avoid_repeat;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use idem_redis::{RedisServer, RedisStore};
 pub use idempotency::layer::IdempotencyLayer;
 pub use rejection::{Rejection, RejectionKind};
@@ -113,6 +114,7 @@ pub mod store {
         Store, StoreError, TokenStore,
     };
     #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub use idem_redis::{EvictionCheck, RedisSetupError, RedisStoreBuilder, ReplicasBehind};
 }
 

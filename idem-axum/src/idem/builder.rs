@@ -48,13 +48,20 @@ impl fmt::Debug for IdemBuilder {
 }
 
 impl IdemBuilder {
-    /// The store (default: a new [`MemoryStore`]). Use a
-    /// [`RedisStore`](idem_redis::RedisStore) when the application runs as several
-    /// instances: a memory store only sees its own process's requests.
+    /// The store (default: a new [`MemoryStore`]). Use a [`RedisStore`] (feature `redis`)
+    /// when the application runs as several instances: a memory store only sees its own
+    /// process's requests. Any other [`Store`] works too, a SQL store of `idem-sqlx` or one
+    /// of your own, with or without the feature.
     ///
     /// ```
     /// let idem = idem_axum::Idem::builder().with_store(idem_axum::MemoryStore::new()).build();
     /// ```
+    ///
+    #[cfg_attr(feature = "redis", doc = "[`RedisStore`]: crate::RedisStore")]
+    #[cfg_attr(
+        not(feature = "redis"),
+        doc = "[`RedisStore`]: https://docs.rs/idem-axum/latest/idem_axum/struct.RedisStore.html"
+    )]
     pub fn with_store<S: Store>(mut self, store: S) -> Self {
         self.store = Some(IdemStore::new(store));
         self

@@ -17,6 +17,11 @@ use idem_redis::RedisStore;
 /// `AnyStore` is found and called directly too
 /// (`tests::built_in_stores_are_called_directly_and_others_through_any_store`).
 ///
+/// Its public shape is the same with and without the feature `redis`: an opaque type,
+/// no public fields or variants, the same trait implementations. The feature adds only
+/// the direct path to a `RedisStore`; without it, every store but a `MemoryStore` — a
+/// store of your own, a SQL store — is called through an `AnyStore`, as above.
+///
 /// It is a [`Store`] itself, so what takes a store (a [`Lock`](crate::lock::Lock), a
 /// guard of your own) takes it; clones share the store.
 ///
@@ -141,6 +146,31 @@ mod tests {
         assert!(
             matches!(custom.0, Repr::Memory(_)),
             "not even inside an AnyStore"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_store_of_another_kind_is_called_through_any_store_with_or_without_redis() {
+        let pool = idem_sqlx::sqlx::SqlitePool::connect_lazy("sqlite::memory:")
+            .expect("an in-memory SQLite URL");
+        let sql = IdemStore::new(idem_sqlx::SqliteStore::new(pool));
+        assert!(matches!(sql.0, Repr::Any(_)));
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn a_redis_store_is_called_directly() {
+        use idem_redis::RedisServer;
+        // Lazily connected: nothing listens there, and nothing is asked of it.
+        let redis = RedisStore::builder()
+            .with_lazy_connect(true)
+            .connect(RedisServer::url("redis://127.0.0.1:1"))
+            .await
+            .expect("a lazy store connects on its first operation");
+        assert!(matches!(IdemStore::new(redis.clone()).0, Repr::Redis(_)));
+        assert!(
+            matches!(IdemStore::new(AnyStore::new(redis)).0, Repr::Redis(_)),
+            "found inside an AnyStore"
         );
     }
 }
