@@ -55,7 +55,7 @@ impl IdempotencyLayer {
                 lease: Duration::from_secs(10),
                 retention: Duration::from_secs(24 * 60 * 60),
                 max_stored_response: 1024 * 1024,
-                stores_status: Arc::new(|status: StatusCode| !status.is_server_error()),
+                stores_status: Arc::new(stored_by_default),
                 missing_key_message: None,
                 key_header: key_header::IDEMPOTENCY_KEY.clone(),
                 replayed_header: stored_response::IDEMPOTENT_REPLAYED.clone(),
@@ -203,14 +203,16 @@ impl IdempotencyLayer {
         self
     }
 
-    /// Which response statuses are stored and replayed (default: all but 5xx). A
-    /// response that is not stored removes its record, so a retry runs the handler again.
+    /// Which response statuses are stored and replayed (default: [`stored_by_default`],
+    /// all but a 5xx, 408, 425 and 429). A response that is not stored removes its record,
+    /// so a retry runs the handler again.
     ///
     /// ```
     /// use http::StatusCode;
-    /// // Also let a rate-limited request be retried with the same key.
+    /// use idem_axum::idempotency::stored_by_default;
+    /// // Also let a request that met a conflict be retried with the same key.
     /// let layer = idem_axum::IdempotencyLayer::new().with_stored_statuses(|status| {
-    ///     !status.is_server_error() && status != StatusCode::TOO_MANY_REQUESTS
+    ///     stored_by_default(status) && status != StatusCode::CONFLICT
     /// });
     /// ```
     pub fn with_stored_statuses<F>(mut self, stores: F) -> Self
@@ -310,3 +312,26 @@ define_guard_service!(
 
 impl_guard_service!(Idempotency, answer, |settings, request| settings
     .takes(request));
+
+/// Whether [`IdempotencyLayer`] stores a response with `status` unless
+/// [`with_stored_statuses`](IdempotencyLayer::with_stored_statuses) says otherwise: every
+/// status but a server error (5xx) and the three a retry of the same request may get past,
+/// 408 Request Timeout, 425 Too Early and 429 Too Many Requests. Kept, they would refuse
+/// the retry for the whole retention. (A 413 from a body limit is never kept, whatever
+/// the policy.)
+///
+/// ```
+/// use http::StatusCode;
+/// use idem_axum::idempotency::stored_by_default;
+/// assert!(stored_by_default(StatusCode::CREATED));
+/// assert!(stored_by_default(StatusCode::UNPROCESSABLE_ENTITY));
+/// assert!(!stored_by_default(StatusCode::TOO_MANY_REQUESTS));
+/// assert!(!stored_by_default(StatusCode::SERVICE_UNAVAILABLE));
+/// ```
+pub fn stored_by_default(status: StatusCode) -> bool {
+    !status.is_server_error()
+        && !matches!(
+            status,
+            StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_EARLY | StatusCode::TOO_MANY_REQUESTS
+        )
+}

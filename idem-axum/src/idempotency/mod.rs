@@ -86,11 +86,13 @@
 //!   `Set-Cookie2` is honoured by no client), and a body written for one caller is that
 //!   route's to avoid. Under [`RecordScope::Client`] a replay goes to the same client and
 //!   keeps its cookies.
-//! - **Statuses**: every response but a 5xx is stored (configurable with
+//! - **Statuses**: every response but a 5xx, a 408, a 425 or a 429 is stored
+//!   ([`stored_by_default`]; configurable with
 //!   [`with_stored_statuses`](crate::IdempotencyLayer::with_stored_statuses)). A response that is
 //!   not stored removes the record, so a retry runs the handler again: a server error may
-//!   well be transient. Storing a 4xx is Stripe's behaviour: the request was handled, and
-//!   retrying it unchanged would fail the same way.
+//!   well be transient, and a timeout, a too-early or a rate limit says to come back later
+//!   with the same request. Storing the other 4xx is Stripe's behaviour: the request was
+//!   handled, and retrying it unchanged would fail the same way.
 //! - **Not kept, by the handler's choice**: a response marked with [`DoNotKeep`] (a
 //!   request refused by validation before anything was done) is not stored, and its key
 //!   is freed: a corrected retry with the same key runs. `Cache-Control: no-store` does
@@ -241,8 +243,8 @@ use crate::outcome::Guard;
 pub(crate) use self::answer::{record_key, replay};
 pub use self::do_not_keep::DoNotKeep;
 pub(crate) use self::first_run::{Began, Record, Spending};
-pub use self::layer::Idempotency;
 pub(crate) use self::layer::IdempotencyLayer;
+pub use self::layer::{Idempotency, stored_by_default};
 pub use self::record::IdempotencyRecord;
 
 /// Whose idempotency keys are kept apart.

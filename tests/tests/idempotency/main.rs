@@ -18,7 +18,7 @@ use idem_axum::store::RecordStore;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Extension, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, State};
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode, header};
 use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::routing::post;
@@ -61,6 +61,11 @@ async fn long(State(shop): State<Shop>) -> (StatusCode, String) {
 async fn failing(State(shop): State<Shop>) -> StatusCode {
     shop.ran();
     StatusCode::INTERNAL_SERVER_ERROR
+}
+
+async fn answers(State(shop): State<Shop>, Path(status): Path<u16>) -> StatusCode {
+    shop.ran();
+    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)
 }
 
 async fn panicking(State(shop): State<Shop>) -> StatusCode {
@@ -194,6 +199,7 @@ fn routes(shop: &Shop) -> Router {
             post(long).route_layer(guarded().with_lease(SHORT_LEASE)),
         )
         .route("/failing", post(failing).route_layer(guarded()))
+        .route("/answers/{status}", post(answers).route_layer(guarded()))
         .route("/panicking", post(panicking).route_layer(guarded()))
         .route(
             "/required",
