@@ -162,6 +162,21 @@ pub struct Statements {
     pub record_migration: &'static str,
 }
 
+/// The statements of the registry of waiters, where the database notifies them
+/// (PostgreSQL): a waiter registers before it first asks, so that the statements that let
+/// waiters go notify only what somebody waits for (see [`Waiters`]).
+#[derive(Debug)]
+pub struct WaiterStatements {
+    /// `$1 payload, $2 waiter, $3 ttl ms` → a row when the waiter is registered (until
+    /// `ttl` from now); no row when a change of the payload may be committing, and the
+    /// waiter must ask again shortly instead.
+    pub register: &'static str,
+    /// `$1 payload, $2 waiter`: deletes the registration.
+    pub unregister: &'static str,
+    /// `$1 batch`: deletes at most `batch` expired registrations.
+    pub purge: &'static str,
+}
+
 /// One schema change the crate ships.
 #[derive(Debug)]
 pub struct Migration {
@@ -193,6 +208,15 @@ macro_rules! migrations {
                     "/0002_idem_fair_queue.sql"
                 )),
             },
+            $crate::backend::Migration {
+                version: 3,
+                name: "idem_waiters",
+                sql: include_str!(concat!(
+                    "../migrations/",
+                    $dialect,
+                    "/0003_idem_waiters.sql"
+                )),
+            },
         ]
     };
 }
@@ -203,7 +227,7 @@ pub(crate) mod sealed {
     use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
     use super::{Arc, Arg, Background, InTurn, LockRow, Migration, On, RecordRow, Statements};
-    use super::{TurnRow, Waiters};
+    use super::{TurnRow, WaiterStatements, Waiters};
 
     /// A future the store can hold across an `.await` in its `Send` futures.
     pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -227,6 +251,9 @@ pub(crate) mod sealed {
         /// Error codes that mean the database gave up waiting (a lock, a statement
         /// timeout), reported as [`idem_core::StoreError::Timeout`].
         const TIMEOUT_CODES: &'static [&'static str];
+        /// The registry of waiters, where the database notifies them only when one is
+        /// registered (PostgreSQL); `None` where waiters poll (SQLite).
+        const WAITERS: Option<WaiterStatements> = None;
 
         /// Starts the task that wakes `waiters` on the database's notifications of
         /// changes (see [`Waiters`]); `None` where the database sends none, and waiters

@@ -7,8 +7,8 @@
 //! `UNLISTEN` around every wait (a round trip before each waiter could ask), and a key
 //! (at most [`Key::MAX_LEN`](idem_core::Key::MAX_LEN) bytes, with its topic two more) is
 //! far within the 8,000 bytes a payload may have. Each store then receives the
-//! notifications of every key, and drops those nobody in it waits for with one look in a
-//! map.
+//! notifications of every key some waiter (of any store) is registered for, and drops
+//! those nobody in it waits for with one look in a map.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +18,8 @@ use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use crate::task::Background;
 use crate::wake::Waiters;
 
-/// The channel the statements notify and the listener listens on; also in the statements'
-/// SQL, as `pg_notify`'s first argument.
+/// The channel the statements notify and the listener listens on; also in the SQL of the
+/// function `idem_wake` (migration 3), as `pg_notify`'s first argument.
 pub(crate) const CHANNEL: &str = "idem_wake";
 
 /// The first pause before connecting again after the listener's connection failed; each

@@ -17,7 +17,7 @@ use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::backend::sealed::Dialect;
-use crate::backend::{Migration, Statements, migrations};
+use crate::backend::{Migration, Statements, WaiterStatements, migrations};
 use crate::builder::SqlStoreBuilder;
 use crate::listener;
 use crate::store::SqlStore;
@@ -92,9 +92,10 @@ impl SqlStoreBuilder<Postgres> {
     ///
     /// Waiters are woken by `NOTIFY`: the statements that release a lock, give up a place
     /// in a fair lock's queue, and complete or abandon a record notify the channel
-    /// `idem_wake`, which the store listens on. What no notification announces is found by
-    /// this poll: a notification lost while the listener's connection was down, a change
-    /// made by an instance of a version that does not notify, or by a plain
+    /// `idem_wake`, which the store listens on, when a waiter is registered for the key.
+    /// What no notification announces is found by this poll: a notification lost while the
+    /// listener's connection was down, a registration lost with a crash of the database, a
+    /// change made by an instance of a version that does not notify, or by a plain
     /// [`release`](idem_core::LockStore::release). (A lease running out is seen without it:
     /// waiters wait no longer than the lease they saw.) A longer period costs such a miss
     /// more; a shorter one costs the database a read per waiter per period.
@@ -135,15 +136,16 @@ macro_rules! in_ms {
     };
 }
 
-/// Notifies the waiters of each row of `$rows` (which has the key as `key`) on the
-/// listener's channel, with the payload `<$topic>:<key>`: a `FROM` clause, delivered when
-/// the statement's transaction commits.
+/// Wakes the waiters of each row of `$rows` (which has the key as `key`): a `FROM` clause
+/// that calls the function `idem_wake` (migration 3) with the payload `<$topic>:<key>`,
+/// which notifies the listener's channel, delivered when the statement's transaction
+/// commits, only when a waiter is registered for that payload (see [`WAITERS`]).
 macro_rules! notify_each {
     ($rows:literal, $topic:literal) => {
         concat!(
             " FROM ",
             $rows,
-            " CROSS JOIN LATERAL (SELECT pg_notify('idem_wake', '",
+            " CROSS JOIN LATERAL (SELECT idem_wake('",
             $topic,
             ":' || ",
             $rows,
@@ -151,6 +153,60 @@ macro_rules! notify_each {
         )
     };
 }
+
+/// The advisory lock that orders a waiter's registration and `idem_wake`'s look at the
+/// registrations: the class `hashtext('idem_wake')`, the payload's hash. `idem_wake` takes
+/// it shared until its transaction ends; a registration tries to take it exclusively.
+macro_rules! wake_lock {
+    ($payload:literal) => {
+        concat!("hashtext('idem_wake'), hashtext(", $payload, ")")
+    };
+}
+
+/// The registry of waiters (the table `idem_waiters`, migration 3): the statements that
+/// let waiters go notify only the payloads a waiter is registered for.
+///
+/// Why no waiter sleeps past the change it waits for, although the statement that makes
+/// the change decides whether to notify before its transaction commits: a waiter
+/// [subscribes](crate::wake::Waiters::subscribe) to the payload in its store, then
+/// registers, then asks the database, and asks again when a notification wakes it. The
+/// registration takes the advisory lock of its payload exclusively, in the same statement
+/// (committed asynchronously: a registration lost to a crash of the database costs a
+/// fallback poll, as a lost notification does), and `idem_wake` takes it shared, and only
+/// then looks for registrations, with a snapshot taken after the lock (a `VOLATILE`
+/// function's statement, in READ COMMITTED). The two cannot overlap, so:
+///
+/// - the registration committed before `idem_wake` took the lock: `idem_wake` sees it and
+///   notifies, at the commit, and the waiter's store listens already;
+/// - or `idem_wake` took the lock first: the registration could not take it until that
+///   transaction had ended (committed, its change visible, or rolled back), and the
+///   waiter's question, which follows the registration, sees the change.
+///
+/// The registration only *tries* the lock, so that a waiter never waits for a transaction
+/// of the application's (around [`complete_record_in`](SqlStore::complete_record_in)) to
+/// end: when it fails, no row is inserted, and the waiter asks, then tries again after
+/// [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (10 ms), polling as
+/// a SQLite waiter does until it is registered. The fallback poll stays, for a notification
+/// lost while the listener reconnects.
+const WAITERS: WaiterStatements = WaiterStatements {
+    register: concat!(
+        "INSERT INTO idem_waiters (payload, waiter, expires_at)
+        SELECT $1, $2, ",
+        in_ms!("$3"),
+        "
+        WHERE pg_try_advisory_xact_lock(",
+        wake_lock!("$1"),
+        ")
+            AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+        ON CONFLICT (payload, waiter) DO UPDATE SET expires_at = excluded.expires_at
+        RETURNING true"
+    ),
+    unregister: "DELETE FROM idem_waiters WHERE payload = $1 AND waiter = $2
+        AND set_config('synchronous_commit', 'off', true) IS NOT NULL",
+    purge: "DELETE FROM idem_waiters WHERE (payload, waiter) IN (
+        SELECT payload, waiter FROM idem_waiters WHERE expires_at <= clock_timestamp()
+        ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+};
 
 /// `DELETE … RETURNING` the live flag of the row of key `$1` and owner `$2` in `$table`,
 /// notifying its waiters under `$topic`.
@@ -333,6 +389,8 @@ impl Dialect for Postgres {
     /// `lock_timeout`).
     const TIMEOUT_CODES: &'static [&'static str] = &["57014", "55P03"];
 
+    const WAITERS: Option<WaiterStatements> = Some(WAITERS);
+
     fn listen(pool: &sqlx::Pool<Self>, waiters: &Arc<Waiters>) -> Option<Background> {
         listener::spawn(pool, waiters)
     }
@@ -343,22 +401,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_statements_that_let_waiters_go_notify_the_listeners_channel() {
+    fn the_statements_that_let_waiters_go_wake_the_registered_ones_on_the_listeners_channel() {
         let sql = &Postgres::STATEMENTS;
-        let notifies =
-            |statement: &str| statement.contains(&format!("pg_notify('{}', ", listener::CHANNEL));
+        let wakes = |statement: &str| statement.contains("idem_wake('");
         for statement in [
             sql.release_and_signal,
             sql.give_up_place,
             sql.complete_record,
             sql.abandon_record,
         ] {
-            assert!(notifies(statement), "{statement}");
+            assert!(wakes(statement), "{statement}");
+            assert!(!statement.contains("pg_notify"), "{statement}");
         }
         // A plain release (the anti-repeat path) and a fair attempt taking its own place
         // out wake nobody.
         for statement in [sql.release, sql.leave_queue] {
-            assert!(!notifies(statement), "{statement}");
+            assert!(!wakes(statement), "{statement}");
         }
+        // `idem_wake` notifies the channel the listener listens on, and takes the lock a
+        // registration tries.
+        let migration = Postgres::MIGRATIONS
+            .iter()
+            .find(|migration| migration.name == "idem_waiters")
+            .expect("the waiters' migration");
+        let notify = format!("pg_notify('{}', $1)", listener::CHANNEL);
+        assert!(migration.sql.contains(&notify), "{}", migration.sql);
+        let lock = wake_lock!("$1");
+        assert!(
+            migration
+                .sql
+                .contains(&format!("pg_advisory_xact_lock_shared({lock})"))
+        );
+        assert!(
+            WAITERS
+                .register
+                .contains(&format!("pg_try_advisory_xact_lock({lock})"))
+        );
     }
 }

@@ -24,6 +24,9 @@ pub struct Purged {
     pub evicted_tokens: u64,
     /// Lapsed places in fair locks' queues.
     pub places: u64,
+    /// Expired registrations of waiters, left by waiters that ended without deleting
+    /// theirs (PostgreSQL; always 0 on SQLite, whose waiters do not register).
+    pub waiters: u64,
 }
 
 /// Runs `purge` on `target` every `every`, as long as `target` lives, in a task that stops

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use crate::backend::{Arg, InTurn, LockRow, On, RecordRow, SqlBackend, is_timeout
 use crate::builder::{Settings, SqlStoreBuilder};
 use crate::purge::{self, Purged};
 use crate::task::Background;
-use crate::wake::{Subscription, Topic, Waiters};
+use crate::wake::{Asked, Subscription, Topic, Waiters};
 
 /// A [`Store`](idem_core::Store) in a SQL database, on an sqlx pool: `PostgresStore` (feature `postgres`)
 /// or `SqliteStore` (feature `sqlite`).
@@ -39,10 +40,13 @@ use crate::wake::{Subscription, Topic, Waiters};
 ///   [`leave_queue`](FairStore::leave_queue), [`complete_record`](idem_core::RecordStore::complete_record)
 ///   (and [`complete_record_in`](Self::complete_record_in), at the commit) and
 ///   [`abandon_record`](idem_core::RecordStore::abandon_record) notify the channel `idem_wake` with the
-///   key, and each store listens on it with one connection of its own, started by its
-///   first wait and stopped with its last clone. Every waiter of this store on that key
-///   is woken and asks once; a fair lock's waiters then see that only the head's turn has
-///   come. A waiter also asks every
+///   key when a waiter is registered for it, and each store listens on it with one
+///   connection of its own, started by its first wait and stopped with its last clone. A
+///   waiter registers (a row of `idem_waiters`) before it first asks, and its row is
+///   deleted when it stops waiting: a change nobody waits for sends no notification, which
+///   PostgreSQL would otherwise commit one at a time with every other notifying
+///   transaction. Every waiter of this store on that key is woken and asks once; a fair
+///   lock's waiters then see that only the head's turn has come. A waiter also asks every
 ///   [fallback poll](SqlStoreBuilder::with_fallback_poll) (default 500 ms), so that a
 ///   notification lost (the listener's connection was down and is being made again) or
 ///   never sent (a plain [`release`](idem_core::LockStore::release), an instance of an older version)
@@ -153,8 +157,8 @@ impl<DB: SqlBackend> SqlStore<DB> {
             .map_err(StoreError::backend)
     }
 
-    /// Deletes expired windows, locks, tokens and records and the lapsed places of fair
-    /// locks' queues, and evicts the oldest tokens past the
+    /// Deletes expired windows, locks, tokens and records, the lapsed places of fair
+    /// locks' queues and (PostgreSQL) the expired registrations of waiters, and evicts the oldest tokens past the
     /// [token capacity](SqlStoreBuilder::with_token_capacity): at most
     /// [`purge_batch`](SqlStoreBuilder::with_purge_batch) rows of each, one statement
     /// each, so a run's cost is bounded however much has piled up.
@@ -191,6 +195,13 @@ impl<DB: SqlBackend> SqlStore<DB> {
                 .run("purge", DB::execute(&self.inner.pool, sql, args))
                 .await?;
         }
+        let waiters = match DB::WAITERS {
+            Some(registry) => {
+                let expired = DB::execute(&self.inner.pool, registry.purge, &batch);
+                self.run("purge", expired).await?
+            }
+            None => 0,
+        };
         let [locks, tokens, records, evicted_tokens, places] = deleted;
         Ok(Purged {
             locks,
@@ -198,6 +209,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
             records,
             evicted_tokens,
             places,
+            waiters,
         })
     }
 
@@ -280,6 +292,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// while it sleeps.
     ///
     /// ```no_run
+    /// # #[cfg(feature = "postgres")]
     /// # async fn example(store: idem_sqlx::PostgresStore) -> Result<(), idem_core::StoreError> {
     /// use idem_core::{Begin, Fingerprint, Key, Owner, RecordStore};
     /// let (key, fingerprint) = (Key::hashed(["POST /orders", "key-7f3a"]), Fingerprint::of(["book"]));
@@ -299,7 +312,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     pub async fn wait_for_record(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str())];
         let sql = DB::STATEMENTS.record_in_progress;
-        self.wait_for(Topic::Record, key, within, || async {
+        self.wait_for("wait_for_record", Topic::Record, key, within, || async {
             Ok(self.flag("wait_for_record", sql, &args).await? == Some(false))
         })
         .await
@@ -371,24 +384,45 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// notification of `key` under `topic` and every fallback period where the store
     /// listens, every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)
     /// where it does not.
+    ///
+    /// Where the database notifies only registered waiters (PostgreSQL), the wait
+    /// registers before its first question ([`Registration`]), and asks every
+    /// `RELEASE_POLL_INTERVAL` until it is registered; why no change can then slip between
+    /// the registration and the question is told with PostgreSQL's statements.
     async fn wait_for<F, Fut>(
         &self,
+        operation: &'static str,
         topic: Topic,
         key: &Key,
         within: Duration,
-        ready: F,
+        mut ready: F,
     ) -> Result<bool, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<bool, StoreError>>,
     {
-        match self.subscribe(topic, key) {
-            Some(subscription) => {
-                let fallback = self.inner.settings.fallback_poll;
-                subscription.wait(fallback, within, ready).await
+        let Some(subscription) = self.subscribe(topic, key) else {
+            return poll_until(within, ready).await;
+        };
+        let fallback = self.inner.settings.fallback_poll;
+        let registration = Registration::<DB>::new(self, subscription.payload(), within);
+        let registration = &registration;
+        let asked = subscription.wait(fallback, within, || {
+            // Made first, run after the registration.
+            let question = ready();
+            async move {
+                let announced = match registration {
+                    Some(registration) => registration.register(self, operation).await?,
+                    None => true,
+                };
+                Ok(match question.await? {
+                    true => Asked::Ready,
+                    false if announced => Asked::NotYet,
+                    false => Asked::Unannounced,
+                })
             }
-            None => poll_until(within, ready).await,
-        }
+        });
+        asked.await
     }
 
     /// Claims with `claim`; when it was refused without saying by whom (or by a row that
@@ -411,6 +445,92 @@ impl<DB: SqlBackend> SqlStore<DB> {
                 return Ok(row);
             }
         }
+    }
+}
+
+/// One wait's row in the registry of waiters (PostgreSQL's `idem_waiters`), which makes the
+/// statements that let waiters go notify its payload: inserted before the wait's first
+/// question (and tried again before each question until it is), deleted when the
+/// registration is dropped, in a task of its own so that the waiter goes on at once. It
+/// lasts the wait and the store's timeout: a row left by a waiter that died (or a deletion
+/// that failed) counts no longer once that has passed, and the purge deletes it.
+struct Registration<DB: SqlBackend> {
+    pool: Pool<DB>,
+    payload: String,
+    waiter: String,
+    ttl: i64,
+    timeout: Duration,
+    registered: AtomicBool,
+}
+
+impl<DB: SqlBackend> Registration<DB> {
+    /// The registration of a wait for `payload` of at most `within`, not made yet; `None`
+    /// where the database has no registry (it notifies every change, or none).
+    fn new(store: &SqlStore<DB>, payload: &str, within: Duration) -> Option<Self> {
+        DB::WAITERS?;
+        let timeout = store.inner.settings.timeout;
+        Some(Self {
+            pool: store.inner.pool.clone(),
+            payload: payload.to_owned(),
+            waiter: Owner::random().as_str().to_owned(),
+            ttl: millis(within.saturating_add(timeout)),
+            timeout,
+            registered: AtomicBool::new(false),
+        })
+    }
+
+    /// Registers the wait unless it is already: whether it is now. `false` when a change
+    /// of the payload may be committing, unannounced to this waiter (see PostgreSQL's
+    /// statements).
+    async fn register(
+        &self,
+        store: &SqlStore<DB>,
+        operation: &'static str,
+    ) -> Result<bool, StoreError> {
+        let Some(registry) = DB::WAITERS else {
+            return Ok(true);
+        };
+        if self.registered.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let args = [
+            Arg::Text(&self.payload),
+            Arg::Text(&self.waiter),
+            Arg::Int(self.ttl),
+        ];
+        let registered = store.flag(operation, registry.register, &args).await? == Some(true);
+        if registered {
+            self.registered.store(true, Ordering::Release);
+        }
+        Ok(registered)
+    }
+}
+
+impl<DB: SqlBackend> Drop for Registration<DB> {
+    fn drop(&mut self) {
+        // A registration whose statement was cancelled may have been made all the same:
+        // it expires.
+        let (true, Some(registry)) = (*self.registered.get_mut(), DB::WAITERS) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (pool, timeout) = (self.pool.clone(), self.timeout);
+        let (payload, waiter) = (
+            std::mem::take(&mut self.payload),
+            std::mem::take(&mut self.waiter),
+        );
+        runtime.spawn(async move {
+            let args = [Arg::Text(&payload), Arg::Text(&waiter)];
+            let deleted = async {
+                let deleted = DB::execute(&pool, registry.unregister, &args).await;
+                deleted.map_err(StoreError::backend)
+            };
+            if let Err(error) = bounded(timeout, deleted).await {
+                tracing::debug!(%error, "idem: a waiter's registration is left to expire");
+            }
+        });
     }
 }
 
@@ -607,7 +727,7 @@ impl<DB: SqlBackend> LockStore for SqlStore<DB> {
     /// [`acquire_or_register_waiter`](idem_core::LockStore::acquire_or_register_waiter) suits it: the wait
     /// subscribes to notifications before it first asks, so none between the two is lost.
     async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
-        self.wait_for(Topic::Lock, key, within, || async {
+        self.wait_for("wait_for_release", Topic::Lock, key, within, || async {
             Ok(self.remaining(key).await?.is_none())
         })
         .await
@@ -757,7 +877,8 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
     /// queue, or `owner` has no place (its next attempt queues it again); then again when
     /// a notification of the key wakes it (PostgreSQL), at the latest every fallback poll,
     /// or every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (SQLite):
-    /// see [Waiting](SqlStore#waiting). It never writes. Every waiter of the key reads
+    /// see [Waiting](SqlStore#waiting). It writes nothing of the lock or its queue (on
+    /// PostgreSQL only its registration as a waiter). Every waiter of the key reads
     /// once on a release, and only the head sees its turn, so a release still sends one
     /// waiter to the lock.
     async fn wait_for_turn(
@@ -767,7 +888,7 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
         within: Duration,
     ) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
-        self.wait_for(Topic::Lock, key, within, || async {
+        self.wait_for("wait_for_turn", Topic::Lock, key, within, || async {
             let turn = self.flag("wait_for_turn", DB::STATEMENTS.is_turn, &args);
             Ok(turn.await? == Some(true))
         })

@@ -10,6 +10,11 @@
 //! answer, so a spurious one costs a question, and a lost one (the listener's connection
 //! was down, the change was made by a version that does not notify, a lease ran out) costs
 //! at most the fallback period.
+//!
+//! The database notifies only what a waiter is registered for (PostgreSQL's
+//! `idem_waiters`; see the store's `wait_for`): a question asked before the waiter is
+//! registered answers [`Asked::Unannounced`], and is asked again after
+//! [`RELEASE_POLL_INTERVAL`] rather than the fallback period.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -18,6 +23,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use idem_core::store::RELEASE_POLL_INTERVAL;
 use idem_core::{Key, StoreError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -41,6 +47,18 @@ impl Topic {
         };
         format!("{topic}:{key}")
     }
+}
+
+/// What a waiter's question answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// What it waits for has come.
+    Ready,
+    /// Not yet; a change will be notified.
+    NotYet,
+    /// Not yet, and a change may not be notified (the waiter is not registered yet): ask
+    /// again soon.
+    Unannounced,
 }
 
 /// The waiters of one store (and its clones) by payload, each payload with one [`Notify`]
@@ -144,9 +162,15 @@ impl Drop for Subscription {
 }
 
 impl Subscription {
+    /// What the subscription waits for, as the database notifies it: `<topic>:<key>`.
+    pub(crate) fn payload(&self) -> &str {
+        &self.payload
+    }
+
     /// Asks `ready`, and again each time the subscription is woken or `fallback` has
-    /// passed since the last question, and once more when `within` has passed: `true` as
-    /// soon as it answers `true`, `false` if it never did.
+    /// passed since the last question ([`RELEASE_POLL_INTERVAL`] when it answered
+    /// [`Asked::Unannounced`]), and once more when `within` has passed: `true` as soon as
+    /// it answers [`Asked::Ready`], `false` if it never did.
     ///
     /// # Errors
     ///
@@ -159,7 +183,7 @@ impl Subscription {
     ) -> Result<bool, StoreError>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<bool, StoreError>>,
+        Fut: Future<Output = Result<Asked, StoreError>>,
     {
         let deadline = Instant::now() + within;
         loop {
@@ -167,15 +191,17 @@ impl Subscription {
             let woken = self.notify.notified();
             let mut woken = std::pin::pin!(woken);
             woken.as_mut().enable();
-            if ready().await? {
-                return Ok(true);
-            }
+            let pause = match ready().await? {
+                Asked::Ready => return Ok(true),
+                Asked::NotYet => fallback,
+                Asked::Unannounced => fallback.min(RELEASE_POLL_INTERVAL),
+            };
             let now = Instant::now();
             if now >= deadline {
                 return Ok(false);
             }
-            // Woken, or the fallback period is over: either way, ask again.
-            let _ = tokio::time::timeout_at(deadline.min(now + fallback), woken).await;
+            // Woken, or the pause is over: either way, ask again.
+            let _ = tokio::time::timeout_at(deadline.min(now + pause), woken).await;
         }
     }
 }
@@ -226,7 +252,8 @@ mod tests {
             if first {
                 waiters.wake("l:k");
             }
-            async move { Ok(!first) }
+            let asked = if first { Asked::NotYet } else { Asked::Ready };
+            async move { Ok(asked) }
         });
         assert!(ready.await.unwrap());
         assert_eq!(asked.load(Ordering::SeqCst), 2);
@@ -248,12 +275,42 @@ mod tests {
         let (fallback, within) = (Duration::from_millis(50), Duration::from_millis(500));
         let ready = subscription.wait(fallback, within, || {
             asked.fetch_add(1, Ordering::SeqCst);
-            async { Ok(false) }
+            async { Ok(Asked::NotYet) }
         });
         assert!(!ready.await.unwrap());
         let asked = asked.load(Ordering::SeqCst);
         // At 0, 50, …, 450 and 500 ms, fewer when the machine is slow to wake it.
         assert!((3..=11).contains(&asked), "asked {asked} times");
         assert!(started.elapsed() >= within);
+    }
+
+    /// Until it is registered, a waiter asks every 10 ms, however long the fallback; then
+    /// it sleeps until woken.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_unannounced_waiter_asks_again_soon() {
+        let waiters = Arc::new(Waiters::default());
+        let subscription = waiters.subscribe(Topic::Lock, &key("k"));
+        let asked = AtomicUsize::new(0);
+        let started = Instant::now();
+        let ready = subscription.wait(Duration::from_secs(3600), Duration::from_secs(7200), || {
+            let n = asked.fetch_add(1, Ordering::SeqCst);
+            let answer = match n {
+                0..=2 => Asked::Unannounced,
+                3 => {
+                    waiters.wake("l:k");
+                    Asked::NotYet
+                }
+                _ => Asked::Ready,
+            };
+            async move { Ok(answer) }
+        });
+        assert!(ready.await.unwrap());
+        assert_eq!(asked.load(Ordering::SeqCst), 5);
+        let waited = started.elapsed();
+        assert!(waited >= RELEASE_POLL_INTERVAL * 3, "{waited:?}");
+        assert!(
+            waited < Duration::from_secs(60),
+            "no fallback period waited"
+        );
     }
 }

@@ -6,7 +6,8 @@
 //! the places they leave), and waiting for a record in progress. Every case runs on a real
 //! PostgreSQL server and on a SQLite file; the cases of `notify` check, on PostgreSQL only,
 //! that waiters are woken by `NOTIFY` from another instance, also after the listener's
-//! connection was terminated, and that the listener stops with the store.
+//! connection was terminated, that the listener stops with the store, and that only what
+//! a registered waiter waits for is notified.
 
 use std::time::{Duration, Instant};
 
@@ -177,8 +178,8 @@ async fn migrations_run_twice_and_from_several_instances_at_once<D: SqlDatabase>
     db.store().migrate().await.expect("and once more");
     assert_eq!(
         db.count("idem_migrations").await,
-        2,
-        "each of the two migrations once"
+        3,
+        "each of the three migrations once"
     );
     // The migrated tables take a fenced lock.
     hold_fenced(&db.store(), "after").await;

@@ -1,6 +1,14 @@
 //! PostgreSQL wakes waiters with `NOTIFY`. Each case makes the waiter's fallback poll far
 //! longer than the case may take, and lets go only once the waiter has asked and its
 //! store's listener listens: from then on only a notification can wake it in time.
+//!
+//! It notifies only what a waiter is registered for (`idem_waiters`): the cases of
+//! [`Notifications`] read what was notified on the channel, from a connection of their
+//! own, and check that a change nobody waits for sends nothing, also when a registration
+//! has expired, and that a waiter that comes while a change is committing is not left to
+//! sleep.
+
+use sqlx::postgres::PgListener;
 
 use super::*;
 
@@ -261,4 +269,215 @@ async fn the_listener_stops_with_the_store() {
         || async { ask(&db, &sql).await.is_none() },
     )
     .await;
+}
+
+/// What the statements notify on `idem_wake`, read by a connection of the test's own.
+struct Notifications {
+    listener: PgListener,
+    db: Pool<sqlx::Postgres>,
+}
+
+impl Notifications {
+    async fn listen(db: &PostgresBackend) -> Self {
+        let mut listener = PgListener::connect(&db.url()).await.expect("a listener");
+        listener.listen("idem_wake").await.expect("LISTEN");
+        Self {
+            listener,
+            db: db.pool().await,
+        }
+    }
+
+    /// The payloads notified since the last call: all of them, since PostgreSQL delivers
+    /// notifications in the order their transactions committed, and the list ends with a
+    /// marker notified now.
+    async fn so_far(&mut self) -> Vec<String> {
+        let marker = format!("marker:{}", Owner::random().as_str());
+        sqlx::query("SELECT pg_notify('idem_wake', $1)")
+            .bind(&marker)
+            .execute(&self.db)
+            .await
+            .expect("the marker");
+        let mut notified = Vec::new();
+        loop {
+            let next = tokio::time::timeout(WOKEN_WITHIN, self.listener.recv()).await;
+            let payload = next.expect("the marker comes").expect("a notification");
+            if payload.payload() == marker {
+                return notified;
+            }
+            notified.push(payload.payload().to_owned());
+        }
+    }
+}
+
+/// The live registrations for `payload`.
+async fn registered(db: &PostgresBackend, payload: &str) -> i64 {
+    let sql = format!(
+        "SELECT count(*)::text FROM idem_waiters
+        WHERE payload = '{payload}' AND expires_at > clock_timestamp()"
+    );
+    let count = ask(db, &sql).await.expect("a count");
+    count.parse().expect("a number")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_nobody_waits_for_notifies_nobody() {
+    let on = Instances::start().await;
+    let mut notifications = Notifications::listen(&on.db).await;
+    // Each case's change, with its waiter queued (the fair cases) but not waiting.
+    for case in Case::ALL {
+        let (name, holder, waiter) = (key(&format!("{case:?}")), Owner::random(), Owner::random());
+        case.hold(&on, &name, &holder, &waiter).await;
+        case.let_go(&on, &name, &holder).await;
+    }
+    // Completed inside a transaction of the application's.
+    let (record, owner) = (key("in-transaction"), Owner::random());
+    let fp = Fingerprint::of(["order"]);
+    let begun = on.holder.begin_record(&record, &owner, &fp, LONG).await;
+    assert_eq!(begun.unwrap(), Begin::Started);
+    let response = Bytes::from_static(b"done");
+    let committed = on
+        .db
+        .order_committed_with_record(&record, &owner, response)
+        .await;
+    committed.expect("committed with the record");
+    assert_eq!(notifications.so_far().await, Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_key_a_waiter_waits_for_is_notified_while_it_waits() {
+    let on = Instances::start().await;
+    let mut notifications = Notifications::listen(&on.db).await;
+    let (awaited, other, holder) = (key("awaited"), key("other"), Owner::random());
+    hold(&on.holder, &awaited, &holder).await;
+    hold(&on.holder, &other, &holder).await;
+    let waiting = async {
+        let started = Instant::now();
+        let woken = on.waiter.wait_for_release(&awaited, LONG).await;
+        (woken.expect("the wait"), started.elapsed())
+    };
+    let letting_go = async {
+        eventually(WOKEN_WITHIN, "the waiter registers", || async {
+            registered(&on.db, "l:awaited").await == 1
+        })
+        .await;
+        assert!(on.holder.release_and_signal(&other, &holder).await.unwrap());
+        assert!(
+            on.holder
+                .release_and_signal(&awaited, &holder)
+                .await
+                .unwrap()
+        );
+    };
+    let ((woken, waited), ()) = tokio::join!(waiting, letting_go);
+    assert!(woken, "woken");
+    assert!(waited < WOKEN_WITHIN, "woken after {waited:?}");
+    assert_eq!(notifications.so_far().await, ["l:awaited"]);
+    // The wait is over: its registration goes, and the key's next release notifies
+    // nobody.
+    eventually(WOKEN_WITHIN, "the registration is deleted", || async {
+        on.db.count("idem_waiters").await == 0
+    })
+    .await;
+    hold(&on.holder, &awaited, &holder).await;
+    assert!(
+        on.holder
+            .release_and_signal(&awaited, &holder)
+            .await
+            .unwrap()
+    );
+    assert_eq!(notifications.so_far().await, Vec::<String>::new());
+}
+
+/// A record completed in a transaction of the application's looked for waiters before the
+/// waiter came, and commits only after the waiter has asked (and seen it in progress):
+/// the waiter cannot register until that transaction has ended, asks again meanwhile, and
+/// sees the record completed soon after the commit, although nothing is notified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_comes_while_a_completion_commits_is_not_left_asleep() {
+    let on = Instances::start().await;
+    let free = on.waiter.wait_for_release(&key("free"), LONG).await;
+    assert!(free.unwrap(), "a free key is free at once");
+    on.listening(None).await;
+    let mut notifications = Notifications::listen(&on.db).await;
+    let (record, owner, fp) = (
+        key("committing"),
+        Owner::random(),
+        Fingerprint::of(["order"]),
+    );
+    let begun = on.holder.begin_record(&record, &owner, &fp, LONG).await;
+    assert_eq!(begun.unwrap(), Begin::Started);
+    let pool = on.db.pool().await;
+    let mut tx = on.db.order(&pool).await;
+    let response = Bytes::from_static(b"done");
+    let completed = PostgresStore::complete_record_in(&mut tx, &record, &owner, response, LONG);
+    assert!(completed.await.unwrap(), "completed, not committed yet");
+    let since = on.now().await;
+    let waiting = async {
+        let started = Instant::now();
+        let woken = on.waiter.wait_for_record(&record, LONG).await;
+        (woken.expect("the wait"), started.elapsed())
+    };
+    let committing = async {
+        on.asked("idem_records", &since).await;
+        assert_eq!(
+            registered(&on.db, "r:committing").await,
+            0,
+            "not registered while the completion commits"
+        );
+        tx.commit().await.expect("commit");
+    };
+    let ((woken, waited), ()) = tokio::join!(waiting, committing);
+    assert!(woken, "the record is no longer in progress");
+    assert!(waited < WOKEN_WITHIN, "seen after {waited:?}");
+    assert_eq!(notifications.so_far().await, Vec::<String>::new());
+}
+
+/// A registration whose waiter never deletes it (the waiter's process died) wakes the key
+/// until it expires, then nobody, and the purge deletes it; a cancelled wait deletes its
+/// own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_registration_lasts_its_wait_and_a_dead_waiters_is_purged() {
+    let on = Instances::start().await;
+    let store = on.db.store_with(manual()).await;
+    let mut notifications = Notifications::listen(&on.db).await;
+    let (name, holder) = (key("dead"), Owner::random());
+    on.db
+        .execute(
+            "INSERT INTO idem_waiters (payload, waiter, expires_at)
+            VALUES ('l:dead', 'died', clock_timestamp() + interval '300 milliseconds')",
+        )
+        .await;
+    hold(&store, &name, &holder).await;
+    assert!(store.release_and_signal(&name, &holder).await.unwrap());
+    assert_eq!(notifications.so_far().await, ["l:dead"]);
+    eventually(WOKEN_WITHIN, "the registration expires", || async {
+        registered(&on.db, "l:dead").await == 0
+    })
+    .await;
+    hold(&store, &name, &holder).await;
+    assert!(store.release_and_signal(&name, &holder).await.unwrap());
+    assert_eq!(notifications.so_far().await, Vec::<String>::new());
+    let purged = store.purge().await.expect("purge");
+    assert_eq!(purged.waiters, 1);
+    assert_eq!(on.db.count("idem_waiters").await, 0);
+
+    hold(&store, &name, &holder).await;
+    let waiting = tokio::spawn({
+        let (waiter, name) = (on.waiter.clone(), name.clone());
+        async move { waiter.wait_for_release(&name, LONG).await }
+    });
+    eventually(WOKEN_WITHIN, "the waiter registers", || async {
+        registered(&on.db, "l:dead").await == 1
+    })
+    .await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    eventually(
+        WOKEN_WITHIN,
+        "the cancelled wait deletes its registration",
+        || async { on.db.count("idem_waiters").await == 0 },
+    )
+    .await;
+    assert!(store.release_and_signal(&name, &holder).await.unwrap());
+    assert_eq!(notifications.so_far().await, Vec::<String>::new());
 }

@@ -1,0 +1,6 @@
+-- Who waits, in SQLite: nothing to record. SQLite sends no notifications, and its
+-- waiters ask every 10 ms; PostgreSQL's migration of the same number registers its
+-- waiters, so that it notifies only the keys somebody waits for.
+--
+-- Safe to run more than once. An application may copy this file into its own migrations
+-- instead of calling `migrate()`.
