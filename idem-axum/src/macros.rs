@@ -21,6 +21,26 @@ macro_rules! define_inner_service_accessors {
     };
 }
 
+/// `with_grpc_methods`, the builder method (feature `grpc`) of a guard layer whose field
+/// `settings: Arc<_>` holds `grpc_methods: GrpcMethods`: the gRPC methods it guards, by
+/// their full path. Documented by the attributes given, since what a guarded method means
+/// is each guard's own.
+macro_rules! define_with_grpc_methods {
+    ($(#[$doc:meta])*) => {
+        $(#[$doc])*
+        #[cfg(feature = "grpc")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+        pub fn with_grpc_methods(
+            mut self,
+            methods: impl IntoIterator<Item = impl Into<String>>,
+        ) -> Self {
+            ::std::sync::Arc::make_mut(&mut self.settings).grpc_methods =
+                $crate::grpc::GrpcMethods::new(methods);
+            self
+        }
+    };
+}
+
 /// A guard's service `$service<S>` and its layer's `Layer` impl: the struct, holding the
 /// wrapped service and the layer's shared settings, with its `new` (documented by the
 /// attributes given, for each guard's own example) and accessors.
