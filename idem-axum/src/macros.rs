@@ -1,7 +1,8 @@
 //! Macros for the tower boilerplate every service of this crate shares.
 
 /// `get_ref`, `get_mut` and `into_inner` for a service whose wrapped service is its
-/// field `inner: S`.
+/// field `inner: S`. idem-client's `IdempotentRetry` writes the same three by hand rather
+/// than share this across crates (see there).
 macro_rules! define_inner_service_accessors {
     () => {
         /// The wrapped service.
