@@ -4,7 +4,9 @@
 # test drives Debian's chromium through chromedriver: this installs them where they are
 # missing and this machine can (scripts/system-packages.sh); otherwise it says how, and
 # stops.
-# Extra arguments go to `cargo test` (e.g. `bash scripts/test.sh -p idem-core`).
+# Extra arguments go to `cargo test`. With none it tests the whole workspace (as CI does);
+# arguments that select packages narrow the run to them (`bash scripts/test.sh -p idem-core
+# --test x`), and any others (a test name, `-- --nocapture`) still apply to every package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/system-packages.sh
@@ -19,4 +21,12 @@ if have fc-list && ! fc-list :lang=zh | grep -q . && can_install; then
     install_packages fonts-noto-cjk || echo "fonts-noto-cjk could not be installed" >&2
 fi
 
-exec cargo test --workspace --all-features "$@"
+# The whole workspace unless the arguments before a `--` choose packages themselves.
+scope=(--workspace)
+for arg in "$@"; do
+    case "$arg" in
+        --) break ;;
+        -p* | --package | --package=* | --workspace | --all | --manifest-path*) scope=() ;;
+    esac
+done
+exec cargo test "${scope[@]}" --all-features "$@"

@@ -1,7 +1,8 @@
 //! Macros for the tower boilerplate every service of this crate shares.
 
 /// `get_ref`, `get_mut` and `into_inner` for a service whose wrapped service is its
-/// field `inner: S`.
+/// field `inner: S`. idem-client's `IdempotentRetry` writes the same three by hand rather
+/// than share this across crates (see there).
 macro_rules! define_inner_service_accessors {
     () => {
         /// The wrapped service.
@@ -17,6 +18,26 @@ macro_rules! define_inner_service_accessors {
         /// The wrapped service, unwrapped.
         pub fn into_inner(self) -> S {
             self.inner
+        }
+    };
+}
+
+/// `with_grpc_methods`, the builder method (feature `grpc`) of a guard layer whose field
+/// `settings: Arc<_>` holds `grpc_methods: GrpcMethods`: the gRPC methods it guards, by
+/// their full path. Documented by the attributes given, since what a guarded method means
+/// is each guard's own.
+macro_rules! define_with_grpc_methods {
+    ($(#[$doc:meta])*) => {
+        $(#[$doc])*
+        #[cfg(feature = "grpc")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+        pub fn with_grpc_methods(
+            mut self,
+            methods: impl IntoIterator<Item = impl Into<String>>,
+        ) -> Self {
+            ::std::sync::Arc::make_mut(&mut self.settings).grpc_methods =
+                $crate::grpc::GrpcMethods::new(methods);
+            self
         }
     };
 }

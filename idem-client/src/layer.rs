@@ -72,12 +72,17 @@ impl<S> IdempotentRetry<S> {
         Self { inner, policy }
     }
 
+    // tower's usual three accessors, written by hand on purpose: idem-axum's services get
+    // the same from its crate-private `define_inner_service_accessors!` (as tower-http's
+    // do), but this crate depends on idem-axum for nothing, and three one-line getters do
+    // not earn a macro exported across crates (idem-core's would be public API).
+
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The wrapped service.
+    /// The wrapped service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }

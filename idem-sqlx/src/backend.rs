@@ -224,7 +224,7 @@ macro_rules! migrations {
 pub(crate) use migrations;
 
 pub(crate) mod sealed {
-    use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+    use sqlx::{Database, Encode, Execute, Executor, FromRow, IntoArguments, Pool, Type};
 
     use super::{Arc, Arg, Background, InTurn, LockRow, Migration, On, RecordRow, Statements};
     use super::{TurnRow, WaiterStatements, Waiters};
@@ -276,6 +276,40 @@ pub(crate) mod sealed {
     {
         fn read(row: &DB::Row) -> Result<R, sqlx::Error> {
             R::from_row(row)
+        }
+    }
+
+    /// Binds the [`Arg`]s of a statement that lives for `'q`: for every database whose
+    /// driver encodes the four types an `Arg` holds. The one place those sqlx bounds are
+    /// spelled out; code generic over the database asks for `Binds<'q>` (or
+    /// `for<'q> Binds<'q>`) instead, which, unlike bounds on other types than the
+    /// database, the compiler carries along.
+    pub trait Binds<'q>: Database {
+        /// `sql` with `args` bound to its parameters, in order, ready to run on any
+        /// executor.
+        fn statement(sql: &'q str, args: &'q [Arg<'q>]) -> impl Execute<'q, Self> + 'q;
+    }
+
+    impl<'q, DB> Binds<'q> for DB
+    where
+        DB: Database,
+        DB::Arguments<'q>: IntoArguments<'q, DB>,
+        &'q str: Encode<'q, DB> + Type<DB>,
+        &'q [u8]: Encode<'q, DB> + Type<DB>,
+        i64: Encode<'q, DB> + Type<DB>,
+        bool: Encode<'q, DB> + Type<DB>,
+    {
+        fn statement(sql: &'q str, args: &'q [Arg<'q>]) -> impl Execute<'q, Self> + 'q {
+            let mut query = sqlx::query(sql);
+            for arg in args {
+                query = match *arg {
+                    Arg::Text(text) => query.bind(text),
+                    Arg::Int(number) => query.bind(number),
+                    Arg::Bool(switch) => query.bind(switch),
+                    Arg::Bytes(bytes) => query.bind(bytes),
+                };
+            }
+            query
         }
     }
 
@@ -350,14 +384,9 @@ pub(crate) mod sealed {
 
     impl<DB> Queries for DB
     where
-        DB: Dialect,
+        DB: Dialect + for<'q> Binds<'q>,
         DB::QueryResult: RowsAffected,
         for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-        for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-        for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-        for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
-        for<'q> i64: Encode<'q, DB> + Type<DB>,
-        for<'q> bool: Encode<'q, DB> + Type<DB>,
         for<'r> LockRow: FromRow<'r, DB::Row>,
         for<'r> RecordRow: FromRow<'r, DB::Row>,
         for<'r> TurnRow: FromRow<'r, DB::Row>,
@@ -489,31 +518,23 @@ pub(crate) mod sealed {
     /// say by whom (or names a row that has expired since) is read again, and a read that
     /// finds none (released in between) claims again, as `acquire` does; the store's
     /// timeout bounds the loop.
-    fn claim_lock<'a, DB>(
+    fn claim_lock<'a, DB: Dialect + Queries>(
         conn: &'a mut DB::Connection,
         claim: &'a [Arg<'a>],
         on_key: &'a [Arg<'a>],
-    ) -> BoxFuture<'a, Result<Result<Option<i64>, i64>, sqlx::Error>>
-    where
-        DB: Dialect,
-        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-        for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-        for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-        for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
-        for<'q> i64: Encode<'q, DB> + Type<DB>,
-        for<'q> bool: Encode<'q, DB> + Type<DB>,
-        for<'r> LockRow: FromRow<'r, DB::Row>,
-    {
+    ) -> BoxFuture<'a, Result<Result<Option<i64>, i64>, sqlx::Error>> {
         Box::pin(async move {
             let sql = &DB::STATEMENTS;
             loop {
-                let claimed: Option<LockRow> = fetch(&mut *conn, sql.acquire, claim).await?;
+                let on = On::Connection(&mut *conn);
+                let claimed: Option<LockRow> = DB::fetch(on, sql.acquire, claim).await?;
                 match claimed {
                     Some((true, _, _, drawn)) => return Ok(Ok(drawn)),
                     Some((false, _, Some(left), _)) if left > 0 => return Ok(Err(left)),
                     _ => {}
                 }
-                let held: Option<LockRow> = fetch(&mut *conn, sql.read_lock, on_key).await?;
+                let on = On::Connection(&mut *conn);
+                let held: Option<LockRow> = DB::fetch(on, sql.read_lock, on_key).await?;
                 if let Some((_, _, Some(left), _)) = held {
                     return Ok(Err(left));
                 }
@@ -550,29 +571,6 @@ pub(crate) mod sealed {
         })
     }
 
-    /// Binds `args` to `query`, in order.
-    fn bind<'q, DB>(
-        mut query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
-        args: &'q [Arg<'q>],
-    ) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
-    where
-        DB: Database,
-        &'q str: Encode<'q, DB> + Type<DB>,
-        &'q [u8]: Encode<'q, DB> + Type<DB>,
-        i64: Encode<'q, DB> + Type<DB>,
-        bool: Encode<'q, DB> + Type<DB>,
-    {
-        for arg in args {
-            query = match *arg {
-                Arg::Text(text) => query.bind(text),
-                Arg::Int(number) => query.bind(number),
-                Arg::Bool(switch) => query.bind(switch),
-                Arg::Bytes(bytes) => query.bind(bytes),
-            };
-        }
-        query
-    }
-
     /// Runs `sql` with `args` on `executor`.
     fn run<'a, DB, E>(
         executor: E,
@@ -580,15 +578,10 @@ pub(crate) mod sealed {
         args: &'a [Arg<'a>],
     ) -> BoxFuture<'a, Result<DB::QueryResult, sqlx::Error>>
     where
-        DB: Database,
+        DB: Binds<'a>,
         E: Executor<'a, Database = DB>,
-        DB::Arguments<'a>: IntoArguments<'a, DB>,
-        &'a str: Encode<'a, DB> + Type<DB>,
-        &'a [u8]: Encode<'a, DB> + Type<DB>,
-        i64: Encode<'a, DB> + Type<DB>,
-        bool: Encode<'a, DB> + Type<DB>,
     {
-        executor.execute(bind(sqlx::query(sql), args))
+        executor.execute(DB::statement(sql, args))
     }
 
     /// Runs `sql` with `args` on `executor` and reads its row, if any, as an `R`.
@@ -598,17 +591,11 @@ pub(crate) mod sealed {
         args: &'a [Arg<'a>],
     ) -> BoxFuture<'a, Result<Option<R>, sqlx::Error>>
     where
-        DB: Database,
+        DB: Binds<'a> + Reads<R>,
         E: Executor<'a, Database = DB>,
-        DB: Reads<R>,
         R: Send + 'a,
-        DB::Arguments<'a>: IntoArguments<'a, DB>,
-        &'a str: Encode<'a, DB> + Type<DB>,
-        &'a [u8]: Encode<'a, DB> + Type<DB>,
-        i64: Encode<'a, DB> + Type<DB>,
-        bool: Encode<'a, DB> + Type<DB>,
     {
-        let row = executor.fetch_optional(bind(sqlx::query(sql), args));
+        let row = executor.fetch_optional(DB::statement(sql, args));
         Box::pin(async move { row.await?.map(|row| DB::read(&row)).transpose() })
     }
 }

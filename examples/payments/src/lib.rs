@@ -29,7 +29,6 @@
 //! out the client's retry pays a second time. `tests/crash.rs` kills the server at that
 //! moment, in both set-ups, and counts the payments.
 
-mod crash;
 mod pay;
 
 use std::error::Error;
@@ -43,7 +42,7 @@ use idem_sqlx::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use idem_sqlx::sqlx::{PgPool, SqlitePool};
 use idem_sqlx::{PostgresStore, SqlBackend, SqlStore, SqliteStore};
 
-pub use crash::CRASH_AFTER_COMMIT;
+pub use example_cli::crash::CRASH_AFTER_COMMIT;
 
 /// idem's runtime for `records`, and whether they are in the database: there, on the store
 /// `open` connects (its tables created if missing).
@@ -227,7 +226,7 @@ impl Payments {
     /// asked for it.
     fn crash_point(&self) {
         if self.crash_after_commit {
-            crash::now();
+            example_cli::crash::now();
         }
     }
 }

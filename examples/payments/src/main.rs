@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use example_cli::{CommandLine, serve_guarded};
-use example_payments::{CRASH_AFTER_COMMIT, Payments, Records};
+use example_payments::{Payments, Records};
 use idem_axum::{RedisServer, RedisStore};
 
 const USAGE: &str = "usage: example-payments [--port N] [--db PATH | --postgres URL] [--redis URL] [--lease-ms N] \
@@ -77,7 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let payments = payments
         .with_lease(lease)
         .with_provider_time(provider_time)
-        .with_crash_after_commit(std::env::var(CRASH_AFTER_COMMIT).is_ok_and(|on| on == "1"));
+        .with_crash_after_commit(example_cli::crash::switched_on());
     let kept = redis.map_or_else(
         || "the database, committed with the payments".to_owned(),
         |url| format!("Redis at {url}, stored after the payments commit"),

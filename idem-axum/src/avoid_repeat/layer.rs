@@ -82,24 +82,17 @@ impl AvoidRepeatLayer {
         self
     }
 
-    /// The gRPC methods guarded, by their full path (`/payments.Payments/Pay`); default
-    /// none. Every other gRPC call passes through untouched, streaming ones included (see
-    /// [`grpc`](crate::grpc)). Each method has a window of its own.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let layer = idem_axum::AvoidRepeatLayer::new(Duration::from_secs(30))
-    ///     .with_grpc_methods(["/payments.Payments/Pay"]);
-    /// ```
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn with_grpc_methods(
-        mut self,
-        methods: impl IntoIterator<Item = impl Into<String>>,
-    ) -> Self {
-        Arc::make_mut(&mut self.settings).grpc_methods = crate::grpc::GrpcMethods::new(methods);
-        self
-    }
+    define_with_grpc_methods!(
+        /// The gRPC methods guarded, by their full path (`/payments.Payments/Pay`); default
+        /// none. Every other gRPC call passes through untouched, streaming ones included (see
+        /// [`grpc`](crate::grpc)). Each method has a window of its own.
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        /// let layer = idem_axum::AvoidRepeatLayer::new(Duration::from_secs(30))
+        ///     .with_grpc_methods(["/payments.Payments/Pay"]);
+        /// ```
+    );
 
     /// The message a refused duplicate gets.
     ///

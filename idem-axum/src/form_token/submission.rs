@@ -2,20 +2,17 @@
 //! response in its own transaction
 //! ([`VerifyFormTokenLayer::with_spend_in_transaction`](crate::VerifyFormTokenLayer::with_spend_in_transaction)).
 
-use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::response::{IntoResponse, Response};
-use http::request::Parts;
-use idem_core::{Key, throttled};
+use idem_core::Key;
 
 use super::extract::TokenKeys;
 use super::layer::{Settings, refused_token};
 use crate::guard::GuardContext;
 use crate::idempotency::{DoNotKeep, IdempotencyRecord};
-use crate::rejection::{Rejection, RejectionKind};
+use crate::rejection::impl_layer_extractor;
 
 /// The submission of a form whose token the handler spends itself, **in the transaction
 /// that writes what the form submits**, with the response a repeat will get; given by
@@ -123,30 +120,10 @@ impl fmt::Debug for FormSubmission {
     }
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for FormSubmission {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get::<Self>().cloned().ok_or_else(|| {
-            throttled::error!("idem: FormSubmission extracted where the layer gave none");
-            Rejection::new(
-                RejectionKind::MissingLayer,
-                "this handler takes the form's submission, but none was given: put \
-                 `VerifyFormTokenLayer::new().with_spend_in_transaction(true)` on its route, \
-                 or extract `Option<FormSubmission>` where the runtime fails open",
-            )
-            .into_response()
-        })
-    }
-}
-
-impl<S: Send + Sync> OptionalFromRequestParts<S> for FormSubmission {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        _state: &S,
-    ) -> Result<Option<Self>, Self::Rejection> {
-        Ok(parts.extensions.get::<Self>().cloned())
-    }
+impl_layer_extractor! {
+    FormSubmission,
+    log: "idem: FormSubmission extracted where the layer gave none",
+    detail: "this handler takes the form's submission, but none was given: put \
+             `VerifyFormTokenLayer::new().with_spend_in_transaction(true)` on its route, \
+             or extract `Option<FormSubmission>` where the runtime fails open",
 }

@@ -223,23 +223,16 @@ impl IdempotencyLayer {
         self
     }
 
-    /// The gRPC methods guarded, by their full path (`/payments.Payments/Pay`); default
-    /// none. Name unary methods only: every other gRPC call passes through untouched,
-    /// streaming ones included (see [`grpc`](crate::grpc)).
-    ///
-    /// ```
-    /// let layer = idem_axum::IdempotencyLayer::new()
-    ///     .with_grpc_methods(["/payments.Payments/Pay", "/payments.Payments/Refund"]);
-    /// ```
-    #[cfg(feature = "grpc")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-    pub fn with_grpc_methods(
-        mut self,
-        methods: impl IntoIterator<Item = impl Into<String>>,
-    ) -> Self {
-        self.settings().grpc_methods = crate::grpc::GrpcMethods::new(methods);
-        self
-    }
+    define_with_grpc_methods!(
+        /// The gRPC methods guarded, by their full path (`/payments.Payments/Pay`); default
+        /// none. Name unary methods only: every other gRPC call passes through untouched,
+        /// streaming ones included (see [`grpc`](crate::grpc)).
+        ///
+        /// ```
+        /// let layer = idem_axum::IdempotencyLayer::new()
+        ///     .with_grpc_methods(["/payments.Payments/Pay", "/payments.Payments/Refund"]);
+        /// ```
+    );
 
     /// Which gRPC calls are stored and replayed, by the status they ended with (default
     /// [`stored_by_default`](crate::grpc::stored_by_default): `OK` and the codes that

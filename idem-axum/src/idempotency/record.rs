@@ -2,23 +2,20 @@
 //! for a request, handed to its handler so that the handler can complete it in its own
 //! database transaction.
 
-use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::request::Parts;
 use idem_core::outbound::{OutboundKey, OutboundKeys};
-use idem_core::{Key, Owner, throttled};
+use idem_core::{Key, Owner};
 
 use super::capture::{Captured, capture};
 use super::stored_response;
 use super::{RecordScope, Settings};
-use crate::rejection::{Rejection, RejectionKind};
+use crate::rejection::impl_layer_extractor;
 
 /// The idempotency record of this request, begun by [`IdempotencyLayer`] before the
 /// handler runs: for a handler whose store keeps records in its own database, to
@@ -199,30 +196,10 @@ impl fmt::Debug for IdempotencyRecord {
     }
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for IdempotencyRecord {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get::<Self>().cloned().ok_or_else(|| {
-            throttled::error!("idem: IdempotencyRecord extracted where no record was begun");
-            Rejection::new(
-                RejectionKind::MissingLayer,
-                "this handler takes the request's idempotency record, but none was begun: put \
-                 `IdempotencyLayer` on its route and require a key there (`with_required`), or \
-                 extract `Option<IdempotencyRecord>`",
-            )
-            .into_response()
-        })
-    }
-}
-
-impl<S: Send + Sync> OptionalFromRequestParts<S> for IdempotencyRecord {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        _state: &S,
-    ) -> Result<Option<Self>, Self::Rejection> {
-        Ok(parts.extensions.get::<Self>().cloned())
-    }
+impl_layer_extractor! {
+    IdempotencyRecord,
+    log: "idem: IdempotencyRecord extracted where no record was begun",
+    detail: "this handler takes the request's idempotency record, but none was begun: put \
+             `IdempotencyLayer` on its route and require a key there (`with_required`), or \
+             extract `Option<IdempotencyRecord>`",
 }

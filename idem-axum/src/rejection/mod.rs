@@ -29,6 +29,7 @@
 //! | [`ResponseNotReplayable`](RejectionKind::ResponseNotReplayable) | 409 | a retry of a request whose response was too large to store, whose body failed while it was sent, or is stored in a content coding the retry does not accept (it ran; it is not run again) |
 //! | [`UnreadableIdempotencyRecord`](RejectionKind::UnreadableIdempotencyRecord) | 500 | a stored response this server cannot read (another release's format) |
 
+mod missing_layer;
 mod render;
 
 use std::borrow::Cow;
@@ -37,6 +38,7 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
+pub(crate) use self::missing_layer::impl_layer_extractor;
 pub(crate) use self::render::escape_html;
 pub(crate) use self::render::prefers_html;
 
