@@ -106,7 +106,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = Error;
-    // One allocation per outbound call, next to a network round trip.
+    // Boxed: the retry loop is an `async` block, whose type cannot be named here.
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Error>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
