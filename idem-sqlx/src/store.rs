@@ -448,12 +448,19 @@ impl<DB: SqlBackend> SqlStore<DB> {
     }
 }
 
+/// How long after its wait a waiter's registration is deleted.
+const UNREGISTER_AFTER: Duration = Duration::from_millis(20);
+
 /// One wait's row in the registry of waiters (PostgreSQL's `idem_waiters`), which makes the
 /// statements that let waiters go notify its payload: inserted before the wait's first
 /// question (and tried again before each question until it is), deleted when the
 /// registration is dropped, in a task of its own so that the waiter goes on at once. It
 /// lasts the wait and the store's timeout: a row left by a waiter that died (or a deletion
 /// that failed) counts no longer once that has passed, and the purge deletes it.
+///
+/// The deletion waits [`UNREGISTER_AFTER`] first: a hand-off's next statement (the waiter
+/// taking the lock it waited for) then runs alone, and a change of the key in between only
+/// notifies once more.
 struct Registration<DB: SqlBackend> {
     pool: Pool<DB>,
     payload: String,
@@ -522,6 +529,9 @@ impl<DB: SqlBackend> Drop for Registration<DB> {
             std::mem::take(&mut self.waiter),
         );
         runtime.spawn(async move {
+            // After the statement a waiter runs when its wait ends (its acquisition, say),
+            // rather than beside it.
+            tokio::time::sleep(UNREGISTER_AFTER).await;
             let args = [Arg::Text(&payload), Arg::Text(&waiter)];
             let deleted = async {
                 let deleted = DB::execute(&pool, registry.unregister, &args).await;
