@@ -189,6 +189,24 @@ async fn one_interval_later(app: &Router) {
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
+/// Sends a refused request, a flood of them, and one more an interval later: the first is
+/// logged at once, the lines (each saying `message`) account for every refusal, and
+/// `counter` counts each one.
+async fn refuse_a_flood(app: &Router, lines: &Lines, counter: &OneCounter, message: &str) {
+    let first = send(app, post_as("/orders", "client-0")).await;
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(lines.count(), 1, "the first refusal is logged at once");
+    flood(app, FLOOD - 1).await;
+    one_interval_later(app).await;
+    lines.assert_account_for(FLOOD + 1, message);
+    assert_eq!(
+        counter.count(),
+        FLOOD + 1,
+        "{} counts every refusal",
+        counter.name
+    );
+}
+
 /// A runtime with no room for detached handlers runs one: every guarded request is
 /// refused with `busy`, logged as one line per interval, and counted, each, by
 /// `idem_unadmitted_total`.
@@ -232,17 +250,7 @@ async fn refusals_over_the_detached_bound_write_a_line_per_interval() {
     assert!(abandoned.await.unwrap_err().is_cancelled());
     assert_eq!(idem.detached_handlers(), 1);
 
-    let first = send(&app, post_as("/orders", "client-0")).await;
-    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(lines.count(), 1, "the first refusal is logged at once");
-    flood(&app, FLOOD - 1).await;
-    one_interval_later(&app).await;
-    lines.assert_account_for(FLOOD + 1, "new guarded requests are refused");
-    assert_eq!(
-        busy.count(),
-        FLOOD + 1,
-        "idem_unadmitted_total counts every refusal"
-    );
+    refuse_a_flood(&app, &lines, &busy, "new guarded requests are refused").await;
 }
 
 /// A store that is full fails every new window: each request is refused (the runtime
@@ -270,15 +278,5 @@ async fn store_failures_write_a_line_per_interval_and_are_all_counted() {
     let taken = send(&app, post_as("/orders", "first")).await;
     assert_eq!(taken.status(), StatusCode::CREATED);
 
-    let first = send(&app, post_as("/orders", "client-0")).await;
-    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(lines.count(), 1, "the first refusal is logged at once");
-    flood(&app, FLOOD - 1).await;
-    one_interval_later(&app).await;
-    lines.assert_account_for(FLOOD + 1, "refused (fail closed)");
-    assert_eq!(
-        errors.count(),
-        FLOOD + 1,
-        "idem_store_errors_total counts every refusal"
-    );
+    refuse_a_flood(&app, &lines, &errors, "refused (fail closed)").await;
 }

@@ -189,8 +189,8 @@ fn draw(bytes: &mut [u8]) -> Result<(), getrandom::Error> {
 /// Hashed once a post and handed on: the check that spends the token, the give-back of a
 /// failed submission and the handler's [`FormSubmission`](super::FormSubmission) use the
 /// same two (`replay::tests::a_post_hashes_its_token_once`; three SHA-256 blocks a post
-/// fewer, 108,857 instructions a page and post with replay against 93,734 in
-/// `bench/results/counts.md`).
+/// fewer; with the submission's fingerprint hashed once, a page and post with replay went
+/// from 113,050 instructions to 94,386, `bench/results/counts.md`).
 #[derive(Debug, Clone)]
 pub(super) struct TokenKeys {
     /// The key of `client`'s set of tokens.
