@@ -802,16 +802,22 @@ impl TokenStore for RedisStore {
         let (bucket, scope, token) = (bucket.as_str(), scope.as_str(), token.as_str());
         let (millis, keep, budget) = (ttl_millis(ttl), keep.max(1), self.inner.token_budget);
         let (millis, keep, budget) = (millis.to_string(), keep.to_string(), budget.to_string());
-        let (keys, args) = (
-            [bucket, scope],
-            [
+        self.query::<()>(|conn| {
+            // `PEXPIRE … GT` came with 7.0, as `SET … NX … GET` did.
+            let gt: &[u8] = match conn.acquire_command() {
+                AcquireCommand::SetNxGet => b"1",
+                AcquireCommand::Script => b"0",
+            };
+            let args = [
                 token.as_bytes(),
                 millis.as_bytes(),
                 keep.as_bytes(),
                 budget.as_bytes(),
-            ],
-        );
-        self.script::<()>(&PUT_TOKEN, &keys, &args).await
+                gt,
+            ];
+            Call::script(&PUT_TOKEN, &[bucket, scope], &args)
+        })
+        .await
     }
 
     async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
