@@ -115,3 +115,43 @@ async fn in_a_cluster_every_operation_stays_in_one_slot() {
         "keys spread over every node, so the check above means something"
     );
 }
+
+/// A client's token set and its bucket's live as long as their longest-lived token,
+/// whichever order the tokens come in: on Redis 7 with one `PEXPIRE … GT` (a set just
+/// made has no TTL, which `GT` counts as for ever, so it takes the TTL as it is), and by
+/// `PTTL` first where the server is taken for one before 7.0.
+#[tokio::test]
+async fn token_sets_live_as_long_as_their_longest_token() {
+    let server = RedisServer::start();
+    for (script, namespace) in [(false, "seven"), (true, "six")] {
+        let store = server.store_with(
+            RedisStore::builder()
+                .with_namespace(namespace)
+                .with_script_acquire(script),
+        );
+        let short = std::time::Duration::from_secs(5);
+        for (scope, ttls) in [
+            ("long-first", [LONG, short]),
+            ("short-first", [short, LONG]),
+        ] {
+            for (i, ttl) in ttls.into_iter().enumerate() {
+                let token = key(&format!("{scope}-{i}"));
+                store.put_token(&key(scope), &token, ttl, 16).await.unwrap();
+            }
+            let suffix = format!(":scope:{scope}");
+            let keys = server.keys();
+            let own = keys
+                .iter()
+                .find(|k| k.starts_with(namespace) && k.ends_with(&suffix))
+                .expect("the client's set");
+            let bucket = format!("{}:all", own.strip_suffix(&suffix).unwrap_or_default());
+            for set in [own, &bucket] {
+                let left: i64 = server.query(&["PTTL", set]);
+                assert!(
+                    left > short.as_millis() as i64,
+                    "{namespace} {scope}: {set} lives {left} ms, not its longest token's 60 s"
+                );
+            }
+        }
+    }
+}
