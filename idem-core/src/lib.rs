@@ -25,6 +25,9 @@
 //!   written outside this crate to run with one line.
 //! - [`Key`], [`Owner`], [`Fingerprint`]: what a store is addressed with. Anything a client
 //!   sends is hashed into them, so no input can name another key.
+//! - `run_once` (feature `run-once`): any async work — a queue consumer's message, a
+//!   webhook, a job — run once per key on any store, its result kept and replayed; a
+//!   tower layer for services of messages, and batches.
 //! - [`outbound`]: the `Idempotency-Key`s of a guarded handler's own calls to other
 //!   services, derived from its record's key, so that a rerun of the handler sends the
 //!   same keys (the client layer of crate `idem-client` sends them).
@@ -54,6 +57,9 @@ pub mod lock;
 pub mod outbound;
 #[doc(hidden)]
 pub mod record;
+#[cfg(feature = "run-once")]
+#[cfg_attr(docsrs, doc(cfg(feature = "run-once")))]
+pub mod run_once;
 pub mod store;
 #[doc(hidden)]
 pub mod throttled;

@@ -68,7 +68,7 @@ impl<St: RecordStore + Clone, H: Host> Drop for AbandonOnDrop<St, H> {
             return;
         };
         throttled::error!(
-            "idem: the first attempt ended without a result (a panic); its idempotency record is removed"
+            "idem: the first attempt ended without a result (a panic, or its future was dropped); its idempotency record is removed"
         );
         // Without a runtime (it is shutting down) the record ends with its lease.
         let removing = record.clone();
