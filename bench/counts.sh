@@ -21,7 +21,7 @@ root=$PWD
 n=${IDEM_COUNTS_REQUESTS:-5000}
 report=${IDEM_COUNTS_REPORT:-$root/bench/results/counts.md}
 guarded=(layered_bare avoid_repeat avoid_repeat_layer avoid_repeat_finish form form_replay_first
-    form_replay idempotency idempotency_replay lock)
+    form_replay idempotency idempotency_replay lock run_once run_once_replay)
 (($# > 0)) && guarded=("$@")
 
 source "$root/bench/tools.sh"
@@ -35,6 +35,7 @@ for case in "${guarded[@]}"; do
     case $case in
     form | form_replay_first) baseline=form_bare ;;
     form_replay) baseline=order_bare ;;
+    run_once | run_once_replay) baseline=work_bare ;;
     *) baseline=bare ;;
     esac
     [[ " ${cases[*]} " == *" $baseline "* ]] || cases+=("$baseline")

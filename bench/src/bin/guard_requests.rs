@@ -22,6 +22,9 @@
 //! | `idempotency` | `POST` with a new `Idempotency-Key` (`IdempotencyLayer`) |
 //! | `idempotency_replay` | `POST` with one key already answered: a replay |
 //! | `lock` | `POST` from a new client to a handler that takes and releases its `Lock` |
+//! | `work_bare` | not a request: the work a run-once call runs, called alone, with a new key and a small payload |
+//! | `run_once` | the same work under `RunOnce::run` with a new key: begun, run, its result kept |
+//! | `run_once_replay` | `RunOnce::run` with one key already run: its result decoded, the work not called |
 //!
 //! The replays' first request (which stores the response) runs before the `n`.
 
@@ -30,9 +33,12 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderName, Request, StatusCode, header};
 use idem_axum::MemoryStore;
 use idem_bench::{CLIENT, guard_cases, unguarded_routes};
+use idem_core::run_once::RunOnce;
+use serde::{Deserialize, Serialize};
+use std::convert::Infallible;
 use tower::ServiceExt;
 
-const CASES: [&str; 13] = [
+const CASES: [&str; 16] = [
     "bare",
     "layered_bare",
     "avoid_repeat",
@@ -46,16 +52,35 @@ const CASES: [&str; 13] = [
     "idempotency",
     "idempotency_replay",
     "lock",
+    "work_bare",
+    "run_once",
+    "run_once_replay",
 ];
 const KEY: HeaderName = HeaderName::from_static("idempotency-key");
 const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 /// A token's length, for the unguarded form's stand-in value.
 const PLAIN_TOKEN: &str = "0000000000000000000000";
 
-/// The app and the numbering of new clients and keys.
+/// The app, the run-once calls, and the numbering of new clients and keys.
 struct Driver {
     app: Router,
+    once: RunOnce<MemoryStore>,
     next: u64,
+}
+
+/// A run-once call's payload and result: a message's charge and its receipt.
+#[derive(Serialize, Deserialize)]
+struct Charge {
+    order: u64,
+    cents: u64,
+}
+
+/// The work of the run-once cases.
+async fn charge(charge: &Charge) -> Result<Charge, Infallible> {
+    Ok(Charge {
+        order: std::hint::black_box(charge.order),
+        cents: charge.cents,
+    })
 }
 
 impl Driver {
@@ -119,6 +144,11 @@ impl Driver {
                     .await;
                 Some(key)
             }
+            "run_once_replay" => {
+                let key = self.fresh();
+                self.run_once(&key).await;
+                Some(key)
+            }
             _ => None,
         }
     }
@@ -162,8 +192,37 @@ impl Driver {
                 self.post("/memory/idempotency", "bench", Some(key), true)
                     .await;
             }
+            "work_bare" => {
+                let key = self.fresh();
+                let payload = Charge {
+                    order: self.next,
+                    cents: 1299,
+                };
+                std::hint::black_box((key, charge(&payload).await.expect("infallible")));
+            }
+            "run_once" => {
+                let key = self.fresh();
+                self.run_once(&key).await;
+            }
+            "run_once_replay" => self.run_once(kept.expect("prepared")).await,
             _ => unreachable!("checked against CASES"),
         }
+    }
+}
+
+impl Driver {
+    /// One run-once call of the work, with `key`.
+    async fn run_once(&self, key: &str) {
+        let payload = Charge {
+            order: 7,
+            cents: 1299,
+        };
+        let receipt = self
+            .once
+            .run(key, &payload, |_| charge(&payload))
+            .await
+            .expect("the work runs, or its result is replayed");
+        std::hint::black_box(receipt);
     }
 }
 
@@ -182,7 +241,8 @@ fn main() {
         .with_max_bytes(8 << 30)
         .build();
     let mut driver = Driver {
-        app: unguarded_routes().merge(guard_cases("/memory", store)),
+        app: unguarded_routes().merge(guard_cases("/memory", store.clone())),
+        once: RunOnce::new(store, "charge"),
         next: 0,
     };
     idem_bench::one_worker_runtime().block_on(async {

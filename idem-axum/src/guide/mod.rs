@@ -21,6 +21,9 @@ pub mod stores {}
 #[doc = include_str!("transactional_completion.md")]
 pub mod transactional_completion {}
 
+#[doc = include_str!("run_once.md")]
+pub mod run_once {}
+
 #[doc = include_str!("locks.md")]
 pub mod locks {}
 

@@ -96,7 +96,7 @@
 //! # Messages and batches
 //!
 //! [`RunOnceLayer`] puts the same guard over any tower `Service` of messages, keyed by a
-//! function of the message; [`RunOnce::run_batch`] runs a batch with each message once,
+//! function of the message; [`RunOnce::batch`] runs a batch with each message once,
 //! and reports the ones that failed, for the broker to deliver again.
 //!
 //! # Store failures and shutdown
