@@ -7,10 +7,10 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | first with this key | the handler runs; its response is stored for 24 h and sent |
-//! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true`; the handler does not run |
+//! | first with this key | the handler runs; its response is stored for 24 h and sent, with `Idempotency-TTL: 86400` when it is kept |
+//! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true` and `Idempotency-TTL`, then the [hook on replays](crate::IdempotencyLayer::on_replay), if any; the handler does not run |
 //! | retry after it completed, its response not replayable to it (too large to keep, its body failed half-way, or [encoded](#content-encoding) in a way it does not accept) | `409 Conflict`, no `Retry-After`; the handler does not run |
-//! | retry while the first still runs | `409 Conflict` + `Retry-After` |
+//! | retry while the first still runs | `409 Conflict` + `Retry-After` + `Idempotency-TTL` |
 //! | same key, same route, another request (path, query, body differ) | `422 Unprocessable Content` |
 //! | same key, another route or method | a request of its own: the handler runs |
 //! | key malformed | `400 Bad Request` |
@@ -116,7 +116,9 @@
 //!   retry gets `409 Conflict` saying so rather than running the handler again. The first
 //!   client gets the body as far as it went, then the error, which ends its connection.
 //! - The record lives for the [retention](crate::IdempotencyLayer::with_retention) (24 h). In
-//!   Redis it survives a restart of the application, and every instance replays it.
+//!   Redis it survives a restart of the application, and every instance replays it. The
+//!   answers about a kept key advertise it, so that a client stops retrying before its key
+//!   is forgotten ([the retention, advertised](crate::guide::guards#the-retention-advertised)).
 //!
 //! # Content encoding
 //!
