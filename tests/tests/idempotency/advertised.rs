@@ -21,6 +21,9 @@ idem_tests::on_every_store!(
 
 const TTL: &str = "idempotency-ttl";
 
+/// A response's headers in order, as [`Seen`] holds them.
+type Headers = Vec<(String, Vec<u8>)>;
+
 /// The guarded routes of this module, on `layer`, under an `Idem` on `store`.
 async fn routes_on<B: Backend>(backend: &B, shop: &Shop, layer: &IdempotencyLayer) -> Router {
     let idem = idem_axum::Idem::builder()
@@ -104,7 +107,7 @@ async fn a_hook_adjusts_each_replay_from_the_stored_response_and_never_runs_the_
     let backend = B::start().await;
     let shop = Shop::new();
     // What the hook was given, each time.
-    let given: Arc<Mutex<Vec<Vec<(String, Vec<u8>)>>>> = Arc::default();
+    let given: Arc<Mutex<Vec<Headers>>> = Arc::default();
     let layer = IdempotencyLayer::new().on_replay({
         let given = Arc::clone(&given);
         move |replayed| {
