@@ -15,8 +15,7 @@ use tower::{Layer, Service, ServiceExt};
 use crate::error::{BoxError, Error};
 use crate::key::ensure_key;
 use crate::policy::{
-    Judged, MAX_PROBLEM, RetryPolicy, Verdict, in_progress_problem, keep_trying, retry_after,
-    verdict,
+    Asked, Judged, MAX_PROBLEM, RetryPolicy, Verdict, in_progress_problem, keep_trying, verdict,
 };
 
 /// The body of an answer: the inner service's as it came, or, for a `409` problem whose
@@ -181,8 +180,8 @@ where
             let in_progress = in_progress_problem(&body);
             let response = Response::from_parts(parts, Either::Right(Full::new(body)));
             if in_progress {
-                let after = retry_after(response.headers(), SystemTime::now());
-                Judged::Retry(response, after)
+                let asked = Asked::by(response.headers(), SystemTime::now());
+                Judged::Retry(response, asked)
             } else {
                 Judged::Final(response)
             }

@@ -38,7 +38,9 @@
 //! backoff drawn at random between zero and a ceiling that doubles with each retry ("full
 //! jitter", so many clients refused at once do not come back at once); they stop at
 //! [`RetryPolicy::with_max_attempts`] attempts, at [`RetryPolicy::with_max_elapsed`]
-//! (a wait that would end later is not begun), and when the [retry
+//! (a wait that would end later is not begun) or sooner at the key's retention when an
+//! answer to retry advertises it (`Idempotency-TTL`, as idem-axum sends it: past it the
+//! server may have forgotten the key), and when the [retry
 //! budget](RetryPolicy::with_budget) is spent. What is left then is returned: the last
 //! answer, or [`Error::Transport`]. Requests of other methods pass through, sent once.
 //!

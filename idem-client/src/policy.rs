@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderName, RETRY_AFTER};
 use http::{HeaderMap, Method, StatusCode};
 use tower::retry::budget::{Budget, TpsBudget};
 
@@ -21,6 +21,11 @@ const IN_PROGRESS_SECTION: &str = "/idem_axum/guide/refusals/index.html#request-
 
 /// The largest `409` problem body read to learn its `type`; idem's are a few hundred bytes.
 pub(crate) const MAX_PROBLEM: usize = 64 * 1024;
+
+/// The header in which a server says how long it keeps a key, in whole seconds
+/// (idem-axum's `IdempotencyLayer` sends it; the name the Idempotency-Key draft's
+/// tracker proposes).
+const IDEMPOTENCY_TTL: HeaderName = HeaderName::from_static("idempotency-ttl");
 
 /// How the layer keys and retries: the methods it keys, the attempts and the time it may
 /// spend, the backoff, the body it buffers, and the retry budget.
@@ -89,6 +94,12 @@ impl RetryPolicy {
 
     /// The longest time from the first attempt's start to the last retry's start (default
     /// 30 s): a wait that would end later is not begun, and the last answer is returned.
+    ///
+    /// A shorter bound holds when the server advertises one: an answer to retry that
+    /// says how long the key is kept (`Idempotency-TTL`, in seconds, as idem-axum's
+    /// `IdempotencyLayer` sends it on its `409` "still in progress") ends the retries
+    /// before that time has passed since the first attempt began — later, the server may
+    /// have forgotten the key and would run the request again.
     ///
     /// ```
     /// let policy = idem_client::RetryPolicy::new().with_max_elapsed(std::time::Duration::from_secs(5));
@@ -162,6 +173,7 @@ impl RetryPolicy {
         Attempts {
             policy: self,
             started: Instant::now(),
+            deadline: self.max_elapsed,
             made: 1,
         }
     }
@@ -201,6 +213,9 @@ impl fmt::Debug for RetryPolicy {
 pub(crate) struct Attempts<'a> {
     policy: &'a RetryPolicy,
     started: Instant,
+    /// The longest time from the first attempt's start to a retry's: the policy's, or
+    /// less, the retention a server advertised.
+    deadline: Duration,
     made: u32,
 }
 
@@ -211,15 +226,26 @@ impl Attempts<'_> {
     }
 
     /// How long to wait before the next attempt, after one that may be retried and whose
-    /// answer asked to wait `retry_after`; `None` when no attempt is left, the wait would
-    /// end past the time allowed, or the budget refuses.
-    pub(crate) fn next_delay(&mut self, retry_after: Option<Duration>) -> Option<Duration> {
+    /// answer `asked` what it asked; `None` when no attempt is left, the wait would end
+    /// past the time allowed (the policy's, or the key's advertised retention if shorter),
+    /// or the budget refuses.
+    pub(crate) fn next_delay(&mut self, asked: Asked) -> Option<Duration> {
+        if let Some(retention) = asked.retention {
+            self.deadline = self.deadline.min(retention);
+        }
         if self.made >= self.policy.max_attempts {
             return None;
         }
         let backoff = self.policy.backoff(self.made);
-        let delay = retry_after.map_or(backoff, |after| after.max(backoff));
-        if self.started.elapsed() + delay > self.policy.max_elapsed {
+        let delay = asked.wait.map_or(backoff, |after| after.max(backoff));
+        if self.started.elapsed() + delay > self.deadline {
+            if self.deadline < self.policy.max_elapsed {
+                tracing::debug!(
+                    retention = ?self.deadline,
+                    "idem-client: a retry would come after the key's advertised retention; \
+                     the answer stands"
+                );
+            }
             return None;
         }
         if !self.policy.budget.withdraw() {
@@ -236,7 +262,7 @@ pub(crate) enum Judged<R, E> {
     /// The request's outcome.
     Final(R),
     /// An answer to retry after the wait it asks for, or to return if no retry is left.
-    Retry(R, Option<Duration>),
+    Retry(R, Asked),
     /// No answer (or one that could not be read): retried, or returned as the error.
     Failed(E),
 }
@@ -253,12 +279,12 @@ where
 {
     let mut attempts = policy.attempts();
     loop {
-        let (outcome, retry_after) = match attempt().await {
+        let (outcome, asked) = match attempt().await {
             Judged::Final(answer) => return Ok(answer),
-            Judged::Retry(answer, after) => (Ok(answer), after),
-            Judged::Failed(error) => (Err(error), None),
+            Judged::Retry(answer, asked) => (Ok(answer), asked),
+            Judged::Failed(error) => (Err(error), Asked::default()),
         };
-        let Some(delay) = attempts.next_delay(retry_after) else {
+        let Some(delay) = attempts.next_delay(asked) else {
             return outcome.map_err(|error| (error, attempts.made()));
         };
         tracing::debug!(
@@ -276,8 +302,8 @@ pub(crate) enum Verdict {
     /// The request's outcome: returned to the caller.
     Final,
     /// The downstream did not take the request, or has not finished it: send it again,
-    /// after the wait the answer asks for, if any.
-    Retry(Option<Duration>),
+    /// as the answer asks.
+    Retry(Asked),
     /// A `409` problem: its body says which (read it, then [`in_progress_problem`]).
     ReadProblem,
 }
@@ -289,10 +315,10 @@ pub(crate) enum Verdict {
 /// final.
 pub(crate) fn verdict(status: StatusCode, headers: &HeaderMap) -> Verdict {
     match status {
-        StatusCode::SERVICE_UNAVAILABLE => Verdict::Retry(retry_after(headers, SystemTime::now())),
+        StatusCode::SERVICE_UNAVAILABLE => Verdict::Retry(Asked::by(headers, SystemTime::now())),
         StatusCode::CONFLICT if is_problem(headers) => Verdict::ReadProblem,
         StatusCode::CONFLICT if headers.contains_key(RETRY_AFTER) => {
-            Verdict::Retry(retry_after(headers, SystemTime::now()))
+            Verdict::Retry(Asked::by(headers, SystemTime::now()))
         }
         _ => Verdict::Final,
     }
@@ -330,15 +356,39 @@ fn is_problem(headers: &HeaderMap) -> bool {
         })
 }
 
+/// What an answer to retry asks of the retries: a wait, and how long its key is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Asked {
+    /// The wait `Retry-After` asks for.
+    pub(crate) wait: Option<Duration>,
+    /// The key's retention the server advertised (`Idempotency-TTL`).
+    pub(crate) retention: Option<Duration>,
+}
+
+impl Asked {
+    /// What an answer with `headers` asks at `now`.
+    pub(crate) fn by(headers: &HeaderMap, now: SystemTime) -> Self {
+        Self {
+            wait: retry_after(headers, now),
+            retention: seconds(headers, &IDEMPOTENCY_TTL).map(Duration::from_secs),
+        }
+    }
+}
+
 /// The wait `Retry-After` asks for at `now`: whole seconds, or an HTTP date (a date past
 /// is no wait); `None` when absent or unreadable.
-pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = value.parse::<u64>() {
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    if let Some(secs) = seconds(headers, &RETRY_AFTER) {
         return Some(Duration::from_secs(secs));
     }
-    let date = httpdate::parse_http_date(value).ok()?;
+    let date = httpdate::parse_http_date(headers.get(RETRY_AFTER)?.to_str().ok()?.trim()).ok()?;
     Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The value of the field `name` as whole seconds (delta-seconds); `None` when absent or
+/// not a number.
+fn seconds(headers: &HeaderMap, name: &HeaderName) -> Option<u64> {
+    headers.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -379,7 +429,7 @@ mod tests {
         let none = HeaderMap::new();
         assert_eq!(
             verdict(StatusCode::SERVICE_UNAVAILABLE, &none),
-            Verdict::Retry(None)
+            Verdict::Retry(Asked::default())
         );
         for status in [
             StatusCode::OK,
@@ -394,7 +444,10 @@ mod tests {
         let plain = headers(&[("retry-after", "2")]);
         assert_eq!(
             verdict(StatusCode::CONFLICT, &plain),
-            Verdict::Retry(Some(Duration::from_secs(2)))
+            Verdict::Retry(Asked {
+                wait: Some(Duration::from_secs(2)),
+                retention: None
+            })
         );
         let problem = headers(&[
             ("content-type", "application/problem+json; charset=utf-8"),
@@ -468,21 +521,57 @@ mod tests {
             .with_max_attempts(3)
             .with_backoff(Duration::ZERO, Duration::ZERO);
         let mut attempts = policy.attempts();
-        assert_eq!(attempts.next_delay(None), Some(Duration::ZERO));
-        assert_eq!(attempts.next_delay(None), Some(Duration::ZERO));
-        assert_eq!(attempts.next_delay(None), None);
+        let nothing = Asked::default();
+        assert_eq!(attempts.next_delay(nothing), Some(Duration::ZERO));
+        assert_eq!(attempts.next_delay(nothing), Some(Duration::ZERO));
+        assert_eq!(attempts.next_delay(nothing), None);
         assert_eq!(attempts.made(), 3);
 
         let policy = RetryPolicy::new().with_max_elapsed(Duration::from_secs(2));
         let mut attempts = policy.attempts();
-        assert_eq!(attempts.next_delay(Some(Duration::from_secs(3))), None);
+        assert_eq!(attempts.next_delay(wait(3)), None);
         assert_eq!(
-            attempts.next_delay(Some(Duration::from_secs(1))),
+            attempts.next_delay(wait(1)),
             Some(Duration::from_secs(1)),
             "the wait asked for, longer than the backoff"
         );
 
         let policy = RetryPolicy::new().with_budget(TpsBudget::new(Duration::from_secs(1), 0, 0.0));
-        assert_eq!(policy.attempts().next_delay(Some(Duration::ZERO)), None);
+        assert_eq!(policy.attempts().next_delay(wait(0)), None);
+    }
+
+    /// An answer asking for a wait of `secs`.
+    fn wait(secs: u64) -> Asked {
+        Asked {
+            wait: Some(Duration::from_secs(secs)),
+            retention: None,
+        }
+    }
+
+    #[test]
+    fn an_advertised_retention_shortens_the_time_allowed_for_good() {
+        let asked = Asked::by(
+            &headers(&[("retry-after", "1"), ("idempotency-ttl", " 2 ")]),
+            SystemTime::now(),
+        );
+        assert_eq!(asked.retention, Some(Duration::from_secs(2)));
+        let policy = RetryPolicy::new().with_backoff(Duration::ZERO, Duration::ZERO);
+        let mut attempts = policy.attempts();
+        assert_eq!(attempts.next_delay(asked), Some(Duration::from_secs(1)));
+        // Within the policy's 30 s, past the key's 2 s: and an answer that no longer
+        // carries the retention does not lift it.
+        assert_eq!(attempts.next_delay(wait(2)), None);
+        assert_eq!(attempts.next_delay(wait(1)), Some(Duration::from_secs(1)));
+
+        // A retention longer than the policy's bound leaves that bound.
+        let long = headers(&[("retry-after", "31"), ("idempotency-ttl", "86400")]);
+        let mut attempts = policy.attempts();
+        assert_eq!(
+            attempts.next_delay(Asked::by(&long, SystemTime::now())),
+            None
+        );
+        // Unreadable: ignored.
+        let odd = headers(&[("idempotency-ttl", "a day")]);
+        assert_eq!(Asked::by(&odd, SystemTime::now()).retention, None);
     }
 }

@@ -8,8 +8,7 @@ use reqwest_middleware::{Middleware, Next};
 use crate::error::Error;
 use crate::key::ensure_key;
 use crate::policy::{
-    Judged, MAX_PROBLEM, RetryPolicy, Verdict, in_progress_problem, keep_trying, retry_after,
-    verdict,
+    Asked, Judged, MAX_PROBLEM, RetryPolicy, Verdict, in_progress_problem, keep_trying, verdict,
 };
 
 /// The [`RetryPolicy`] as a `reqwest-middleware` middleware: keys, retries and derives
@@ -107,10 +106,10 @@ async fn judge(
                 Err(error) => return Judged::Failed(error),
             };
             let in_progress = in_progress_problem(&body);
-            let after = retry_after(head.headers(), std::time::SystemTime::now());
+            let asked = Asked::by(head.headers(), std::time::SystemTime::now());
             let response = Response::from(head.map(|()| body));
             if in_progress {
-                Judged::Retry(Ok(response), after)
+                Judged::Retry(Ok(response), asked)
             } else {
                 Judged::Final(Ok(response))
             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use http_body_util::Full;
+use idem_axum::IdempotencyLayer;
 use idem_client::Error;
 use support::{Downstream, Fault, client, generous, post_to, read};
 use tokio::task::JoinSet;
@@ -163,6 +164,46 @@ async fn a_retry_after_past_the_time_allowed_ends_the_retries() {
     assert_eq!(statuses, [StatusCode::CREATED, StatusCode::CONFLICT]);
     assert_eq!(downstream.attempts(), 2);
     assert_eq!(downstream.runs(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_end_before_the_key_s_advertised_retention_passes() {
+    // The call that comes second finds the first running: idem says to come back in 1 s,
+    // and that the key is kept `retention`. The client allows itself 30 s.
+    for (retention, second, attempts) in [
+        // A retry 1 s after the first attempt could find the key forgotten, and run the
+        // request again: the 409 is the answer.
+        (1, StatusCode::CONFLICT, 2..=2),
+        // Kept long enough: the second call waits for the first's answer.
+        (60, StatusCode::CREATED, 3..=5),
+    ]
+    .map(|(secs, status, n)| (Duration::from_secs(secs), status, n))
+    {
+        let guard = IdempotencyLayer::new()
+            .with_required(true)
+            .with_retention(retention);
+        let downstream =
+            Downstream::start_with(Fault::None, Duration::from_millis(1500), guard).await;
+        let client = client(generous());
+        let url = downstream.url("/effects");
+        let (a, b) = tokio::join!(
+            client.clone().oneshot(post_to(&url, "x").with_key("k")),
+            client.clone().oneshot(post_to(&url, "x").with_key("k")),
+        );
+        let mut answers = [a.unwrap(), b.unwrap()];
+        answers.sort_by_key(|answer| answer.status());
+        let advertised = retention.as_secs().to_string();
+        assert_eq!(answers[0].status(), StatusCode::CREATED);
+        assert_eq!(answers[0].headers()["idempotency-ttl"], advertised.as_str());
+        assert_eq!(answers[1].status(), second);
+        assert_eq!(answers[1].headers()["idempotency-ttl"], advertised.as_str());
+        assert!(
+            attempts.contains(&downstream.attempts()),
+            "{retention:?}: {}",
+            downstream.attempts()
+        );
+        assert_eq!(downstream.runs(), 1);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,7 @@ idem_tests::on_every_store!(
     a_submission_that_panicked_can_be_posted_again,
     a_double_click_on_a_failing_submission_runs_one_handler_at_a_time,
     a_token_spent_on_one_route_is_refused_on_another,
+    a_hook_adjusts_each_form_replay_and_the_submission_runs_once,
 );
 
 /// On one thread: the outcomes are counted by a subscriber set for this thread only, and a
@@ -108,9 +109,20 @@ async fn order_form(token: FormToken) -> Html<String> {
 /// A shop on `store` whose `POST /orders` is `handler`, and whose `POST /other` — another
 /// route, replay on as well — is `other`.
 fn shop<S: Store>(store: S, handler: &Handler, other: &Handler) -> Router {
+    let replaying = VerifyFormTokenLayer::new().with_replay(true);
+    shop_guarded_by(store, handler, other, &replaying)
+}
+
+/// [`shop`], its form routes guarded by `layer`.
+fn shop_guarded_by<S: Store>(
+    store: S,
+    handler: &Handler,
+    other: &Handler,
+    layer: &VerifyFormTokenLayer,
+) -> Router {
     let route = |handler: &Handler| {
         post(Handler::place)
-            .route_layer(VerifyFormTokenLayer::new().with_replay(true))
+            .route_layer(layer.clone())
             .with_state(handler.clone())
     };
     let by_cookie = ClientCookie::new("session");
@@ -248,6 +260,42 @@ async fn a_token_spent_on_one_route_is_refused_on_another<B: Backend>() {
     let back = browser.submit("/orders", &token).await;
     assert!(replayed(&back), "its own route still replays it");
     assert_eq!(orders.runs(), 1);
+}
+
+/// The hook on replays sees and adjusts each repeat of a spent token; the first
+/// submission, not a replay, does not go through it, and no repeat runs the handler.
+async fn a_hook_adjusts_each_form_replay_and_the_submission_runs_once<B: Backend>() {
+    let backend = B::start().await;
+    let hooked = Arc::new(AtomicUsize::new(0));
+    let layer = VerifyFormTokenLayer::new().with_replay(true).on_replay({
+        let hooked = Arc::clone(&hooked);
+        move |replayed| {
+            let count = hooked.fetch_add(1, Ordering::SeqCst) + 1;
+            assert_eq!(replayed.status(), StatusCode::SEE_OTHER);
+            let headers = replayed.headers_mut();
+            headers.insert("x-double-submit", count.into());
+        }
+    });
+    let handler = Handler::new(FirstRun::Succeeds);
+    let other = Handler::new(FirstRun::Succeeds);
+    let browser = Browser(shop_guarded_by(backend.store(), &handler, &other, &layer));
+    let token = browser.load_form().await;
+    let first = browser.submit("/orders", &token).await;
+    assert!(!first.headers().contains_key("x-double-submit"));
+    for count in ["1", "2"] {
+        let repeat = browser.submit("/orders", &token).await;
+        assert!(replayed(&repeat));
+        assert_eq!(location(&repeat), "/orders/1", "the kept response");
+        assert_eq!(
+            repeat.headers()["x-double-submit"],
+            count,
+            "this repeat's own"
+        );
+        // A browser does not read a key's retention: forms do not advertise it.
+        assert!(!repeat.headers().contains_key("idempotency-ttl"));
+    }
+    assert!(!first.headers().contains_key("idempotency-ttl"));
+    assert_eq!(handler.runs(), 1, "three posts, one submission");
 }
 
 /// One replay, one count: under `form_token`, not under `idempotency` as well.

@@ -65,6 +65,8 @@ pub(super) struct Settings {
     replay: bool,
     pub(super) spend_in_transaction: bool,
     pub(super) lease: Option<Duration>,
+    /// With replay, the application's hook on replayed submissions.
+    on_replay: Option<idempotency::ReplayHook>,
     /// With replay, the record settings of this layer's submissions, made by the first
     /// post for the token TTL it had, so that later posts do not build them again.
     pub(super) kept: OnceLock<(Duration, Arc<idempotency::Settings>)>,
@@ -74,7 +76,8 @@ impl Settings {
     /// The record settings of a submission whose tokens live `ttl`: what the submissions
     /// of this layer keep, how long, under which lease.
     pub(super) fn kept(&self, ttl: Duration) -> Arc<idempotency::Settings> {
-        let make = || idempotency::Settings::for_form_submissions(ttl, self.lease);
+        let make =
+            || idempotency::Settings::for_form_submissions(ttl, self.lease, self.on_replay.clone());
         match self.kept.get_or_init(|| (ttl, make())) {
             (made_for, kept) if *made_for == ttl => Arc::clone(kept),
             // Another runtime's tokens (rare: one layer under two `Idem`s).
@@ -195,6 +198,26 @@ impl VerifyFormTokenLayer {
     pub fn with_lease(mut self, lease: Duration) -> Self {
         let settings = Arc::make_mut(&mut self.settings);
         settings.lease = Some(lease);
+        settings.kept = OnceLock::new();
+        self
+    }
+
+    /// With [replay](Self::with_replay), a hook on every replayed submission, run before it
+    /// is sent: the same as [`IdempotencyLayer::on_replay`](crate::IdempotencyLayer::on_replay)'s
+    /// — it may change the replay's headers, never the kept response, and it cannot run
+    /// the handler (see [`Replayed`](crate::idempotency::Replayed)).
+    ///
+    /// ```
+    /// let layer = idem_axum::VerifyFormTokenLayer::new()
+    ///     .with_replay(true)
+    ///     .on_replay(|replayed| tracing::info!(status = %replayed.status(), "double submission"));
+    /// ```
+    pub fn on_replay<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&mut idempotency::Replayed<'_>) + Send + Sync + 'static,
+    {
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.on_replay = Some(idempotency::ReplayHook::new(hook));
         settings.kept = OnceLock::new();
         self
     }

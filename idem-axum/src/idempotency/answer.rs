@@ -251,7 +251,11 @@ impl<S: Inner> Attempt<S> {
             }
             Ok(Began::InProgress(remaining)) => {
                 outcome::report(Guard::Idempotency, Outcome::Conflict);
-                in_progress(remaining)
+                // The one refusal a client retries under the same key: it learns there how
+                // long that key is kept.
+                let mut refused = self.guard.refuse(in_progress(remaining));
+                self.settings.advertise_retention(refused.headers_mut());
+                return Decided::Answered(refused);
             }
             Ok(Began::Mismatch) => {
                 outcome::report(Guard::Idempotency, Outcome::Mismatch);
@@ -349,7 +353,8 @@ pub(crate) fn record_key(
 }
 
 /// The response an earlier request with this key stored, or the refusal that says why it
-/// cannot be given; reported as a replay of the guard `settings` are for.
+/// cannot be given; reported as a replay of the guard `settings` are for. A response
+/// given carries the advertised retention, then goes through the application's hook.
 pub(crate) fn replay(
     guard: &GuardContext,
     settings: &Settings,
@@ -367,7 +372,13 @@ pub(crate) fn replay(
                 }
             }
             match content_coding::unaccepted(response.headers(), request) {
-                None => return response,
+                None => {
+                    settings.advertise_retention(response.headers_mut());
+                    if let Some(hook) = &settings.on_replay {
+                        hook.adjust(&mut response, request);
+                    }
+                    return response;
+                }
                 Some(coding) => not_acceptable(response.status(), &coding),
             }
         }

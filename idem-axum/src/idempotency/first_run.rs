@@ -265,7 +265,7 @@ impl<St: Store + Clone> Record<St> {
     )]
     fn settle<E>(
         self,
-        parts: Parts,
+        mut parts: Parts,
         captured: Captured,
     ) -> impl Future<Output = Result<Response, E>> {
         async move {
@@ -276,6 +276,8 @@ impl<St: Store + Clone> Record<St> {
                     {
                         return Ok(self.answer_of_winner(theirs.as_ref()));
                     }
+                    // After the response was encoded: the stored bytes are the handler's.
+                    self.settings().advertise_retention(&mut parts.headers);
                 }
                 // The handler took the record over, and its transaction did not complete
                 // it (or it would be kept). Boxed: the rare way, whose timer inline would

@@ -9,6 +9,8 @@ use http::request::Parts;
 use http::{HeaderName, Method, StatusCode};
 
 use super::answer::answer;
+use super::on_replay::{ReplayHook, Replayed};
+use super::retention::AdvertisedRetention;
 use super::{KeySource, RecordScope, Required, Settings, key_header, stored_response};
 use crate::outcome::Guard;
 
@@ -45,6 +47,7 @@ impl IdempotencyLayer {
     /// let layer = idem_axum::IdempotencyLayer::new();
     /// ```
     pub fn new() -> Self {
+        let retention = Duration::from_secs(24 * 60 * 60);
         Self {
             settings: Arc::new(Settings {
                 methods: vec![Method::POST, Method::PATCH],
@@ -53,7 +56,9 @@ impl IdempotencyLayer {
                 scope: RecordScope::Client,
                 fingerprint_headers: Vec::new(),
                 lease: Duration::from_secs(10),
-                retention: Duration::from_secs(24 * 60 * 60),
+                retention,
+                advertised: AdvertisedRetention::new(retention),
+                on_replay: None,
                 max_stored_response: 1024 * 1024,
                 stores_status: Arc::new(stored_by_default),
                 missing_key_message: None,
@@ -181,13 +186,51 @@ impl IdempotencyLayer {
         self
     }
 
-    /// How long a completed response is replayed (default 24 h).
+    /// How long a completed response is replayed (default 24 h). Advertised to clients
+    /// in whole seconds ([`with_retention_header`](Self::with_retention_header)).
     ///
     /// ```
     /// let layer = idem_axum::IdempotencyLayer::new().with_retention(std::time::Duration::from_secs(3600));
     /// ```
     pub fn with_retention(mut self, retention: Duration) -> Self {
-        self.settings().retention = retention;
+        let settings = self.settings();
+        settings.retention = retention;
+        settings.advertised = settings.advertised.clone().of(retention);
+        self
+    }
+
+    /// The header that tells a client how long its key is kept (default
+    /// `Idempotency-TTL`, the [retention](Self::with_retention) in whole seconds), or
+    /// `None` to send none. It is sent on the first response when it is kept, on every
+    /// replay and on the `409` that says the first request still runs — the answers
+    /// about a key the layer holds — and on no other refusal. See
+    /// [the retention, advertised](crate::guide::guards#the-retention-advertised).
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new()
+    ///     .with_retention_header(Some(http::HeaderName::from_static("x-idempotency-ttl")));
+    /// ```
+    pub fn with_retention_header(mut self, name: Option<HeaderName>) -> Self {
+        let settings = self.settings();
+        settings.advertised = settings.advertised.clone().named(name);
+        self
+    }
+
+    /// A hook on every replayed response, run before it is sent: it may change the
+    /// replay's headers (add one, log the first request's id), never the stored response,
+    /// its status or body, and it cannot run the handler (see [`Replayed`]). It replaces
+    /// any hook set before; responses of a first run do not go through it.
+    ///
+    /// ```
+    /// let layer = idem_axum::IdempotencyLayer::new().on_replay(|replayed| {
+    ///     tracing::info!(status = %replayed.status(), "idempotent replay");
+    /// });
+    /// ```
+    pub fn on_replay<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&mut Replayed<'_>) + Send + Sync + 'static,
+    {
+        self.settings().on_replay = Some(ReplayHook::new(hook));
         self
     }
 

@@ -7,10 +7,10 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | first with this key | the handler runs; its response is stored for 24 h and sent |
-//! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true`; the handler does not run |
+//! | first with this key | the handler runs; its response is stored for 24 h and sent, with `Idempotency-TTL: 86400` when it is kept |
+//! | retry after it completed | the stored response, byte for byte, plus `Idempotent-Replayed: true` and `Idempotency-TTL`, then the [hook on replays](crate::IdempotencyLayer::on_replay), if any; the handler does not run |
 //! | retry after it completed, its response not replayable to it (too large to keep, its body failed half-way, or [encoded](#content-encoding) in a way it does not accept) | `409 Conflict`, no `Retry-After`; the handler does not run |
-//! | retry while the first still runs | `409 Conflict` + `Retry-After` |
+//! | retry while the first still runs | `409 Conflict` + `Retry-After` + `Idempotency-TTL` |
 //! | same key, same route, another request (path, query, body differ) | `422 Unprocessable Content` |
 //! | same key, another route or method | a request of its own: the handler runs |
 //! | key malformed | `400 Bad Request` |
@@ -116,7 +116,9 @@
 //!   retry gets `409 Conflict` saying so rather than running the handler again. The first
 //!   client gets the body as far as it went, then the error, which ends its connection.
 //! - The record lives for the [retention](crate::IdempotencyLayer::with_retention) (24 h). In
-//!   Redis it survives a restart of the application, and every instance replays it.
+//!   Redis it survives a restart of the application, and every instance replays it. The
+//!   answers about a kept key advertise it, so that a client stops retrying before its key
+//!   is forgotten ([the retention, advertised](crate::guide::guards#the-retention-advertised)).
 //!
 //! # Content encoding
 //!
@@ -226,7 +228,9 @@ mod do_not_keep;
 mod first_run;
 mod key_header;
 pub(crate) mod layer;
+mod on_replay;
 mod record;
+mod retention;
 mod stored_response;
 
 use std::borrow::Cow;
@@ -245,7 +249,10 @@ pub use self::do_not_keep::DoNotKeep;
 pub(crate) use self::first_run::{Began, Record, Spending};
 pub(crate) use self::layer::IdempotencyLayer;
 pub use self::layer::{Idempotency, stored_by_default};
+pub(crate) use self::on_replay::ReplayHook;
+pub use self::on_replay::Replayed;
 pub use self::record::IdempotencyRecord;
+use self::retention::AdvertisedRetention;
 
 /// Whose idempotency keys are kept apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -290,6 +297,10 @@ pub(crate) struct Settings {
     fingerprint_headers: Vec<HeaderName>,
     pub(crate) lease: Duration,
     pub(crate) retention: Duration,
+    /// The retention as the answers advertise it.
+    advertised: AdvertisedRetention,
+    /// The application's hook on replayed responses.
+    on_replay: Option<ReplayHook>,
     max_stored_response: usize,
     stores_status: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
     missing_key_message: Option<Cow<'static, str>>,
@@ -310,16 +321,32 @@ impl Settings {
     /// ([`VerifyFormTokenLayer::with_replay`]):
     /// its response is kept for `retention`, the token's life, unless it is a 5xx.
     /// Held under `lease` while the handler runs, if one is given; else the
-    /// [`IdempotencyLayer`]'s default.
-    pub(crate) fn for_form_submissions(retention: Duration, lease: Option<Duration>) -> Arc<Self> {
+    /// [`IdempotencyLayer`]'s default. Its replays go through `on_replay`, if given.
+    ///
+    /// The retention is not advertised: a browser does not read it, and the token's life
+    /// is the form's own.
+    pub(crate) fn for_form_submissions(
+        retention: Duration,
+        lease: Option<Duration>,
+        on_replay: Option<ReplayHook>,
+    ) -> Arc<Self> {
         let mut settings = Arc::clone(&IdempotencyLayer::new().settings);
         let form = Arc::make_mut(&mut settings);
         form.retention = retention;
+        form.advertised = form.advertised.clone().named(None);
+        form.on_replay = on_replay;
         if let Some(lease) = lease {
             form.lease = lease;
         }
         form.guard = Guard::FormToken;
         settings
+    }
+
+    /// Adds the advertised retention to the headers of an answer about a key this layer
+    /// keeps: the first response when it is kept, a replay, a retry told the first still
+    /// runs.
+    pub(crate) fn advertise_retention(&self, headers: &mut HeaderMap) {
+        self.advertised.advertise(headers);
     }
 
     /// Whether the layer guards `request`: a guarded method, and for a gRPC call a guarded
@@ -404,6 +431,8 @@ impl fmt::Debug for Settings {
             .field("fingerprint_headers", &self.fingerprint_headers)
             .field("lease", &self.lease)
             .field("retention", &self.retention)
+            .field("advertised", &self.advertised)
+            .field("on_replay", &self.on_replay)
             .field("max_stored_response", &self.max_stored_response)
             .field("missing_key_message", &self.missing_key_message)
             .field("key_header", &self.key_header)

@@ -232,7 +232,8 @@ pub(crate) fn decode(stored: &Bytes) -> Result<Replay, Unreadable> {
             let mut response = Response::new(body);
             *response.status_mut() = status(code)?;
             let map = response.headers_mut();
-            map.reserve(headers.len() + 1);
+            // The stored fields, the replay marker and the retention the layer advertises.
+            map.reserve(headers.len() + 2);
             append_fields(stored, headers, map)?;
             map.insert(
                 IDEMPOTENT_REPLAYED.clone(),

@@ -45,7 +45,7 @@ pub(crate) enum Fault {
 }
 
 /// A downstream service: `POST /effects` guarded by `IdempotencyLayer` (key required,
-/// records in memory), its handler taking `handler_time` and counting its runs.
+/// records in memory, unless the test guards it otherwise), its handler taking `handler_time` and counting its runs.
 #[derive(Debug)]
 pub(crate) struct Downstream {
     addr: SocketAddr,
@@ -73,6 +73,20 @@ struct Setup {
 impl Downstream {
     /// Starts the service on a free loopback port.
     pub(crate) async fn start(fault: Fault, handler_time: Duration) -> Self {
+        Self::start_with(
+            fault,
+            handler_time,
+            IdempotencyLayer::new().with_required(true),
+        )
+        .await
+    }
+
+    /// [`start`](Self::start), its route guarded by `guard`.
+    pub(crate) async fn start_with(
+        fault: Fault,
+        handler_time: Duration,
+        guard: IdempotencyLayer,
+    ) -> Self {
         let counts = Arc::new(Counts::default());
         let setup = Setup {
             counts: Arc::clone(&counts),
@@ -80,10 +94,7 @@ impl Downstream {
             handler_time,
         };
         let router = Router::new()
-            .route(
-                "/effects",
-                post(effect).route_layer(IdempotencyLayer::new().with_required(true)),
-            )
+            .route("/effects", post(effect).route_layer(guard))
             .layer(Idem::new(MemoryStore::new()).layer())
             .layer(middleware::from_fn_with_state(setup.clone(), in_front))
             .with_state(setup);

@@ -63,14 +63,18 @@ async fn two_hundred_concurrent_calls_with_one_key_run_the_handler_once() {
         calls.spawn(async move { caller.call(PAY, 500, Some("k-200")).await });
     }
     // The first call is held at the gate; every other one meets it in progress.
+    // The retention comes as metadata, on the calls told to come back and on the answers.
+    let day = Some("86400");
     for _ in 0..199 {
         let refused = calls.join_next().await.unwrap().unwrap().unwrap_err();
         assert_retry_later(&refused, Code::Aborted);
+        assert_eq!(retention(refused.metadata()), day);
     }
     assert_eq!(shop.runs(), 1);
     shop.open_gate();
     let first = calls.join_next().await.unwrap().unwrap().unwrap();
     assert!(!replayed(&first));
+    assert_eq!(retention(first.metadata()), day);
 
     let mut retries = JoinSet::new();
     for call in 0..199 {
@@ -81,8 +85,14 @@ async fn two_hundred_concurrent_calls_with_one_key_run_the_handler_once() {
         let retry = retry.unwrap();
         assert!(replayed(&retry));
         assert_eq!(retry.get_ref(), first.get_ref());
+        assert_eq!(retention(retry.metadata()), day);
     }
     assert_eq!(shop.runs(), 1, "the handler ran once for 400 calls");
+}
+
+/// The key's retention a call's metadata advertises.
+fn retention(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    metadata.get("idempotency-ttl")?.to_str().ok()
 }
 
 /// `Pay` answering its message, then its status and an `x-attempt` trailer: `UNAVAILABLE`

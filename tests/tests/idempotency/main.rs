@@ -4,6 +4,7 @@
 //! One module per topic, each listing its cases for every store; this file holds the
 //! application they all drive and how they read its answers.
 
+mod advertised;
 mod compression;
 mod failures;
 mod key_header;
