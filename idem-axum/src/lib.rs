@@ -118,6 +118,13 @@ pub mod store {
     pub use idem_redis::{EvictionCheck, RedisSetupError, RedisStoreBuilder, ReplicasBehind};
 }
 
+/// What of a body tells one request from another, re-exported from `idem_core`: the
+/// choice [`IdempotencyLayer::with_payload_fingerprint`] and
+/// [`AvoidRepeatLayer::with_payload_fingerprint`] take.
+pub mod payload {
+    pub use idem_core::payload::*;
+}
+
 /// The distributed lock, re-exported from `idem_core`: see
 /// [`idem_core::lock`] for what it guarantees and what it does not.
 pub mod lock {

@@ -28,6 +28,9 @@
 //! - `run_once` (feature `run-once`): any async work — a queue consumer's message, a
 //!   webhook, a job — run once per key on any store, its result kept and replayed; a
 //!   tower layer for services of messages, and batches.
+//! - [`payload`]: what of a payload tells one request from another, the one choice of
+//!   every guard that fingerprints a body or a message (raw bytes, canonical JSON,
+//!   selected JSON fields, none, a function).
 //! - [`outbound`]: the `Idempotency-Key`s of a guarded handler's own calls to other
 //!   services, derived from its record's key, so that a rerun of the handler sends the
 //!   same keys (the client layer of crate `idem-client` sends them).
@@ -55,6 +58,7 @@ pub mod conformance;
 pub mod key;
 pub mod lock;
 pub mod outbound;
+pub mod payload;
 #[doc(hidden)]
 pub mod record;
 #[cfg(feature = "run-once")]

@@ -25,6 +25,7 @@ use crate::guard::GuardContext;
 use crate::idem::OnStore;
 use crate::identity::{ClientId, ClientRequest};
 use crate::rejection::Rejection;
+use idem_core::payload::PayloadFingerprint;
 
 /// One annotated handler's settings, a `const` in the expansion.
 #[derive(Debug)]
@@ -52,6 +53,7 @@ impl Spec {
                     Some(message) => Some(std::borrow::Cow::Borrowed(message)),
                     None => None,
                 },
+                payload: PayloadFingerprint::Raw,
                 #[cfg(feature = "grpc")]
                 grpc_methods: crate::grpc::GrpcMethods::NONE,
             },
@@ -87,7 +89,7 @@ impl AvoidRepeatContext {
     /// whole and handed back unchanged.
     async fn with_payload(mut request: Request) -> Result<(Self, Request, Fingerprint), Response> {
         let context = Self::new(ClientRequest::from_request(&request));
-        match fingerprint_payload(&mut request).await {
+        match fingerprint_payload(&mut request, &PayloadFingerprint::Raw).await {
             Ok(fingerprint) => Ok((context, request, fingerprint)),
             Err(rejection) => Err(context.refuse(rejection)),
         }

@@ -15,6 +15,7 @@ use crate::future::{Inner, ResponseFuture};
 use crate::guard::GuardContext;
 use crate::idem::OnStore;
 use crate::identity::{ClientId, ClientRequest};
+use idem_core::payload::PayloadFingerprint;
 
 /// Guards the routes of a router with the anti-repeat window; see the
 /// [module docs](mod@crate::avoid_repeat).
@@ -52,6 +53,7 @@ impl AvoidRepeatLayer {
                 release: Release::default(),
                 by: RepeatBy::default(),
                 message: None,
+                payload: PayloadFingerprint::Raw,
                 #[cfg(feature = "grpc")]
                 grpc_methods: crate::grpc::GrpcMethods::NONE,
             }),
@@ -67,6 +69,23 @@ impl AvoidRepeatLayer {
     /// ```
     pub fn with_release(mut self, release: Release) -> Self {
         Arc::make_mut(&mut self.settings).release = release;
+        self
+    }
+
+    /// What of the body counts with [`RepeatBy::ClientAndBody`] (default
+    /// [`PayloadFingerprint::Raw`], the bytes as sent): canonical JSON, so that a client
+    /// that orders its keys otherwise sends the same body; selected JSON fields, to leave
+    /// a timestamp out. The choice `IdempotencyLayer` and the run-once API take too.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use idem_axum::payload::PayloadFingerprint;
+    /// let layer = idem_axum::AvoidRepeatLayer::new(Duration::from_secs(30))
+    ///     .with_repeat_by(idem_axum::RepeatBy::ClientAndBody)
+    ///     .with_payload_fingerprint(PayloadFingerprint::CanonicalJson);
+    /// ```
+    pub fn with_payload_fingerprint(mut self, payload: PayloadFingerprint) -> Self {
+        Arc::make_mut(&mut self.settings).payload = payload;
         self
     }
 
@@ -182,10 +201,12 @@ impl<S: Inner> Guarded<S> {
         async move {
             let payload = match settings.by {
                 RepeatBy::Client => None,
-                RepeatBy::ClientAndBody => match fingerprint_payload(&mut request).await {
-                    Ok(fingerprint) => Some(fingerprint),
-                    Err(rejection) => return Ok(guard.refuse(rejection)),
-                },
+                RepeatBy::ClientAndBody => {
+                    match fingerprint_payload(&mut request, &settings.payload).await {
+                        Ok(fingerprint) => Some(fingerprint),
+                        Err(rejection) => return Ok(guard.refuse(rejection)),
+                    }
+                }
             };
             let key = key_for(&guard, &handler_id, &client, payload.as_ref());
             let start = || inner.call(std::mem::take(&mut request));

@@ -1,6 +1,7 @@
 //! How one guarded handler behaves: its window, when its key is given back, and what
 //! makes two requests the same.
 
+use idem_core::payload::PayloadFingerprint;
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -33,6 +34,8 @@ pub(crate) struct Settings {
     pub(crate) release: Release,
     pub(crate) by: RepeatBy,
     pub(crate) message: Option<Cow<'static, str>>,
+    /// What of the body counts, with [`RepeatBy::ClientAndBody`].
+    pub(crate) payload: PayloadFingerprint,
     /// The gRPC methods guarded; other gRPC calls pass through.
     #[cfg(feature = "grpc")]
     pub(crate) grpc_methods: crate::grpc::GrpcMethods,

@@ -10,6 +10,7 @@ use tracing::Instrument;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
+use idem_core::payload::PayloadFingerprint;
 use idem_core::store::Fencing;
 use idem_core::{Acquire, Fingerprint, Key, Owner, Store, throttled};
 
@@ -126,12 +127,16 @@ pub(crate) fn key_for(
     ])
 }
 
-/// Reads the body whole and fingerprints it with the query; puts the same body back in
-/// `request`.
-pub(crate) async fn fingerprint_payload(request: &mut Request) -> Result<Fingerprint, Rejection> {
+/// Reads the body whole and fingerprints it — what of it `counted` says counts — with the
+/// query; puts the same body back in `request`.
+pub(crate) async fn fingerprint_payload(
+    request: &mut Request,
+    counted: &PayloadFingerprint,
+) -> Result<Fingerprint, Rejection> {
     let (parts, unread) = read_whole(std::mem::take(request), None);
     let body = unread.read().await?;
-    let fingerprint = Fingerprint::of([parts.uri.query().unwrap_or("").as_bytes(), &body]);
+    let query = parts.uri.query().unwrap_or("").as_bytes();
+    let fingerprint = Fingerprint::of([query, &counted.counted(&body)]);
     *request = Request::from_parts(parts, Body::from(body));
     Ok(fingerprint)
 }

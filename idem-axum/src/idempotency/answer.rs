@@ -229,7 +229,8 @@ impl<S: Inner> Attempt<S> {
             }
             RecordScope::Shared => record_key(&self.guard, b"idempotency:shared", None, &view, key),
         };
-        let fingerprint = fingerprint(&view, body, &self.settings.fingerprint_headers);
+        let body = self.settings.payload.counted(body);
+        let fingerprint = fingerprint(&view, &body, &self.settings.fingerprint_headers);
         Ok((record_key, fingerprint))
     }
 

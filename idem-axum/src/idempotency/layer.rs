@@ -1,5 +1,6 @@
 //! [`IdempotencyLayer`] and the service it makes.
 
+use idem_core::payload::PayloadFingerprint;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +56,7 @@ impl IdempotencyLayer {
                 key: KeySource::Header,
                 scope: RecordScope::Client,
                 fingerprint_headers: Vec::new(),
+                payload: PayloadFingerprint::Raw,
                 lease: Duration::from_secs(10),
                 retention,
                 advertised: AdvertisedRetention::new(retention),
@@ -171,6 +173,29 @@ impl IdempotencyLayer {
         headers: impl IntoIterator<Item = HeaderName>,
     ) -> Self {
         self.settings().fingerprint_headers = headers.into_iter().collect();
+        self
+    }
+
+    /// What of the body tells one request from another with the same key (default
+    /// [`PayloadFingerprint::Raw`], the bytes as sent): [`CanonicalJson`] for clients
+    /// that serialise one object with its keys in another order, [`JsonFields`] to leave
+    /// a timestamp or a nonce out, [`Ignored`] when the key alone names the request.
+    /// The method, the path, the query and the [headers named](Self::with_fingerprint_headers)
+    /// count whatever the choice. Checked on every way a request can go — a first run, a
+    /// repeat while the first runs, a replay — as the store compares fingerprints in the
+    /// step that begins the record.
+    ///
+    /// [`CanonicalJson`]: PayloadFingerprint::CanonicalJson
+    /// [`JsonFields`]: PayloadFingerprint::JsonFields
+    /// [`Ignored`]: PayloadFingerprint::Ignored
+    ///
+    /// ```
+    /// use idem_axum::payload::PayloadFingerprint;
+    /// let layer = idem_axum::IdempotencyLayer::new()
+    ///     .with_payload_fingerprint(PayloadFingerprint::json_fields(["/amount", "/currency"]));
+    /// ```
+    pub fn with_payload_fingerprint(mut self, payload: PayloadFingerprint) -> Self {
+        self.settings().payload = payload;
         self
     }
 

@@ -233,6 +233,7 @@ mod record;
 mod retention;
 mod stored_response;
 
+use idem_core::payload::PayloadFingerprint;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -295,6 +296,7 @@ pub(crate) struct Settings {
     key: KeySource,
     scope: RecordScope,
     fingerprint_headers: Vec<HeaderName>,
+    payload: PayloadFingerprint,
     pub(crate) lease: Duration,
     pub(crate) retention: Duration,
     /// The retention as the answers advertise it.
@@ -429,6 +431,7 @@ impl fmt::Debug for Settings {
             .field("key", &key)
             .field("scope", &self.scope)
             .field("fingerprint_headers", &self.fingerprint_headers)
+            .field("payload", &self.payload)
             .field("lease", &self.lease)
             .field("retention", &self.retention)
             .field("advertised", &self.advertised)

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Attempt, RunError, RunOnce, fingerprint_of};
+use super::{Attempt, RunError, RunOnce};
 use crate::store::RecordStore;
 
 /// A batch of messages to run once each: [`RunOnce::batch`].
@@ -133,7 +133,7 @@ impl<St: RecordStore + Clone, K> Batch<'_, St, K> {
         let (once, key_of, work) = (self.once, &self.key, &work);
         let run_one = |message: M| {
             let key = key_of(&message);
-            let fingerprint = fingerprint_of(&message);
+            let fingerprint = once.fingerprint_of(&message);
             async move {
                 let outcome = match fingerprint {
                     Ok(fingerprint) => {

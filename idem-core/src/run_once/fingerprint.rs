@@ -1,14 +1,15 @@
 //! [`fingerprint_of`]: what tells a retry from a reused key, for a serde payload.
 
 use serde::Serialize;
-use serde_json::Value;
 
 use super::DERIVATION;
 use crate::Fingerprint;
+use crate::payload::PayloadFingerprint;
 
-/// The fingerprint of `payload`: the SHA-256 of its JSON with every object's keys sorted
-/// and no whitespace, so that two payloads equal as JSON — a map serialised in another
-/// order among them — have one fingerprint.
+/// The fingerprint of `payload` as [`RunOnce`](super::RunOnce) takes it by default: the
+/// SHA-256 of its JSON with every object's keys sorted and no whitespace
+/// ([`PayloadFingerprint::CanonicalJson`]), so that two payloads equal as JSON — a map
+/// serialised in another order among them — have one fingerprint.
 ///
 /// ```
 /// use std::collections::HashMap;
@@ -27,40 +28,14 @@ use crate::Fingerprint;
 pub fn fingerprint_of<P: Serialize + ?Sized>(
     payload: &P,
 ) -> Result<Fingerprint, serde_json::Error> {
-    let mut canonical = Vec::new();
-    write_canonical(&serde_json::to_value(payload)?, &mut canonical)?;
-    Ok(Fingerprint::of([DERIVATION.as_bytes(), &canonical]))
+    fingerprint_as(&PayloadFingerprint::CanonicalJson, payload)
 }
 
-/// `value` as JSON, each object's keys in sorted order (whatever map `Value` was built
-/// with: another crate may turn on serde_json's `preserve_order`).
-fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
-    match value {
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out)?;
-            }
-            out.push(b']');
-        }
-        Value::Object(fields) => {
-            let mut sorted: Vec<_> = fields.iter().collect();
-            sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (name, field)) in sorted.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut *out, name)?;
-                out.push(b':');
-                write_canonical(field, out)?;
-            }
-            out.push(b'}');
-        }
-        scalar => serde_json::to_writer(&mut *out, scalar)?,
-    }
-    Ok(())
+/// The fingerprint of `payload`, of what `counted` says counts of its JSON.
+pub(super) fn fingerprint_as<P: Serialize + ?Sized>(
+    counted: &PayloadFingerprint,
+    payload: &P,
+) -> Result<Fingerprint, serde_json::Error> {
+    let counted = counted.counted_json(&serde_json::to_value(payload)?);
+    Ok(Fingerprint::of([DERIVATION.as_bytes(), &counted]))
 }

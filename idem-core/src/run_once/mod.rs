@@ -63,7 +63,8 @@
 //!
 //! The fingerprint that tells a retry from a reused key is the payload's JSON with its
 //! object keys sorted and no whitespace ([`fingerprint_of`]): a map serialised in
-//! another order is the same payload. [`run_with`](RunOnce::run_with) takes a
+//! another order is the same payload. [`with_payload_fingerprint`](RunOnce::with_payload_fingerprint)
+//! chooses otherwise — only some fields, or none — as the HTTP guards do. [`run_with`](RunOnce::run_with) takes a
 //! [`Fingerprint`] of the caller's own instead, for a payload that is not `Serialize`
 //! (a protobuf message) or whose fields do not all count (a timestamp of delivery).
 //!
@@ -126,11 +127,13 @@ use serde::de::DeserializeOwned;
 pub use self::attempt::Attempt;
 pub use self::batch::{Batch, BatchItem, BatchReport};
 pub use self::error::RunError;
+use self::fingerprint::fingerprint_as;
 pub use self::fingerprint::fingerprint_of;
 use self::host::{Background, RunHost};
 pub use self::service::{
     FingerprintWith, JsonFingerprint, MessageFingerprint, RunOnceLayer, RunOnceService,
 };
+use crate::payload::PayloadFingerprint;
 use crate::record::{Began, Kept, Record};
 use crate::store::RecordStore;
 use crate::{Fingerprint, Key};
@@ -163,6 +166,7 @@ pub struct RunOnce<S> {
     lease: Duration,
     retention: Duration,
     wait: Option<Duration>,
+    payload: PayloadFingerprint,
     background: Background,
 }
 
@@ -174,6 +178,7 @@ impl<S: Clone> Clone for RunOnce<S> {
             lease: self.lease,
             retention: self.retention,
             wait: self.wait,
+            payload: self.payload.clone(),
             background: self.background.clone(),
         }
     }
@@ -187,6 +192,7 @@ impl<S: fmt::Debug> fmt::Debug for RunOnce<S> {
             .field("lease", &self.lease)
             .field("retention", &self.retention)
             .field("wait", &self.wait)
+            .field("payload", &self.payload)
             .finish_non_exhaustive()
     }
 }
@@ -206,6 +212,7 @@ impl<S: RecordStore + Clone> RunOnce<S> {
             lease: DEFAULT_LEASE,
             retention: DEFAULT_RETENTION,
             wait: None,
+            payload: PayloadFingerprint::CanonicalJson,
             background: Background::default(),
         }
     }
@@ -235,6 +242,48 @@ impl<S: RecordStore + Clone> RunOnce<S> {
     pub fn wait_while_in_progress(mut self, bound: Duration) -> Self {
         self.wait = Some(bound);
         self
+    }
+
+    /// What of a payload tells one call from another with the same key
+    /// ([`PayloadFingerprint::CanonicalJson`] unless set): [`JsonFields`] to leave a
+    /// delivery timestamp or a trace id out, [`Ignored`] for a key that alone names the
+    /// message. The same choice the HTTP guards take.
+    ///
+    /// [`JsonFields`]: PayloadFingerprint::JsonFields
+    /// [`Ignored`]: PayloadFingerprint::Ignored
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use idem_core::MemoryStore;
+    /// use idem_core::payload::PayloadFingerprint;
+    /// use idem_core::run_once::RunOnce;
+    /// use serde_json::json;
+    ///
+    /// let once = RunOnce::new(MemoryStore::new(), "webhooks")
+    ///     .with_payload_fingerprint(PayloadFingerprint::json_fields(["/event", "/amount"]));
+    /// let work = |_| async { Ok::<_, std::io::Error>(String::from("handled")) };
+    /// let sent = json!({"event": "paid", "amount": 1299, "sent_at": "12:00:01"});
+    /// let resent = json!({"event": "paid", "amount": 1299, "sent_at": "12:00:31"});
+    /// once.run("evt_1", &sent, work).await.unwrap();
+    /// assert_eq!(once.run("evt_1", &resent, work).await.unwrap(), "handled", "a redelivery");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_payload_fingerprint(mut self, payload: PayloadFingerprint) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// The fingerprint of `payload`, as this `RunOnce` takes it.
+    ///
+    /// # Errors
+    ///
+    /// `payload` cannot be serialised as JSON.
+    pub fn fingerprint_of<P: Serialize + ?Sized>(
+        &self,
+        payload: &P,
+    ) -> Result<Fingerprint, serde_json::Error> {
+        fingerprint_as(&self.payload, payload)
     }
 
     /// The store the records are in.
@@ -274,7 +323,7 @@ impl<S: RecordStore + Clone> RunOnce<S> {
         F: FnOnce(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let fingerprint = fingerprint_of(payload).map_err(RunError::Encode)?;
+        let fingerprint = self.fingerprint_of(payload).map_err(RunError::Encode)?;
         self.run_on(self.key_of(key), fingerprint, work).await
     }
 
@@ -296,13 +345,16 @@ impl<S: RecordStore + Clone> RunOnce<S> {
         F: FnOnce(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let fingerprint = fingerprint_of(payload).map_err(RunError::Encode)?;
+        // The key from the whole payload, whatever counts in its fingerprint: with only
+        // some fields counted, two payloads that differ elsewhere are two messages.
+        let whole = fingerprint_of(payload).map_err(RunError::Encode)?;
         let key = Key::hashed([
             DERIVATION.as_bytes(),
             b"payload",
             self.scope.as_bytes(),
-            fingerprint.as_bytes(),
+            whole.as_bytes(),
         ]);
+        let fingerprint = self.fingerprint_of(payload).map_err(RunError::Encode)?;
         self.run_on(key, fingerprint, work).await
     }
 

@@ -10,29 +10,38 @@ use serde::de::DeserializeOwned;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{RunError, RunOnce, fingerprint_of};
+use super::{RunError, RunOnce, fingerprint_as};
 use crate::Fingerprint;
 use crate::store::RecordStore;
 
 /// How a [`RunOnceLayer`] tells a redelivered message from another one sent with its
 /// key.
 pub trait MessageFingerprint<M> {
-    /// The fingerprint of `message`.
+    /// The fingerprint of `message`, for `once`.
     ///
     /// # Errors
     ///
     /// The message could not be serialised.
-    fn fingerprint(&self, message: &M) -> Result<Fingerprint, serde_json::Error>;
+    fn fingerprint<St>(
+        &self,
+        once: &RunOnce<St>,
+        message: &M,
+    ) -> Result<Fingerprint, serde_json::Error>;
 }
 
-/// The fingerprint of a `Serialize` message: [`fingerprint_of`] its JSON, its keys
-/// sorted. A [`RunOnceLayer`]'s default.
+/// The fingerprint of a `Serialize` message, as its [`RunOnce`] takes a payload's
+/// ([`RunOnce::with_payload_fingerprint`]; its JSON with sorted keys by default). A
+/// [`RunOnceLayer`]'s default.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct JsonFingerprint;
 
 impl<M: Serialize> MessageFingerprint<M> for JsonFingerprint {
-    fn fingerprint(&self, message: &M) -> Result<Fingerprint, serde_json::Error> {
-        fingerprint_of(message)
+    fn fingerprint<St>(
+        &self,
+        once: &RunOnce<St>,
+        message: &M,
+    ) -> Result<Fingerprint, serde_json::Error> {
+        fingerprint_as(&once.payload, message)
     }
 }
 
@@ -41,7 +50,11 @@ impl<M: Serialize> MessageFingerprint<M> for JsonFingerprint {
 pub struct FingerprintWith<F>(F);
 
 impl<M, F: Fn(&M) -> Fingerprint> MessageFingerprint<M> for FingerprintWith<F> {
-    fn fingerprint(&self, message: &M) -> Result<Fingerprint, serde_json::Error> {
+    fn fingerprint<St>(
+        &self,
+        _: &RunOnce<St>,
+        message: &M,
+    ) -> Result<Fingerprint, serde_json::Error> {
         Ok((self.0)(message))
     }
 }
@@ -198,7 +211,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, ready);
         let once = self.layer.once.clone();
         let key = once.key_of(&(self.layer.key)(&message));
-        let fingerprint = self.layer.fingerprint.fingerprint(&message);
+        let fingerprint = self.layer.fingerprint.fingerprint(&once, &message);
         Box::pin(async move {
             let fingerprint = fingerprint.map_err(RunError::Encode)?;
             once.run_on(key, fingerprint, move |_| inner.call(message))

@@ -10,6 +10,7 @@ mod failures;
 mod key_header;
 mod key_scope;
 mod outliving;
+mod payload;
 mod replay;
 mod runs_once;
 mod sizes;
