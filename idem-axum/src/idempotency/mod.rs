@@ -68,7 +68,9 @@
 //!   with the other's response.
 //! - A key is bound to the request it first came with: its fingerprint is the method, the
 //!   path and query as the client sent them ([`OriginalUri`](axum::extract::OriginalUri),
-//!   so a `nest` prefix counts, `/{shop}/orders` included), a SHA-256 of the body and any
+//!   so a `nest` prefix counts, `/{shop}/orders` included), a SHA-256 of the body — or of
+//!   [what of it you choose](crate::IdempotencyLayer::with_payload_fingerprint): canonical
+//!   JSON, selected fields, none — and any
 //!   [headers you name](crate::IdempotencyLayer::with_fingerprint_headers).
 //!
 //! # What is stored
