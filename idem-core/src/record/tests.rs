@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -252,4 +253,80 @@ async fn spending_is_set_in_place() {
     let spending_again = shared.spending(Spent::default());
     assert_ne!(Arc::as_ptr(&spending_again.0), state);
     assert!(record.0.spending.is_some() && spending_again.0.spending.is_some());
+}
+
+/// A `MemoryStore` that begins records and never answers the begin, as a link that
+/// stalls on the way back.
+#[derive(Debug, Clone, Default)]
+struct BeginsUnanswered(MemoryStore);
+
+impl RecordStore for BeginsUnanswered {
+    async fn begin_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Begin, StoreError> {
+        self.0.begin_record(key, owner, fingerprint, lease).await?;
+        std::future::pending().await
+    }
+
+    async fn complete_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        response: Bytes,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        self.0
+            .complete_record(key, owner, response, retention)
+            .await
+    }
+
+    async fn renew_record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        self.0.renew_record(key, owner, lease).await
+    }
+
+    async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
+        self.0.abandon_record(key, owner).await
+    }
+}
+
+/// A begin dropped before its answer came (its caller went away) gives the key back, in
+/// a task of its host's: a retry runs rather than finding the key in progress for a
+/// whole lease. A begin that was answered gives nothing back.
+#[tokio::test]
+async fn a_begin_dropped_before_its_answer_gives_the_key_back() {
+    let (unanswered, (host, mut ended)) = (BeginsUnanswered::default(), host());
+    let (key, fingerprint) = names();
+    let mut unanswered_begin = Box::pin(Record::begin(
+        unanswered.clone(),
+        &key,
+        &fingerprint,
+        LEASE,
+        |_, _| host.clone(),
+    ));
+    let polled = std::future::poll_fn(|cx| Poll::Ready(unanswered_begin.as_mut().poll(cx))).await;
+    assert!(polled.is_pending(), "the store holds its answer back");
+    let memory = unanswered.0;
+    assert!(
+        matches!(begin(&memory, &host).await, Began::InProgress(_)),
+        "the store began the record"
+    );
+    drop(unanswered_begin);
+    let given_back = tokio::time::timeout(Duration::from_secs(5), ended.recv()).await;
+    assert!(matches!(given_back, Ok(Some(()))), "the key was given back");
+    let record = first(&memory, &host).await;
+    assert!(
+        ended.try_recv().is_err(),
+        "an answered begin gives nothing back"
+    );
+    drop(record);
+    assert!(matches!(begin(&memory, &host).await, Began::InProgress(_)));
 }
