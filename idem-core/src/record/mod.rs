@@ -144,10 +144,6 @@ impl<St: RecordStore + Clone, H: Host> Record<St, H> {
     /// # Errors
     ///
     /// The store's, when it cannot answer.
-    #[expect(
-        clippy::manual_async_fn,
-        reason = "an async fn's future would hold its arguments twice"
-    )]
     pub fn begin(
         store: St,
         key: &Key,

@@ -1,6 +1,6 @@
 //! A request whose client goes away while its record is begun — a mobile client that
 //! drops its connection and retries at once — gives its key back: the retry runs, rather
-//! than meeting a record nobody runs, in progress for the whole lease (30 s by default).
+//! than meeting a record nobody runs, in progress for the whole lease (10 s by default).
 //! On a `MemoryStore` whose answers the test holds back, and on Redis behind a link that
 //! stalls, for less and for more than the store's timeout.
 
@@ -43,7 +43,7 @@ async fn dropped_at_its_begin<S>(app: &Router, store: &Counting<S>, key: &'stati
 }
 
 /// Waits for the dropped request's give-back to be answered (or to fail, the first
-/// time): within 5 s, where a record left in progress holds the key for its 30 s lease.
+/// time): within 5 s, where a record left in progress holds the key for its 10 s lease.
 async fn until_given_back<S>(store: &Counting<S>) {
     eventually(
         Duration::from_secs(5),
