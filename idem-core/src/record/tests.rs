@@ -181,11 +181,13 @@ fn host_on_memory() -> (MemoryStore, (TestHost, mpsc::UnboundedReceiver<()>)) {
     (MemoryStore::new(), host())
 }
 
-/// A `MemoryStore` that counts the renewals it is asked for.
+/// A `MemoryStore` that counts the renewals it is asked for, and, told to, begins records
+/// without ever answering the begin, as a link that stalls on the way back.
 #[derive(Debug, Clone, Default)]
 struct Renewals {
     store: MemoryStore,
     renewed: Arc<AtomicUsize>,
+    begins_unanswered: bool,
 }
 
 impl RecordStore for Renewals {
@@ -196,9 +198,14 @@ impl RecordStore for Renewals {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, StoreError> {
-        self.store
+        let begun = self
+            .store
             .begin_record(key, owner, fingerprint, lease)
-            .await
+            .await;
+        if self.begins_unanswered {
+            return std::future::pending().await;
+        }
+        begun
     }
 
     async fn complete_record(
@@ -255,55 +262,16 @@ async fn spending_is_set_in_place() {
     assert!(record.0.spending.is_some() && spending_again.0.spending.is_some());
 }
 
-/// A `MemoryStore` that begins records and never answers the begin, as a link that
-/// stalls on the way back.
-#[derive(Debug, Clone, Default)]
-struct BeginsUnanswered(MemoryStore);
-
-impl RecordStore for BeginsUnanswered {
-    async fn begin_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        fingerprint: &Fingerprint,
-        lease: Duration,
-    ) -> Result<Begin, StoreError> {
-        self.0.begin_record(key, owner, fingerprint, lease).await?;
-        std::future::pending().await
-    }
-
-    async fn complete_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        response: Bytes,
-        retention: Duration,
-    ) -> Result<bool, StoreError> {
-        self.0
-            .complete_record(key, owner, response, retention)
-            .await
-    }
-
-    async fn renew_record(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        self.0.renew_record(key, owner, lease).await
-    }
-
-    async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
-        self.0.abandon_record(key, owner).await
-    }
-}
-
 /// A begin dropped before its answer came (its caller went away) gives the key back, in
 /// a task of its host's: a retry runs rather than finding the key in progress for a
 /// whole lease. A begin that was answered gives nothing back.
 #[tokio::test]
 async fn a_begin_dropped_before_its_answer_gives_the_key_back() {
-    let (unanswered, (host, mut ended)) = (BeginsUnanswered::default(), host());
+    let unanswered = Renewals {
+        begins_unanswered: true,
+        ..Renewals::default()
+    };
+    let (host, mut ended) = host();
     let (key, fingerprint) = names();
     let mut unanswered_begin = Box::pin(Record::begin(
         unanswered.clone(),
@@ -314,7 +282,7 @@ async fn a_begin_dropped_before_its_answer_gives_the_key_back() {
     ));
     let polled = std::future::poll_fn(|cx| Poll::Ready(unanswered_begin.as_mut().poll(cx))).await;
     assert!(polled.is_pending(), "the store holds its answer back");
-    let memory = unanswered.0;
+    let memory = unanswered.store;
     assert!(
         matches!(begin(&memory, &host).await, Began::InProgress(_)),
         "the store began the record"

@@ -222,36 +222,40 @@ async fn at_once(State(shop): State<Shop>) -> (StatusCode, String) {
     (StatusCode::CREATED, format!("order {}", shop.ran()))
 }
 
-/// The first attempt loses its lease while its store is out of reach, and a retry on
-/// another instance takes the key and completes it. The first attempt's client gets the
-/// retry's answer, the one the key replays, not the answer of its own handler.
-async fn an_attempt_that_lost_its_key_answers_with_the_winners_response(two: TwoInstances) {
-    let first = two.first_attempt_past_its_lease("lost-1").await;
-    let winner = Seen::of(post_key(&two.other_one, "/gated", "lost-1").await).await;
+/// The first attempt of `request(key)` loses its lease while its store is out of reach,
+/// and a retry on another instance takes the key and completes it. The first attempt's
+/// client gets the retry's answer, the one the key replays, not the answer of its own
+/// handler; that answer.
+async fn lost_to_a_retry(
+    two: &TwoInstances,
+    request: impl Fn() -> Request<Body>,
+    first_gets: &str,
+) -> Seen {
+    let first = two.first_past_its_lease(request()).await;
+    let winner = Seen::of(send(&two.other_one, request()).await).await;
     assert_eq!(winner.status, StatusCode::CREATED);
-    assert_eq!(
-        winner.body, "order 2",
-        "the retry took the free key and ran"
-    );
     two.store_is_back();
     two.shop.open_gate();
     let first = first.await.expect("the first attempt answers");
     assert_eq!(
         first.unmarked(),
         winner,
-        "one key, one answer: the first client gets the winner's"
+        "one key, one answer: {first_gets}"
+    );
+    assert_eq!(two.shop.runs(), 2);
+    winner
+}
+
+async fn an_attempt_that_lost_its_key_answers_with_the_winners_response(two: TwoInstances) {
+    let request = || crate::request("/gated", "alice", Some("lost-1"), BODY);
+    let winner = lost_to_a_retry(&two, request, "the first client gets the winner's").await;
+    assert_eq!(
+        winner.body, "order 2",
+        "the retry took the free key and ran"
     );
     let replay = answered(post_key(&two.stalled_one, "/gated", "lost-1")).await;
     assert_eq!(replay.unmarked(), winner);
     assert_eq!(two.shop.runs(), 2);
-}
-
-/// `POST path` from alice with `key`, accepting gzip.
-fn accepting_gzip(path: &str, key: &str) -> Request<Body> {
-    let mut request = crate::request(path, "alice", Some(key), BODY);
-    let gzip = HeaderValue::from_static("gzip");
-    request.headers_mut().insert(header::ACCEPT_ENCODING, gzip);
-    request
 }
 
 /// As above, with the winner's response stored gzip-encoded (compression inside the
@@ -260,22 +264,14 @@ fn accepting_gzip(path: &str, key: &str) -> Request<Body> {
 async fn an_attempt_that_lost_its_key_answers_with_the_winners_response_in_its_own_coding(
     two: TwoInstances,
 ) {
-    let first = two
-        .first_past_its_lease(accepting_gzip("/gated-gzip", "lost-2"))
-        .await;
-    let winner = send(&two.other_one, accepting_gzip("/gated-gzip", "lost-2")).await;
-    let winner = Seen::of(winner).await;
-    assert_eq!(winner.status, StatusCode::CREATED);
+    let request = || {
+        let mut request = crate::request("/gated-gzip", "alice", Some("lost-2"), BODY);
+        let gzip = HeaderValue::from_static("gzip");
+        request.headers_mut().insert(header::ACCEPT_ENCODING, gzip);
+        request
+    };
+    let winner = lost_to_a_retry(&two, request, "in the coding its client accepts").await;
     assert_eq!(winner.header("content-encoding"), Some(b"gzip".as_slice()));
-    two.store_is_back();
-    two.shop.open_gate();
-    let first = first.await.expect("the first attempt answers");
-    assert_eq!(
-        first.unmarked(),
-        winner,
-        "one key, one answer, in the coding the first client accepts"
-    );
-    assert_eq!(two.shop.runs(), 2);
 }
 
 /// The first attempt's store is out of reach for longer than the lease, and nobody
