@@ -50,6 +50,7 @@ counts! {
     turns: turns, "Waits for a turn that ended handed the turn, not timed out.";
     token_checks: token_check, "Form tokens spent or looked at, counted as they start.";
     record_begins: record_begin, "Idempotency records begun (or found), counted as they start.";
+    record_removals: record_removal, "Removals of idempotency records, counted once the store answered them or failed.";
 }
 
 impl<S> Counting<S> {
@@ -143,6 +144,7 @@ impl<S> Counting<S> {
             "release_and_signal" if yes => Some(&self.counts.released),
             "wait_for_release" if yes => Some(&self.counts.woken),
             "wait_for_turn" if yes => Some(&self.counts.turns),
+            "abandon_record" => Some(&self.counts.record_removal),
             "acquire_in_turn"
                 if matches!(
                     answer.and_then(<dyn Any + Send + Sync>::downcast_ref::<Turn>),

@@ -19,6 +19,7 @@ use axum::extract::Request;
 use axum::response::Response;
 use futures_util::FutureExt;
 use futures_util::future::Either;
+use http::HeaderMap;
 use idem_core::{Fingerprint, Key, Store, StoreError, throttled};
 use tokio::time::Instant;
 
@@ -77,7 +78,8 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
             &view,
             &token,
         );
-        let record = match begin_or_wait(&self.store, &self.guard, &key, &kept).await {
+        let begun = begin_or_wait(&self.store, &self.guard, &key, &kept, request.headers());
+        let record = match begun.await {
             Ok(Began::First(record)) => record,
             Ok(Began::Completed(stored)) => {
                 let replayed = replay(&self.guard, &kept, &stored, request.headers());
@@ -196,20 +198,31 @@ impl<S: Inner, St: Store + Clone> First<S, St> {
 
 /// Begins the submission's record, or finds it; while an earlier post of the token
 /// still runs, looks again until it ends or the wait is over.
-async fn begin_or_wait<St: Store + Clone>(
-    store: &St,
-    guard: &GuardContext,
-    key: &Key,
-    kept: &Arc<idempotency::Settings>,
-) -> Result<Began<St>, StoreError> {
-    let fingerprint = *SUBMISSION;
-    let deadline = Instant::now() + WAIT_FOR_FIRST;
-    let mut began = Record::begin_on(store.clone(), guard, key, &fingerprint, kept).await;
-    while matches!(began, Ok(Began::InProgress(_))) && Instant::now() < deadline {
-        tokio::time::sleep(LOOK_AGAIN).await;
-        began = Record::begin_on(store.clone(), guard, key, &fingerprint, kept).await;
+///
+/// An `async` block, which holds its arguments once, where an `async fn` would hold them
+/// twice (`layer::tests::the_per_request_futures_stay_small`).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn's future would hold its arguments twice"
+)]
+fn begin_or_wait<'a, St: Store + Clone>(
+    store: &'a St,
+    guard: &'a GuardContext,
+    key: &'a Key,
+    kept: &'a Arc<idempotency::Settings>,
+    request: &'a HeaderMap,
+) -> impl Future<Output = Result<Began<St>, StoreError>> + 'a {
+    async move {
+        let fingerprint = *SUBMISSION;
+        let deadline = Instant::now() + WAIT_FOR_FIRST;
+        let mut began =
+            Record::begin_on(store.clone(), guard, key, &fingerprint, kept, request).await;
+        while matches!(began, Ok(Began::InProgress(_))) && Instant::now() < deadline {
+            tokio::time::sleep(LOOK_AGAIN).await;
+            began = Record::begin_on(store.clone(), guard, key, &fingerprint, kept, request).await;
+        }
+        began
     }
-    began
 }
 
 /// The token of a submission: spent before the handler ran, to give back if it fails

@@ -94,7 +94,10 @@ impl Captured {
             ),
             Self::Failed { read, error } => (
                 read.into_iter().map(Frame::data).collect(),
-                Rest::Failed(Some(error)),
+                Rest::Failed {
+                    error: Some(error),
+                    paused: false,
+                },
             ),
         };
         Body::new(Resumed { frames, rest })
@@ -109,7 +112,11 @@ struct Resumed {
 
 enum Rest {
     Body(Body),
-    Failed(Option<axum::Error>),
+    /// The error, once the frames before it had a pause to be sent in.
+    Failed {
+        error: Option<axum::Error>,
+        paused: bool,
+    },
     End,
 }
 
@@ -127,7 +134,15 @@ impl HttpBody for Resumed {
         }
         match &mut this.rest {
             Rest::Body(body) => Pin::new(body).poll_frame(cx),
-            Rest::Failed(error) => Poll::Ready(error.take().map(Err)),
+            // The server drops what it has not written yet when a body fails: the pause
+            // lets it write the head and the frames it holds first, as a body that fails
+            // a moment after its first bytes would.
+            Rest::Failed { paused, .. } if !*paused => {
+                *paused = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Rest::Failed { error, .. } => Poll::Ready(error.take().map(Err)),
             Rest::End => Poll::Ready(None),
         }
     }

@@ -13,8 +13,8 @@
 //! `--compressed`) usually cannot decode one, and compression layers read it as this one
 //! does.
 
-use http::HeaderMap;
 use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING};
+use http::{HeaderMap, HeaderValue};
 
 /// The first content coding of `stored` (a stored response's headers) that `request`
 /// does not accept, if any. A coding that is not text is reported as the raw field.
@@ -29,6 +29,32 @@ pub(super) fn unaccepted(stored: &HeaderMap, request: &HeaderMap) -> Option<Stri
         }
     }
     None
+}
+
+/// `request`'s `Accept-Encoding`, kept for an answer given after the request itself went
+/// on to the handler: its one field value, shared rather than copied, or its several
+/// joined into one, as a list field may be.
+pub(super) fn accepted(request: &HeaderMap) -> Option<HeaderValue> {
+    let mut values = request.get_all(ACCEPT_ENCODING).iter();
+    let first = values.next()?;
+    let Some(second) = values.next() else {
+        return Some(first.clone());
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for value in std::iter::once(second).chain(values) {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(value.as_bytes());
+    }
+    HeaderValue::from_bytes(&joined).ok()
+}
+
+/// A request whose only field is the `Accept-Encoding` [`accepted`] kept.
+pub(super) fn accepting(accepted: Option<&HeaderValue>) -> HeaderMap {
+    let mut request = HeaderMap::new();
+    if let Some(accepted) = accepted {
+        request.insert(ACCEPT_ENCODING, accepted.clone());
+    }
+    request
 }
 
 /// Whether `request`'s `Accept-Encoding` accepts `coding`.

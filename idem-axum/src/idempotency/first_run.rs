@@ -24,7 +24,7 @@ use futures_util::FutureExt;
 use futures_util::future::Either;
 use http::header::CONTENT_ENCODING;
 use http::response::Parts;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 pub(crate) use idem_core::record::Spending;
 use idem_core::record::{self, Host, Kept};
 use idem_core::{Fingerprint, Key, Owner, Store, StoreError, throttled};
@@ -33,6 +33,7 @@ use tokio::task::JoinHandle;
 
 use super::Settings;
 use super::capture::{Captured, capture};
+use super::content_coding;
 use super::do_not_keep::DoNotKeep;
 use super::record::IdempotencyRecord;
 use super::stored_response;
@@ -63,6 +64,10 @@ pub(crate) struct FirstRun {
     guard: GuardContext,
     settings: Arc<Settings>,
     handle: IdempotencyRecord,
+    /// The request's `Accept-Encoding`: the request itself goes to the handler, and an
+    /// attempt that loses its key answers with the winner's response, which must be
+    /// readable to this client as a replay to it would be.
+    accept_encoding: Option<HeaderValue>,
 }
 
 impl fmt::Debug for FirstRun {
@@ -111,8 +116,8 @@ impl<St: Store> fmt::Debug for Record<St> {
 }
 
 impl<St: Store + Clone> Record<St> {
-    /// Begins the record `key` for a request with `fingerprint` on `store` (the runtime's,
-    /// typed), or finds the one there.
+    /// Begins the record `key` for a request with `fingerprint` and the headers `request`
+    /// on `store` (the runtime's, typed), or finds the one there.
     ///
     /// The lifecycle's own future, mapped, not wrapped in an `async fn` of this one's,
     /// which would hold the arguments twice (`answer::tests::the_per_request_future_stays_small`:
@@ -127,11 +132,13 @@ impl<St: Store + Clone> Record<St> {
         key: &Key,
         fingerprint: &Fingerprint,
         settings: &Arc<Settings>,
+        request: &HeaderMap,
     ) -> impl Future<Output = Result<Began<St>, StoreError>> {
         let host = |key: &Key, owner: &Owner| FirstRun {
             guard: guard.clone(),
             settings: Arc::clone(settings),
             handle: IdempotencyRecord::new(key.clone(), owner.clone(), settings),
+            accept_encoding: content_coding::accepted(request),
         };
         record::Record::begin(store, key, fingerprint, settings.lease, host).map(|began| {
             Ok(match began? {
@@ -178,11 +185,15 @@ impl<St: Store + Clone> Record<St> {
     }
 
     /// The answer of the attempt that holds the key now, for the client of this one,
-    /// which lost it: the response that attempt stored, or, while it still runs, the 409
-    /// that says so. One key never answers two ways.
+    /// which lost it: the response that attempt stored, replayed as to a retry with this
+    /// request's `Accept-Encoding`, or, while it still runs, the 409 that says so. One key
+    /// never answers two ways.
     fn answer_of_winner(&self, stored: Option<&Bytes>) -> Response {
         match stored {
-            Some(stored) => super::replay(self.guard(), self.settings(), stored, &HeaderMap::new()),
+            Some(stored) => {
+                let request = content_coding::accepting(self.host().accept_encoding.as_ref());
+                super::replay(self.guard(), self.settings(), stored, &request)
+            }
             None => self.guard().refuse(
                 Rejection::new(
                     RejectionKind::IdempotentRequestInProgress,
@@ -383,8 +394,15 @@ mod tests {
         let guard = GuardContext::new(crate::Idem::new(MemoryStore::new()), false);
         let settings = IdempotencyLayer::new().settings;
         let (key, fingerprint) = (Key::hashed(["k"]), Fingerprint::of(["f"]));
-        let began =
-            Record::begin_on(MemoryStore::new(), &guard, &key, &fingerprint, &settings).await;
+        let began = Record::begin_on(
+            MemoryStore::new(),
+            &guard,
+            &key,
+            &fingerprint,
+            &settings,
+            &HeaderMap::new(),
+        )
+        .await;
         let Ok(Began::First(record)) = began else {
             panic!("a new key begins a record");
         };

@@ -116,7 +116,15 @@
 //! - **A response body that fails half-way** (a stream the handler returned breaks): the
 //!   handler has run, so the record keeps "processed, with status N, not replayable", and a
 //!   retry gets `409 Conflict` saying so rather than running the handler again. The first
-//!   client gets the body as far as it went, then the error, which ends its connection.
+//!   client gets the status, the headers and the bytes the handler produced before the
+//!   failure, then the error, which ends its connection, as it would without this layer;
+//!   a replay is never a truncated response. It gets them once the body has failed, not
+//!   as they were produced: the layer holds a response back until its body has ended
+//!   (within the storage limit), because until the record is completed the client may
+//!   yet get another answer — the stored response of an attempt that took the key
+//!   meanwhile — and one key never answers two ways. The error then comes a moment after
+//!   those bytes, so that the server writes them first; what the connection cannot take
+//!   at once (a partial body larger than its send buffer) may still be cut short.
 //! - The record lives for the [retention](crate::IdempotencyLayer::with_retention) (24 h). In
 //!   Redis it survives a restart of the application, and every instance replays it. The
 //!   answers about a kept key advertise it, so that a client stops retrying before its key
@@ -160,6 +168,15 @@
 //!   guarded requests with 503 meanwhile), and
 //!   [`with_detached_limit`](crate::IdemBuilder::with_detached_limit) bounds how many run
 //!   at once.
+//! - **Disconnects before the handler**: a client that goes away while its record is
+//!   being begun — the store asked, its answer not back — gives its key back: whether or
+//!   not the store began the record, it is removed by the owner drawn for this attempt, in
+//!   a task of its own, so that a retry right after runs (or replays) rather than getting
+//!   409 until the lease ends. A store that cannot answer the removal (a stalled link) is
+//!   asked again, 50 ms to 1 s apart, for up to the lease: the key is free within about a
+//!   second of the store answering again, and at the latest when the lease ends, which is
+//!   also the bound for a begin that reaches the store only after its removal did (a link
+//!   that held it past every retry).
 //! - **Long handlers**: the record is in progress for a [lease](crate::IdempotencyLayer::with_lease)
 //!   (10 s), renewed every third of it while the handler runs; the lease only matters when
 //!   the instance dies mid-request, and then frees the key one lease later. A handler
@@ -170,9 +187,10 @@
 //!   longer than the lease) claims the key again when it completes: if the key is free, it
 //!   stores its response there, and a retry replays it rather than running the handler
 //!   again. If another attempt took the key meanwhile, the key is that attempt's: this
-//!   attempt stores nothing, and its client gets the other attempt's stored response, or,
-//!   while that one still runs, `409 Conflict` + `Retry-After` saying so — never an
-//!   answer of its own that the key would not replay.
+//!   attempt stores nothing, and its client gets the other attempt's stored response —
+//!   as a retry of its own would, so in a [content coding](#content-encoding) only if its
+//!   `Accept-Encoding` accepts it — or, while that one still runs, `409 Conflict` +
+//!   `Retry-After` saying so: never an answer of its own that the key would not replay.
 //! - **Panics and errors**: a handler that panics, or a service that returns an error,
 //!   removes the record, so a retry runs afresh; the panic then continues to the caller
 //!   (to `CatchPanicLayer`, say) as it would without this layer.

@@ -33,6 +33,7 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 
 pub use self::abandonment::AbandonOnDrop;
+use self::abandonment::Unanswered;
 pub use self::completion::Kept;
 pub use self::renewal::Renewing;
 use crate::store::{Begin, RecordStore, StoreError};
@@ -131,32 +132,45 @@ impl<St: RecordStore + Clone, H: Host> Record<St, H> {
     /// for `lease`, or finds the one there. The attempt's [`Host`] is made, by `host`, only
     /// when the record is begun, from the record's key and the owner drawn for it.
     ///
+    /// Dropped before the store answered (its caller went away), it gives the key back by
+    /// that owner, in a task of a host made for it, asking again while the store cannot
+    /// answer, for up to the lease: whether or not the store began the record, a retry
+    /// then finds the key free rather than in progress for a lease.
+    ///
+    /// An `async` block, which holds its arguments once, where an `async fn` would hold
+    /// them twice (`idem-axum`'s `the_per_request_future_stays_small`); the owner is drawn
+    /// when the future is made.
+    ///
     /// # Errors
     ///
     /// The store's, when it cannot answer.
-    pub async fn begin(
+    pub fn begin(
         store: St,
         key: &Key,
         fingerprint: &Fingerprint,
         lease: Duration,
         host: impl FnOnce(&Key, &Owner) -> H,
-    ) -> Result<Began<St, H>, StoreError> {
-        let owner = Owner::random();
-        let begun = store.begin_record(key, &owner, fingerprint, lease);
-        Ok(match begun.await? {
-            Begin::Started => Began::First(Self(Arc::new(State {
-                host: host(key, &owner),
-                store,
-                key: key.clone(),
-                owner,
-                fingerprint: *fingerprint,
-                lease,
-                spending: None,
-            }))),
-            Begin::Completed { response } => Began::Completed(response),
-            Begin::InProgress { remaining } => Began::InProgress(remaining),
-            Begin::Mismatch => Began::Mismatch,
-        })
+    ) -> impl Future<Output = Result<Began<St, H>, StoreError>> {
+        let unanswered = Unanswered::new(store, key, Owner::random(), lease, host);
+        async move {
+            let (store, owner) = unanswered.asking();
+            let begun = store.begin_record(key, owner, fingerprint, lease).await;
+            let (store, owner, host) = unanswered.answered();
+            Ok(match begun? {
+                Begin::Started => Began::First(Self(Arc::new(State {
+                    host: host(key, &owner),
+                    store,
+                    key: key.clone(),
+                    owner,
+                    fingerprint: *fingerprint,
+                    lease,
+                    spending: None,
+                }))),
+                Begin::Completed { response } => Began::Completed(response),
+                Begin::InProgress { remaining } => Began::InProgress(remaining),
+                Begin::Mismatch => Began::Mismatch,
+            })
+        }
     }
 
     /// This record, with what the attempt spends given back whenever it is abandoned, and

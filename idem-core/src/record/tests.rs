@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -180,11 +181,13 @@ fn host_on_memory() -> (MemoryStore, (TestHost, mpsc::UnboundedReceiver<()>)) {
     (MemoryStore::new(), host())
 }
 
-/// A `MemoryStore` that counts the renewals it is asked for.
+/// A `MemoryStore` that counts the renewals it is asked for, and, told to, begins records
+/// without ever answering the begin, as a link that stalls on the way back.
 #[derive(Debug, Clone, Default)]
 struct Renewals {
     store: MemoryStore,
     renewed: Arc<AtomicUsize>,
+    begins_unanswered: bool,
 }
 
 impl RecordStore for Renewals {
@@ -195,9 +198,14 @@ impl RecordStore for Renewals {
         fingerprint: &Fingerprint,
         lease: Duration,
     ) -> Result<Begin, StoreError> {
-        self.store
+        let begun = self
+            .store
             .begin_record(key, owner, fingerprint, lease)
-            .await
+            .await;
+        if self.begins_unanswered {
+            return std::future::pending().await;
+        }
+        begun
     }
 
     async fn complete_record(
@@ -252,4 +260,41 @@ async fn spending_is_set_in_place() {
     let spending_again = shared.spending(Spent::default());
     assert_ne!(Arc::as_ptr(&spending_again.0), state);
     assert!(record.0.spending.is_some() && spending_again.0.spending.is_some());
+}
+
+/// A begin dropped before its answer came (its caller went away) gives the key back, in
+/// a task of its host's: a retry runs rather than finding the key in progress for a
+/// whole lease. A begin that was answered gives nothing back.
+#[tokio::test]
+async fn a_begin_dropped_before_its_answer_gives_the_key_back() {
+    let unanswered = Renewals {
+        begins_unanswered: true,
+        ..Renewals::default()
+    };
+    let (host, mut ended) = host();
+    let (key, fingerprint) = names();
+    let mut unanswered_begin = Box::pin(Record::begin(
+        unanswered.clone(),
+        &key,
+        &fingerprint,
+        LEASE,
+        |_, _| host.clone(),
+    ));
+    let polled = std::future::poll_fn(|cx| Poll::Ready(unanswered_begin.as_mut().poll(cx))).await;
+    assert!(polled.is_pending(), "the store holds its answer back");
+    let memory = unanswered.store;
+    assert!(
+        matches!(begin(&memory, &host).await, Began::InProgress(_)),
+        "the store began the record"
+    );
+    drop(unanswered_begin);
+    let given_back = tokio::time::timeout(Duration::from_secs(5), ended.recv()).await;
+    assert!(matches!(given_back, Ok(Some(()))), "the key was given back");
+    let record = first(&memory, &host).await;
+    assert!(
+        ended.try_recv().is_err(),
+        "an answered begin gives nothing back"
+    );
+    drop(record);
+    assert!(matches!(begin(&memory, &host).await, Began::InProgress(_)));
 }

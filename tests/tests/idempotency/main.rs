@@ -6,10 +6,12 @@
 
 mod advertised;
 mod compression;
+mod dropped_begin;
 mod failures;
 mod key_header;
 mod key_scope;
 mod outliving;
+mod over_a_connection;
 mod payload;
 mod replay;
 mod runs_once;
@@ -75,17 +77,17 @@ async fn panicking(State(shop): State<Shop>) -> StatusCode {
     panic!("a bug in the handler");
 }
 
-/// Answers 201, then its body breaks after a first chunk.
+/// Answers 201, then its body breaks after a first chunk — a moment later, as a stream
+/// from a backend does: the server has sent what came before.
 async fn broken_body(State(shop): State<Shop>) -> (StatusCode, Body) {
     shop.ran();
-    let chunks = [
-        Ok(Bytes::from_static(b"order ")),
-        Err(std::io::Error::other("the stream broke")),
-    ];
-    (
-        StatusCode::CREATED,
-        Body::from_stream(futures_util::stream::iter(chunks)),
-    )
+    let first = futures_util::stream::iter([Ok(Bytes::from_static(b"order "))]);
+    let broken = futures_util::stream::once(async {
+        tokio::task::yield_now().await;
+        Err(std::io::Error::other("the stream broke"))
+    });
+    let body = Body::from_stream(futures_util::StreamExt::chain(first, broken));
+    (StatusCode::CREATED, body)
 }
 
 /// Refuses a body without an amount, marking the refusal not to be kept.
@@ -268,9 +270,12 @@ fn request(path: &str, client: &str, key: Option<&str>, body: &str) -> Request<B
     request.body(Body::from(body.to_owned())).unwrap()
 }
 
+/// The body of [`post_key`]'s requests.
+const BODY: &str = r#"{"amount":100}"#;
+
 /// `POST path` from alice with `key` and a fixed body.
 async fn post_key(app: &Router, path: &str, key: &str) -> Response {
-    send(app, request(path, "alice", Some(key), r#"{"amount":100}"#)).await
+    send(app, request(path, "alice", Some(key), BODY)).await
 }
 
 /// A response taken apart: status, every header in order, body.

@@ -10,19 +10,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{Extensions, HeaderMap, HeaderValue, Request, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use idem_axum::idempotency::IdempotencyRecord;
 use idem_axum::identity::ClientHeader;
 use idem_axum::store::Store;
 use idem_axum::{Idem, IdempotencyLayer, MemoryStore, RedisStore};
-use idem_tests::{Counting, Forwarder, RedisServer, Shop, eventually};
+use idem_tests::{Counting, Forwarder, RedisServer, Shop, eventually, send};
 use tokio::task::JoinHandle;
 use tower::limit::ConcurrencyLimitLayer;
+use tower_http::compression::CompressionLayer;
 
-use crate::{CLIENT, SHORT_LEASE, Seen, app, gated, post_key};
+use crate::{BODY, CLIENT, SHORT_LEASE, Seen, app, gated, post_key};
 
 idem_tests::on_every_store!(
     shop_on(app):
@@ -102,6 +104,7 @@ macro_rules! on_two_instances {
 
 on_two_instances!(
     an_attempt_that_lost_its_key_answers_with_the_winners_response,
+    an_attempt_that_lost_its_key_answers_with_the_winners_response_in_its_own_coding,
     after_an_outage_longer_than_the_lease_the_key_is_claimed_again,
 );
 
@@ -155,9 +158,14 @@ impl TwoInstances {
     /// keeps that instance from its store until the record has ended with its lease. The
     /// attempt's answer comes once the store is back and the gate opened.
     async fn first_attempt_past_its_lease(&self, key: &'static str) -> JoinHandle<Seen> {
+        self.first_past_its_lease(crate::request("/gated", "alice", Some(key), BODY))
+            .await
+    }
+
+    /// [`first_attempt_past_its_lease`](Self::first_attempt_past_its_lease), of `request`.
+    async fn first_past_its_lease(&self, request: Request<Body>) -> JoinHandle<Seen> {
         let app = self.stalled_one.clone();
-        let first =
-            tokio::spawn(async move { Seen::of(post_key(&app, "/gated", key).await).await });
+        let first = tokio::spawn(async move { Seen::of(send(&app, request).await).await });
         self.shop.until_runs(1).await;
         match &self.fault {
             Fault::Link { redis, link } => {
@@ -197,8 +205,15 @@ fn instance(store: impl Store, shop: &Shop, handler: axum::routing::MethodRouter
         .with_client_identity(ClientHeader::new(CLIENT))
         .build();
     let guarded = IdempotencyLayer::new().with_lease(SHORT_LEASE);
+    // Compression inside the layer: the winner's stored response is gzip-encoded.
+    let always = |_: StatusCode, _: Version, _: &HeaderMap, _: &Extensions| true;
     Router::new()
-        .route("/gated", handler.route_layer(guarded))
+        .route("/gated", handler.clone())
+        .route(
+            "/gated-gzip",
+            handler.layer(CompressionLayer::new().compress_when(always)),
+        )
+        .route_layer(guarded)
         .with_state(shop.clone())
         .layer(idem.layer())
 }
@@ -207,28 +222,56 @@ async fn at_once(State(shop): State<Shop>) -> (StatusCode, String) {
     (StatusCode::CREATED, format!("order {}", shop.ran()))
 }
 
-/// The first attempt loses its lease while its store is out of reach, and a retry on
-/// another instance takes the key and completes it. The first attempt's client gets the
-/// retry's answer, the one the key replays, not the answer of its own handler.
-async fn an_attempt_that_lost_its_key_answers_with_the_winners_response(two: TwoInstances) {
-    let first = two.first_attempt_past_its_lease("lost-1").await;
-    let winner = Seen::of(post_key(&two.other_one, "/gated", "lost-1").await).await;
+/// The first attempt of `request(key)` loses its lease while its store is out of reach,
+/// and a retry on another instance takes the key and completes it. The first attempt's
+/// client gets the retry's answer, the one the key replays, not the answer of its own
+/// handler; that answer.
+async fn lost_to_a_retry(
+    two: &TwoInstances,
+    request: impl Fn() -> Request<Body>,
+    first_gets: &str,
+) -> Seen {
+    let first = two.first_past_its_lease(request()).await;
+    let winner = Seen::of(send(&two.other_one, request()).await).await;
     assert_eq!(winner.status, StatusCode::CREATED);
-    assert_eq!(
-        winner.body, "order 2",
-        "the retry took the free key and ran"
-    );
     two.store_is_back();
     two.shop.open_gate();
     let first = first.await.expect("the first attempt answers");
     assert_eq!(
         first.unmarked(),
         winner,
-        "one key, one answer: the first client gets the winner's"
+        "one key, one answer: {first_gets}"
+    );
+    assert_eq!(two.shop.runs(), 2);
+    winner
+}
+
+async fn an_attempt_that_lost_its_key_answers_with_the_winners_response(two: TwoInstances) {
+    let request = || crate::request("/gated", "alice", Some("lost-1"), BODY);
+    let winner = lost_to_a_retry(&two, request, "the first client gets the winner's").await;
+    assert_eq!(
+        winner.body, "order 2",
+        "the retry took the free key and ran"
     );
     let replay = answered(post_key(&two.stalled_one, "/gated", "lost-1")).await;
     assert_eq!(replay.unmarked(), winner);
     assert_eq!(two.shop.runs(), 2);
+}
+
+/// As above, with the winner's response stored gzip-encoded (compression inside the
+/// layer): the first client, which accepts gzip as the winner's did, gets it as a retry
+/// of its own would, not a 409 for an encoding it was taken not to accept.
+async fn an_attempt_that_lost_its_key_answers_with_the_winners_response_in_its_own_coding(
+    two: TwoInstances,
+) {
+    let request = || {
+        let mut request = crate::request("/gated-gzip", "alice", Some("lost-2"), BODY);
+        let gzip = HeaderValue::from_static("gzip");
+        request.headers_mut().insert(header::ACCEPT_ENCODING, gzip);
+        request
+    };
+    let winner = lost_to_a_retry(&two, request, "in the coding its client accepts").await;
+    assert_eq!(winner.header("content-encoding"), Some(b"gzip".as_slice()));
 }
 
 /// The first attempt's store is out of reach for longer than the lease, and nobody
