@@ -207,7 +207,8 @@ impl Consumer {
     }
 
     /// Bills `messages`; returns the entry ids to acknowledge: those billed now or before,
-    /// and those that are not orders. The others stay pending, to be delivered again.
+    /// and those that are not orders or reuse another order's id. The others stay
+    /// pending, to be delivered again.
     async fn bill(&self, messages: Vec<StreamId>) -> Vec<String> {
         let mut done = Vec::new();
         let mut orders = Vec::new();
@@ -247,6 +248,11 @@ impl Consumer {
                 Ok(_) => done.push(id),
                 // Another consumer bills it now: it acknowledges it.
                 Err(RunError::InProgress { .. }) => {}
+                // Another order under a billed order's id: a producer's bug, not a retry.
+                Err(RunError::Mismatch) => {
+                    eprintln!("entry {id} reuses the id of another order: dropped");
+                    done.push(id);
+                }
                 Err(error) => eprintln!("entry {id} not billed, left pending: {error}"),
             }
         }
