@@ -32,9 +32,9 @@ use idem_core::run_once::{Attempt, RunError, RunOnce};
 use idem_sqlx::SqliteStore;
 use idem_sqlx::sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use idem_sqlx::sqlx::{self, SqlitePool};
-use redis::AsyncTypedCommands;
 use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions};
+use redis::{AsyncConnectionConfig, AsyncTypedCommands};
 use reqwest_middleware::ClientWithMiddleware;
 use serde::{Deserialize, Serialize};
 
@@ -127,8 +127,11 @@ impl Consumer {
     ///
     /// Redis or the database cannot be reached, or a table cannot be created.
     pub async fn connect(settings: Settings) -> Result<Self, Error> {
+        // `XREADGROUP` blocks for up to 200 ms: leave it room on a loaded machine.
+        let config =
+            AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(5)));
         let mut redis = redis::Client::open(settings.redis.as_str())?
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await?;
         match redis.xgroup_create_mkstream(STREAM, GROUP, "0").await {
             Ok(()) => {}
@@ -141,7 +144,10 @@ impl Consumer {
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(5));
         let db = SqlitePool::connect_with(options).await?;
-        sqlx::query(SCHEMA).execute(&db).await?;
+        // Immediate: consumers starting at once on a new file wait for each other's table.
+        let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query(SCHEMA).execute(&mut *tx).await?;
+        tx.commit().await?;
         let store = SqliteStore::open(&settings.db).await?;
         store.migrate().await?;
         let once = RunOnce::new(store, "billing").with_lease(settings.lease);
@@ -164,7 +170,8 @@ impl Consumer {
     ///
     /// # Errors
     ///
-    /// Redis fails.
+    /// Redis fails. What the consumer read and did not acknowledge stays pending, for
+    /// another consumer (or this one, started again) to take over.
     pub async fn run(mut self, stop: impl Future<Output = ()>) -> Result<(), Error> {
         let mut stop = std::pin::pin!(stop);
         let mut cursor = "0-0".to_owned();

@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use example_consumer::{CRASH_AT, FIELD, GROUP, Order, STREAM};
+use idem_sqlx::SqliteStore;
 use idem_sqlx::sqlx::{self, SqlitePool};
 use idem_tests::{RedisServer, ServerProcess, eventually, workspace_binary};
 use redis::AsyncTypedCommands;
@@ -105,6 +106,11 @@ async fn kill_consumers(mode: &str) -> Tally {
         dir.path().join("payments.db"),
     );
     let provider = start_provider(&payments_db);
+    // The file exists, in WAL mode, before the consumers start, as a deploy would leave it:
+    // processes that switch a new file to WAL at once may fail with "database is locked".
+    SqliteStore::open(&db)
+        .await
+        .expect("the consumers' database");
     let seed = std::env::var("IDEM_CONSUMER_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
