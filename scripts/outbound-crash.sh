@@ -7,19 +7,7 @@
 # from the order's record, and with a random key per call, and the commit it ran on.
 # Usage: bash scripts/outbound-crash.sh [N] [extra cargo test arguments]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-
-kills=${1:-100}
-[ $# -gt 0 ] && shift
-case $kills in
-    '' | *[!0-9]*) echo "usage: bash scripts/outbound-crash.sh [N] [cargo test arguments]" >&2; exit 2 ;;
-esac
-
-commit=$(git rev-parse --short HEAD)
-git diff --quiet HEAD -- . || commit="$commit, with uncommitted changes"
-echo "commit $commit; $kills kills per set-up"
-# The provider's binary, current, beside the test's.
-cargo build --quiet -p example-payments --bin example-payments
-# One set-up at a time, so neither slows the other; the figures are the tests' own lines.
-IDEM_OUTBOUND_CRASHES=$kills cargo test -p example-webshop --test outbound_crash "$@" -- \
-    --nocapture --test-threads 1 2>&1 | grep -oE 'outbound keys .*|^test result.*|panicked.*|FAILED.*'
+source "$(dirname "$0")/crash-runs.sh"
+build_provider
+crash_test "bash scripts/outbound-crash.sh [N] [cargo test arguments]" "kills per set-up" \
+    IDEM_OUTBOUND_CRASHES example-webshop outbound_crash 'outbound keys .*' "$@"

@@ -54,7 +54,7 @@ pub use redis_server::{
     RedisCluster, RedisServer, lazy_store, redis_server_binary, unreachable_redis_store,
     unused_port,
 };
-pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp};
+pub use server_process::{HttpClient, ServerProcess, http_client, send_over_tcp, workspace_binary};
 pub use sql_database::{BoxFuture, SqlDatabase, Statements};
 pub use timing::{median, micros_since_epoch, percentile};
 

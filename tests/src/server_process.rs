@@ -2,6 +2,7 @@
 //! [`ServerProcess`] and [`send_over_tcp`].
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -101,6 +102,35 @@ impl Drop for ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The binary `bin` of the workspace's package `package` (`example-payments`), in the
+/// calling test's target directory, built first if it is missing: a test of one package
+/// that runs another's binary (which `cargo test` on the workspace builds, but not on the
+/// test's package alone).
+///
+/// # Panics
+///
+/// When the test's path is not in a target directory, or the build fails.
+pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("this test's path");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let binary = profile.join(bin);
+    if !binary.exists() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let built = Command::new(cargo)
+            .args(["build", "--quiet", "-p", package, "--bin", bin])
+            .status()
+            .expect("cargo runs");
+        assert!(
+            built.success(),
+            "cargo build -p {package} --bin {bin} failed"
+        );
+    }
+    binary
 }
 
 /// The URL in a line a server printed, such as `open http://127.0.0.1:3000/`.

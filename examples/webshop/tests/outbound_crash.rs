@@ -20,7 +20,7 @@
 #![cfg(unix)]
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idem_client::{IdempotentRetryLayer, RetryPolicy};
-use idem_tests::{ServerProcess, http_client, send_over_tcp};
+use idem_tests::{ServerProcess, http_client, send_over_tcp, workspace_binary};
 use serde_json::json;
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -141,7 +141,7 @@ async fn kill_and_retry(random_keys: bool) -> Kills {
 
 /// The payments example on `db`, its records in the database.
 fn start_provider(db: &Path) -> ServerProcess {
-    let mut provider = Command::new(payments_binary());
+    let mut provider = Command::new(workspace_binary("example-payments", "example-payments"));
     provider
         .args(["--port", "0", "--db"])
         .arg(db)
@@ -172,32 +172,6 @@ fn start_shop(db: &str, provider: &ServerProcess, random_keys: bool, crash: bool
         shop.env(RANDOM_PAYMENT_KEYS, "1");
     }
     ServerProcess::start(shop)
-}
-
-/// `example-payments` in this test's target directory, built if it is missing.
-fn payments_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("this test's path");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let binary = profile.join("example-payments");
-    if !binary.exists() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let built = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "example-payments",
-                "--bin",
-                "example-payments",
-            ])
-            .status()
-            .expect("cargo runs");
-        assert!(built.success(), "cargo build -p example-payments failed");
-    }
-    binary
 }
 
 /// `POST /api/orders` of product 1 for `user`, under `key`.
