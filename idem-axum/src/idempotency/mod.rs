@@ -251,6 +251,7 @@ pub(crate) mod layer;
 mod on_replay;
 mod record;
 mod retention;
+mod record_keys;
 mod stored_response;
 
 use idem_core::payload::PayloadFingerprint;
@@ -266,6 +267,8 @@ use http::{HeaderMap, HeaderName, Method, StatusCode};
 use crate::outcome::Guard;
 
 pub(crate) use self::answer::{record_key, replay};
+pub use self::record_keys::RecordKeys;
+pub(crate) use self::record_keys::tag;
 pub use self::do_not_keep::DoNotKeep;
 pub(crate) use self::first_run::{Began, Record, Spending};
 pub(crate) use self::layer::IdempotencyLayer;
