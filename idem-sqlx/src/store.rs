@@ -880,7 +880,9 @@ impl<DB: SqlBackend> RecordStore for SqlStore<DB> {
         let Some(row) = self.run("record_state", row).await? else {
             return Ok(None);
         };
-        state(row).map(Some).map_err(|row| StoreError::unexpected("record_state", row))
+        state(row)
+            .map(Some)
+            .map_err(|row| StoreError::unexpected("record_state", row))
     }
 
     /// Deletes the record's row, whoever's; on PostgreSQL, wakes the record's waiters

@@ -91,7 +91,9 @@ impl Command {
                 options.shared = true;
                 continue;
             }
-            let value = args.next().ok_or_else(|| format!("{name} needs a value\n{USAGE}"))?;
+            let value = args
+                .next()
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))?;
             options.set(&name, value)?;
         }
         Ok(Self {

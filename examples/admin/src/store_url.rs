@@ -20,17 +20,25 @@ pub(crate) async fn open(url: &str, redis_namespace: Option<&str>) -> Result<Any
                 builder = builder.with_namespace(namespace);
             }
             let store = builder.connect(redis_server(url)?).await;
-            Ok(AnyStore::new(store.map_err(|error| format!("{url}: {error}"))?))
+            Ok(AnyStore::new(
+                store.map_err(|error| format!("{url}: {error}"))?,
+            ))
         }
         "postgres" | "postgresql" => {
-            let pool = PgPool::connect(url).await.map_err(|error| format!("{url}: {error}"))?;
+            let pool = PgPool::connect(url)
+                .await
+                .map_err(|error| format!("{url}: {error}"))?;
             Ok(AnyStore::new(PostgresStore::new(pool)))
         }
         "sqlite" => {
-            let pool = SqlitePool::connect(url).await.map_err(|error| format!("{url}: {error}"))?;
+            let pool = SqlitePool::connect(url)
+                .await
+                .map_err(|error| format!("{url}: {error}"))?;
             Ok(AnyStore::new(SqliteStore::new(pool)))
         }
-        _ => Err(format!("{url:?} is not a store URL (redis://, postgres://, sqlite://)")),
+        _ => Err(format!(
+            "{url:?} is not a store URL (redis://, postgres://, sqlite://)"
+        )),
     }
 }
 
@@ -39,7 +47,10 @@ pub(crate) async fn open(url: &str, redis_namespace: Option<&str>) -> Result<Any
 /// (`redis+sentinel://a:26379,b:26380/mymaster`).
 fn redis_server(url: &str) -> Result<RedisServer, String> {
     if let Some(nodes) = url.strip_prefix("redis+cluster://") {
-        let urls = nodes.split(',').map(|node| format!("redis://{node}")).collect();
+        let urls: Vec<String> = nodes
+            .split(',')
+            .map(|node| format!("redis://{node}"))
+            .collect();
         let pool = deadpool_redis::cluster::Config::from_urls(urls)
             .create_pool(Some(deadpool_redis::Runtime::Tokio1))
             .map_err(|error| format!("{url}: {error}"))?;

@@ -20,8 +20,8 @@ pub use self::layer::{IdemLayer, IdemService};
 pub use self::store::IdemStore;
 pub(crate) use self::store::OnStore;
 use crate::StoreFailure;
-use crate::identity::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 use crate::idempotency::RecordKeys;
+use crate::identity::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 use crate::rejection::{Rejection, RejectionKind};
 
 /// The runtime of idem's guards.

@@ -17,8 +17,8 @@ use idem_core::{Fingerprint, Key, Store, StoreError, throttled};
 use tracing::Instrument;
 
 use super::first_run::{Began, Record};
-use super::stored_response::{self, Replay};
 use super::record_keys::{self, tag};
+use super::stored_response::{self, Replay};
 use super::{KeySource, RecordScope, Settings, content_coding, key_header};
 use crate::future::{Inner, ResponseFuture};
 use crate::guard::GuardContext;
@@ -229,7 +229,9 @@ impl<S: Inner> Attempt<S> {
                 outcome::record_client(&tracing::Span::current(), &client);
                 record_key(&self.guard, tag::IDEMPOTENCY, Some(&client), &view, key)
             }
-            RecordScope::Shared => record_key(&self.guard, tag::SHARED_IDEMPOTENCY, None, &view, key),
+            RecordScope::Shared => {
+                record_key(&self.guard, tag::SHARED_IDEMPOTENCY, None, &view, key)
+            }
         };
         let body = self.settings.payload.counted(body);
         let fingerprint = fingerprint(&view, &body, &self.settings.fingerprint_headers);

@@ -267,8 +267,6 @@ use http::{HeaderMap, HeaderName, Method, StatusCode};
 use crate::outcome::Guard;
 
 pub(crate) use self::answer::{record_key, replay};
-pub use self::record_keys::RecordKeys;
-pub(crate) use self::record_keys::tag;
 pub use self::do_not_keep::DoNotKeep;
 pub(crate) use self::first_run::{Began, Record, Spending};
 pub(crate) use self::layer::IdempotencyLayer;
@@ -277,6 +275,8 @@ pub(crate) use self::on_replay::ReplayHook;
 pub use self::on_replay::Replayed;
 pub use self::record::IdempotencyRecord;
 use self::retention::AdvertisedRetention;
+pub use self::record_keys::RecordKeys;
+pub(crate) use self::record_keys::tag;
 
 /// Whose idempotency keys are kept apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -186,15 +186,23 @@ mod tests {
                 post(run(Arc::clone(runs)))
                     .route_layer(VerifyFormTokenLayer::new().with_replay(true)),
             )
-            .route("/form", get(|token: FormToken| async move { token.value().to_owned() }));
+            .route(
+                "/form",
+                get(|token: FormToken| async move { token.value().to_owned() }),
+            );
         Router::new().nest("/api", api).layer(idem.layer())
     }
 
     async fn send(app: &Router, request: http::request::Builder) -> (StatusCode, String) {
-        let request = request.header(&CLIENT, "alice").body(Body::empty()).unwrap();
+        let request = request
+            .header(&CLIENT, "alice")
+            .body(Body::empty())
+            .unwrap();
         let answer = app.clone().oneshot(request).await.unwrap();
         let status = answer.status();
-        let body = axum::body::to_bytes(answer.into_body(), 1024).await.unwrap();
+        let body = axum::body::to_bytes(answer.into_body(), 1024)
+            .await
+            .unwrap();
         (status, String::from_utf8(body.to_vec()).unwrap())
     }
 
@@ -215,17 +223,24 @@ mod tests {
         assert_eq!(send(&app, pay()).await, (StatusCode::OK, "run 1".into()));
         let order = keys.idempotency(&Method::POST, "/api/orders/{id}", Some(&alice), "pay-7");
         let state = store.record_state(&order).await.unwrap();
-        assert!(matches!(state, Some(RecordState::Completed { .. })), "{state:?}");
+        assert!(
+            matches!(state, Some(RecordState::Completed { .. })),
+            "{state:?}"
+        );
         assert_eq!(send(&app, pay()).await.1, "run 1", "replayed");
         assert!(store.remove_record(&order).await.unwrap());
         assert_eq!(send(&app, pay()).await.1, "run 2", "run again once removed");
 
         let (_, token) = send(&app, Request::get("/api/form")).await;
-        let post = || Request::post("/api/checkout").header(FormTokenConfig::new().header_name(), &token);
+        let post =
+            || Request::post("/api/checkout").header(FormTokenConfig::new().header_name(), &token);
         assert_eq!(send(&app, post()).await.1, "run 3");
         let submission = keys.form_submission(&Method::POST, "/api/checkout", &alice, &token);
         let state = store.record_state(&submission).await.unwrap();
-        assert!(matches!(state, Some(RecordState::Completed { .. })), "{state:?}");
+        assert!(
+            matches!(state, Some(RecordState::Completed { .. })),
+            "{state:?}"
+        );
         assert_eq!(send(&app, post()).await.1, "run 3", "replayed");
         assert!(store.remove_record(&submission).await.unwrap());
         assert_eq!(runs.load(Ordering::SeqCst), 3);
