@@ -206,6 +206,13 @@ mod tests {
         (status, String::from_utf8(body.to_vec()).unwrap())
     }
 
+    /// Asserts that `record` is there, completed.
+    async fn assert_completed(store: &crate::IdemStore, record: &idem_core::Key) {
+        let state = store.record_state(record).await.unwrap();
+        let completed = matches!(state, Some(RecordState::Completed { .. }));
+        assert!(completed, "{state:?}");
+    }
+
     /// The keys derived from the route as declared, the client and the key or token find
     /// the records the guards began; removed, each runs its handler again.
     #[tokio::test]
@@ -222,11 +229,7 @@ mod tests {
         let pay = || Request::post("/api/orders/7").header("idempotency-key", "pay-7");
         assert_eq!(send(&app, pay()).await, (StatusCode::OK, "run 1".into()));
         let order = keys.idempotency(&Method::POST, "/api/orders/{id}", Some(&alice), "pay-7");
-        let state = store.record_state(&order).await.unwrap();
-        assert!(
-            matches!(state, Some(RecordState::Completed { .. })),
-            "{state:?}"
-        );
+        assert_completed(store, &order).await;
         assert_eq!(send(&app, pay()).await.1, "run 1", "replayed");
         assert!(store.remove_record(&order).await.unwrap());
         assert_eq!(send(&app, pay()).await.1, "run 2", "run again once removed");
@@ -236,11 +239,7 @@ mod tests {
             || Request::post("/api/checkout").header(FormTokenConfig::new().header_name(), &token);
         assert_eq!(send(&app, post()).await.1, "run 3");
         let submission = keys.form_submission(&Method::POST, "/api/checkout", &alice, &token);
-        let state = store.record_state(&submission).await.unwrap();
-        assert!(
-            matches!(state, Some(RecordState::Completed { .. })),
-            "{state:?}"
-        );
+        assert_completed(store, &submission).await;
         assert_eq!(send(&app, post()).await.1, "run 3", "replayed");
         assert!(store.remove_record(&submission).await.unwrap());
         assert_eq!(runs.load(Ordering::SeqCst), 3);
