@@ -250,8 +250,8 @@ mod key_header;
 pub(crate) mod layer;
 mod on_replay;
 mod record;
-mod retention;
 mod record_keys;
+mod retention;
 mod stored_response;
 
 use idem_core::payload::PayloadFingerprint;
@@ -274,9 +274,9 @@ pub use self::layer::{Idempotency, stored_by_default};
 pub(crate) use self::on_replay::ReplayHook;
 pub use self::on_replay::Replayed;
 pub use self::record::IdempotencyRecord;
-use self::retention::AdvertisedRetention;
 pub use self::record_keys::RecordKeys;
 pub(crate) use self::record_keys::tag;
+use self::retention::AdvertisedRetention;
 
 /// Whose idempotency keys are kept apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
