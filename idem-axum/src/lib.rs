@@ -110,8 +110,8 @@ pub mod store {
     pub use idem_core::key::KeyError;
     pub use idem_core::store::*;
     pub use idem_core::{
-        Acquire, AnyStore, Begin, FairStore, Fingerprint, Key, LockStore, Owner, RecordStore,
-        Store, StoreError, TokenStore,
+        Acquire, AnyStore, Begin, FairStore, Fingerprint, Key, LockStore, Owner, RecordState,
+        RecordStore, Store, StoreError, TokenStore,
     };
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

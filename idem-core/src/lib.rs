@@ -80,7 +80,7 @@ pub use store::error::StoreError;
 pub use store::fair::FairStore;
 pub use store::locks::{Acquire, LockStore};
 pub use store::memory::MemoryStore;
-pub use store::records::{Begin, RecordStore};
+pub use store::records::{Begin, RecordState, RecordStore};
 pub use store::tokens::TokenStore;
 
 /// What the exported macros expand to; not a public API.

@@ -389,8 +389,11 @@ impl RedisStoreBuilder {
     /// before the question was sent). Only records that were replayed once are copied,
     /// not every completed one; past the bound, the least used copies are evicted.
     ///
-    /// A record deleted by hand in Redis (to let a key run again) is still replayed by an
-    /// instance that copied it, until the copy's end: turn the copy off if you do that.
+    /// A record removed by an operator ([`remove_record`](idem_core::RecordStore::remove_record),
+    /// the `idem` command line, or by hand in Redis) to let a key run again is still
+    /// replayed by another process that copied it, until the copy's end (at most the
+    /// record's retention): turn the copy off where records are removed by hand and the
+    /// removal must hold at once everywhere.
     ///
     /// ```
     /// let builder = idem_redis::RedisStore::builder().with_replay_cache(64 << 20);

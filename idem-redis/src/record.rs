@@ -19,6 +19,9 @@
 //! `response`). `SET … GET` on such a key fails with `WRONGTYPE`; the record is then read
 //! as a hash (`read_hash_record.lua`), so an instance upgraded during a rolling upgrade
 //! still answers the records the older ones wrote.
+//!
+//! An operator reads either layout with its time left in one step (`record_state.lua`),
+//! and removes a record of either with one `DEL`.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -26,14 +29,17 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis::{RedisError, Script, Value};
 
-use idem_core::{Begin, Fingerprint, Key, Owner, StoreError};
+use idem_core::{Begin, Fingerprint, Key, Owner, RecordState, StoreError};
 
-use crate::store::{RedisStore, ScriptAnswer, remaining_from_pttl};
+use crate::call::Call;
+use crate::store::{Kind, RedisStore, ScriptAnswer, remaining_from_pttl};
 
 static COMPLETED_REMAINING: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/completed_remaining.lua")));
 static READ_HASH_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/read_hash_record.lua")));
+static RECORD_STATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/record_state.lua")));
 
 /// The first byte of a record in progress.
 const RUNNING: u8 = b'r';
@@ -223,6 +229,82 @@ impl RedisStore {
             _ => return Err(answer.unexpected()),
         })
     }
+}
+
+impl RedisStore {
+    /// What the record `key` holds, in either layout: `record_state.lua`'s answer read.
+    pub(crate) async fn read_record_state(
+        &self,
+        key: &Key,
+    ) -> Result<Option<RecordState>, StoreError> {
+        let record = self.key(key, Kind::Record);
+        let fields: Vec<Value> = self.script(&RECORD_STATE, &[&record], &[]).await?;
+        state_of(&fields).ok_or_else(|| StoreError::unexpected("record_state", &fields))
+    }
+
+    /// Removes the record `key`, in either layout, with one `DEL`, and the process's copy
+    /// of it; whether a record was there.
+    pub(crate) async fn delete_record(&self, key: &Key) -> Result<bool, StoreError> {
+        let record = self.key(key, Kind::Record);
+        let delete = self.query::<i64>(|_| {
+            let mut del = redis::cmd("DEL");
+            del.arg(&record);
+            Call::command(del)
+        });
+        let deleted = self.replicated_if(&record, delete, |&deleted| deleted > 0);
+        // Forgotten even when the `DEL` failed: it may have been applied all the same.
+        let deleted = deleted.await;
+        if let Some(replays) = self.replays() {
+            replays.forget(key);
+        }
+        Ok(deleted? > 0)
+    }
+}
+
+/// What `record_state.lua`'s answer says: `None` inside for no record, `None` outside for
+/// an answer of no known shape.
+fn state_of(fields: &[Value]) -> Option<Option<RecordState>> {
+    let bulk = |i: usize| match fields.get(i) {
+        Some(Value::BulkString(bytes)) => Some(bytes.as_slice()),
+        _ => None,
+    };
+    let (pttl, rest) = match fields.split_first() {
+        None => return Some(None),
+        Some((Value::Int(pttl), rest)) => (*pttl, rest),
+        Some(_) => return None,
+    };
+    let remaining = remaining_from_pttl(pttl)?;
+    let (done, fingerprint, response) = match rest.len() {
+        1 => {
+            let value = bulk(1)?;
+            let (&state, rest) = value.split_first()?;
+            let fingerprint = rest.get(..AFTER_FINGERPRINT - 1)?;
+            let response = &value[AFTER_FINGERPRINT..];
+            match state {
+                RUNNING => (false, fingerprint, None),
+                DONE => (true, fingerprint, Some(response)),
+                _ => return None,
+            }
+        }
+        3 => {
+            let done = bulk(1)? == b"done";
+            (done, bulk(2)?, bulk(3).filter(|_| done))
+        }
+        _ => return None,
+    };
+    let fingerprint = Fingerprint::from_bytes(fingerprint.try_into().ok()?);
+    Some(Some(match (done, response) {
+        (true, Some(response)) => RecordState::Completed {
+            fingerprint,
+            response: Bytes::copy_from_slice(response),
+            remaining,
+        },
+        (false, _) => RecordState::InProgress {
+            fingerprint,
+            remaining,
+        },
+        (true, None) => return None,
+    }))
 }
 
 /// The Redis error inside a store error, if it is one.

@@ -1,8 +1,10 @@
 //! The [`RedisStore`](crate::RedisStore)'s in-process copy of completed idempotency
 //! records it has replayed, so that a key replayed again is answered without a round trip.
 //!
-//! A completed record never changes: nothing but its retention ending removes it or
-//! rewrites it (`complete_record` and `abandon_record` only touch a record in progress).
+//! A completed record never changes: nothing but its retention ending, or an operator,
+//! removes it or rewrites it (`complete_record` and `abandon_record` only touch a record in
+//! progress). A record an operator removes (`remove_record`) is dropped from the copy of
+//! the process that removes it; another process's copy answers for it until it ends.
 //! What `begin_record` answers for a completed record, the response for the same
 //! fingerprint and a mismatch for any other, is therefore the same on every instance for
 //! as long as Redis keeps it, and a copy answers exactly as Redis would, provided it is
@@ -94,6 +96,11 @@ impl ReplayCache {
         } else {
             Begin::Mismatch
         })
+    }
+
+    /// Drops the copy of the record `key`, which an operator removed.
+    pub(crate) fn forget(&self, key: &Key) {
+        self.records.remove(key);
     }
 
     /// Keeps a copy of the completed record `key`, which Redis said, in a reply to a

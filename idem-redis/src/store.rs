@@ -12,7 +12,8 @@ use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use idem_core::store::{Fencing, FencingToken, ttl_millis};
 use idem_core::{
-    Acquire, Begin, Fingerprint, Key, LockStore, Owner, RecordStore, StoreError, TokenStore,
+    Acquire, Begin, Fingerprint, Key, LockStore, Owner, RecordState, RecordStore, StoreError,
+    TokenStore,
 };
 
 #[cfg(doc)]
@@ -906,6 +907,18 @@ impl RecordStore for RedisStore {
         let record = self.key(key, Kind::Record);
         self.flag(&ABANDON_RECORD, &[&record], &[owner.as_str().as_bytes()])
             .await
+    }
+
+    async fn record_state(&self, key: &Key) -> Result<Option<RecordState>, StoreError> {
+        self.read_record_state(key).await
+    }
+
+    /// One `DEL`, which removes a record of either layout, waited for by the replicas the
+    /// store was built to wait for. The process's copy of the record is dropped too; other
+    /// processes' copies replay it until they end (see
+    /// [`with_replay_cache`](crate::RedisStoreBuilder::with_replay_cache)).
+    async fn remove_record(&self, key: &Key) -> Result<bool, StoreError> {
+        self.delete_record(key).await
     }
 }
 

@@ -31,6 +31,10 @@ pub(crate) type LockRow = (bool, Option<String>, Option<i64>, Option<i64>);
 /// same fingerprint only) and the milliseconds left.
 pub(crate) type RecordRow = (bool, Option<bool>, Option<Vec<u8>>, Option<i64>);
 
+/// A row `record_state` answers: the fingerprint, the stored response (`NULL` in
+/// progress) and the milliseconds left.
+pub(crate) type StateRow = (Vec<u8>, Option<Vec<u8>>, i64);
+
 /// A row `read_turn` answers: the live holder of the lock, its milliseconds left and its
 /// fencing token (all `NULL` when the lock is free), and the owner at the head of its
 /// queue (`NULL` when nobody waits).
@@ -126,6 +130,11 @@ pub struct Statements {
     pub abandon_record: &'static str,
     /// `$1 key` → whether a live record in progress has the key.
     pub record_in_progress: &'static str,
+    /// `$1 key` → a [`StateRow`] of the live record, unclaimed.
+    pub record_state: &'static str,
+    /// `$1 key` → whether the deleted record, whoever's, was live; and (PostgreSQL) a
+    /// notification `r:<key>` when a record was deleted.
+    pub remove_record: &'static str,
     /// `$1 batch`: deletes at most `batch` expired windows and locks.
     pub purge_locks: &'static str,
     /// `$1 batch`: deletes at most `batch` expired tokens.
@@ -226,8 +235,8 @@ pub(crate) use migrations;
 pub(crate) mod sealed {
     use sqlx::{Database, Encode, Execute, Executor, FromRow, IntoArguments, Pool, Type};
 
-    use super::{Arc, Arg, Background, InTurn, LockRow, Migration, On, RecordRow, Statements};
-    use super::{TurnRow, WaiterStatements, Waiters};
+    use super::{Arc, Arg, Background, InTurn, LockRow, Migration, On, RecordRow, StateRow};
+    use super::{Statements, TurnRow, WaiterStatements, Waiters};
 
     /// A future the store can hold across an `.await` in its `Send` futures.
     pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -320,6 +329,7 @@ pub(crate) mod sealed {
         + Sized
         + Reads<LockRow>
         + Reads<RecordRow>
+        + Reads<StateRow>
         + Reads<TurnRow>
         + Reads<(bool,)>
         + Reads<(i64,)>
@@ -389,6 +399,7 @@ pub(crate) mod sealed {
         for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
         for<'r> LockRow: FromRow<'r, DB::Row>,
         for<'r> RecordRow: FromRow<'r, DB::Row>,
+        for<'r> StateRow: FromRow<'r, DB::Row>,
         for<'r> TurnRow: FromRow<'r, DB::Row>,
         for<'r> (bool,): FromRow<'r, DB::Row>,
         for<'r> (i64,): FromRow<'r, DB::Row>,

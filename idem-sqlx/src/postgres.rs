@@ -312,6 +312,17 @@ impl Dialect for Postgres {
         abandon_record: delete_and_notify!("idem_records", "r"),
         record_in_progress: "SELECT EXISTS (SELECT FROM idem_records
             WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp())",
+        record_state: concat!(
+            "SELECT fingerprint, response, ",
+            left_ms!(),
+            " FROM idem_records WHERE key = $1 AND expires_at > clock_timestamp()"
+        ),
+        remove_record: concat!(
+            "WITH gone AS (DELETE FROM idem_records WHERE key = $1
+                RETURNING key, expires_at > clock_timestamp() AS live)
+            SELECT live",
+            notify_each!("gone", "r")
+        ),
         // SKIP LOCKED: instances purging at once share the work instead of queueing, and
         // never wait on a row a request holds.
         purge_locks: "DELETE FROM idem_locks WHERE key IN (
@@ -409,6 +420,7 @@ mod tests {
             sql.give_up_place,
             sql.complete_record,
             sql.abandon_record,
+            sql.remove_record,
         ] {
             assert!(wakes(statement), "{statement}");
             assert!(!statement.contains("pg_notify"), "{statement}");

@@ -197,6 +197,16 @@ impl Dialect for Sqlite {
             "DELETE FROM idem_records WHERE key = $1 AND owner = $2 RETURNING expires_at > ",
             now_ms!()
         ),
+        record_state: concat!(
+            "SELECT fingerprint, response, expires_at - ",
+            now_ms!(),
+            " FROM idem_records WHERE key = $1 AND expires_at > ",
+            now_ms!()
+        ),
+        remove_record: concat!(
+            "DELETE FROM idem_records WHERE key = $1 RETURNING expires_at > ",
+            now_ms!()
+        ),
         record_in_progress: concat!(
             "SELECT EXISTS (SELECT 1 FROM idem_records
                 WHERE key = $1 AND owner IS NOT NULL AND expires_at > ",

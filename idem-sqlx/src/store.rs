@@ -10,12 +10,12 @@ use bytes::Bytes;
 use idem_core::store::{Fencing, FencingToken, Turn};
 use idem_core::store::{bounded, poll_until, ttl_millis};
 use idem_core::{
-    Acquire, Begin, FairStore, Fingerprint, Key, LockStore, Owner, RecordStore, StoreError,
-    TokenStore,
+    Acquire, Begin, FairStore, Fingerprint, Key, LockStore, Owner, RecordState, RecordStore,
+    StoreError, TokenStore,
 };
 use sqlx::Pool;
 
-use crate::backend::{Arg, InTurn, LockRow, On, RecordRow, SqlBackend, is_timeout};
+use crate::backend::{Arg, InTurn, LockRow, On, RecordRow, SqlBackend, StateRow, is_timeout};
 use crate::builder::{Settings, SqlStoreBuilder};
 use crate::purge::{self, Purged};
 use crate::task::Background;
@@ -660,6 +660,26 @@ fn begun((started, same, response, remaining): RecordRow) -> Result<Begin, Strin
     }
 }
 
+/// What a [`StateRow`] says; a row it cannot read, given back.
+fn state((fingerprint, response, remaining): StateRow) -> Result<RecordState, StateRow> {
+    let Ok(bytes) = <[u8; 32]>::try_from(fingerprint.as_slice()) else {
+        return Err((fingerprint, response, remaining));
+    };
+    let (fingerprint, remaining) = (Fingerprint::from_bytes(bytes), left(Some(remaining)));
+    let remaining = remaining.unwrap_or_default();
+    Ok(match response {
+        None => RecordState::InProgress {
+            fingerprint,
+            remaining,
+        },
+        Some(response) => RecordState::Completed {
+            fingerprint,
+            response: Bytes::from(response),
+            remaining,
+        },
+    })
+}
+
 /// Whether a row answers the operation: the caller claimed, or the row it met was live.
 fn lock_answers((claimed, _, remaining, _): &LockRow) -> bool {
     *claimed || remaining.is_some_and(|ms| ms > 0)
@@ -851,6 +871,26 @@ impl<DB: SqlBackend> RecordStore for SqlStore<DB> {
     async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
         let live = self.flag("abandon_record", DB::STATEMENTS.abandon_record, &args);
+        Ok(live.await? == Some(true))
+    }
+
+    async fn record_state(&self, key: &Key) -> Result<Option<RecordState>, StoreError> {
+        let args = [Arg::Text(key.as_str())];
+        let row = DB::fetch::<StateRow>(&self.inner.pool, DB::STATEMENTS.record_state, &args);
+        let Some(row) = self.run("record_state", row).await? else {
+            return Ok(None);
+        };
+        state(row)
+            .map(Some)
+            .map_err(|row| StoreError::unexpected("record_state", row))
+    }
+
+    /// Deletes the record's row, whoever's; on PostgreSQL, wakes the record's waiters
+    /// (see [Waiting](SqlStore#waiting)), as [`abandon_record`](RecordStore::abandon_record)
+    /// does.
+    async fn remove_record(&self, key: &Key) -> Result<bool, StoreError> {
+        let args = [Arg::Text(key.as_str())];
+        let live = self.flag("remove_record", DB::STATEMENTS.remove_record, &args);
         Ok(live.await? == Some(true))
     }
 }

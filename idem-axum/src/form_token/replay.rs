@@ -28,7 +28,7 @@ use super::layer::{Check, Spent, Submission, check, refused_token, rotate, with_
 use super::submission::FormSubmission;
 use crate::future::Inner;
 use crate::guard::GuardContext;
-use crate::idempotency::{self, Began, Record, Spending, record_key, replay};
+use crate::idempotency::{self, Began, Record, Spending, record_key, replay, tag};
 use crate::identity::ClientRequest;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
@@ -73,7 +73,7 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
         let view = ClientRequest::from_request(&request);
         let key = record_key(
             &self.guard,
-            b"form_token:submission",
+            tag::FORM_SUBMISSION,
             Some(&self.client),
             &view,
             &token,

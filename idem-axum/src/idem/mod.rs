@@ -20,6 +20,7 @@ pub use self::layer::{IdemLayer, IdemService};
 pub use self::store::IdemStore;
 pub(crate) use self::store::OnStore;
 use crate::StoreFailure;
+use crate::idempotency::RecordKeys;
 use crate::identity::{ClientId, ClientRequest, IdentifyClient, IdentifyError};
 use crate::rejection::{Rejection, RejectionKind};
 
@@ -198,6 +199,22 @@ impl Idem {
                 Ok(())
             }
         }
+    }
+
+    /// The store keys of this runtime's records, from what a user sees of them: for an
+    /// operator who looks a record up or removes it.
+    ///
+    /// ```
+    /// let idem = idem_axum::Idem::builder().with_namespace("shop").build();
+    /// assert_eq!(idem.record_keys().namespace(), "shop");
+    /// ```
+    pub fn record_keys(&self) -> RecordKeys {
+        RecordKeys::new(self.inner.namespace.as_str())
+    }
+
+    /// The namespace every store key of this runtime is hashed with.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.inner.namespace
     }
 
     /// A store key in this runtime's namespace, hashed from `parts`.

@@ -17,6 +17,7 @@ use idem_core::{Fingerprint, Key, Store, StoreError, throttled};
 use tracing::Instrument;
 
 use super::first_run::{Began, Record};
+use super::record_keys::{self, tag};
 use super::stored_response::{self, Replay};
 use super::{KeySource, RecordScope, Settings, content_coding, key_header};
 use crate::future::{Inner, ResponseFuture};
@@ -226,9 +227,11 @@ impl<S: Inner> Attempt<S> {
             RecordScope::Client => {
                 let client = self.guard.identify(&view)?;
                 outcome::record_client(&tracing::Span::current(), &client);
-                record_key(&self.guard, b"idempotency", Some(&client), &view, key)
+                record_key(&self.guard, tag::IDEMPOTENCY, Some(&client), &view, key)
             }
-            RecordScope::Shared => record_key(&self.guard, b"idempotency:shared", None, &view, key),
+            RecordScope::Shared => {
+                record_key(&self.guard, tag::SHARED_IDEMPOTENCY, None, &view, key)
+            }
         };
         let body = self.settings.payload.counted(body);
         let fingerprint = fingerprint(&view, &body, &self.settings.fingerprint_headers);
@@ -346,12 +349,9 @@ pub(crate) fn record_key(
     request: &ClientRequest<'_>,
     key: &str,
 ) -> Key {
-    let method = request.method().as_str().as_bytes();
-    let route = route(request).as_bytes();
-    match client {
-        Some(client) => guard.key(&[namespace, client.as_bytes(), method, route, key.as_bytes()]),
-        None => guard.key(&[namespace, method, route, key.as_bytes()]),
-    }
+    let (method, route) = (request.method(), route(request));
+    let namespace_of_runtime = guard.idem().namespace();
+    record_keys::derive(namespace_of_runtime, namespace, client, method, route, key)
 }
 
 /// The response an earlier request with this key stored, or the refusal that says why it

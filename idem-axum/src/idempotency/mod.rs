@@ -250,6 +250,7 @@ mod key_header;
 pub(crate) mod layer;
 mod on_replay;
 mod record;
+mod record_keys;
 mod retention;
 mod stored_response;
 
@@ -273,6 +274,8 @@ pub use self::layer::{Idempotency, stored_by_default};
 pub(crate) use self::on_replay::ReplayHook;
 pub use self::on_replay::Replayed;
 pub use self::record::IdempotencyRecord;
+pub use self::record_keys::RecordKeys;
+pub(crate) use self::record_keys::tag;
 use self::retention::AdvertisedRetention;
 
 /// Whose idempotency keys are kept apart.

@@ -39,13 +39,15 @@
 //! an empty store (a fresh server, database or namespace), or at least one where the
 //! cases' keys are unused.
 //!
-//! The cases are in [`cases`], each also callable by itself, and the helpers they use,
+//! The cases are in [`cases`] and [`operator`] (an operator's look at a record and its
+//! removal), each also callable by itself, and the helpers they use,
 //! [`all_at_once`] and [`eventually`], are exported for a store's own tests. A store that
 //! also implements [`FairStore`](crate::FairStore) runs the cases in [`fair`] with
 //! [`fair_store_conformance!`](crate::fair_store_conformance), in the same way.
 
 pub mod cases;
 pub mod fair;
+pub mod operator;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -103,15 +105,18 @@ pub(crate) use suite;
 /// Generates a `#[tokio::test]` for each case of the conformance suite, run on the
 /// [`Backend`](crate::conformance::Backend) given, in the module where it is invoked.
 ///
-/// `store_conformance!(MyBackend)` generates every case; `store_conformance!(MyBackend:
-/// case, case, …)` only the cases named (see [`cases`](crate::conformance::cases)). Invoke it
-/// once per module: the tests are named after the cases.
+/// `store_conformance!(MyBackend)` generates every case, those of
+/// [`cases`](crate::conformance::cases) and of [`operator`](crate::conformance::operator);
+/// `store_conformance!(MyBackend: case, case, …)` only the cases of
+/// [`cases`](crate::conformance::cases) named. Invoke it once per module: the tests are
+/// named after the cases.
 ///
 /// See the [module docs](crate::conformance) for an example.
 #[macro_export]
 macro_rules! store_conformance {
     ($backend:ty) => {
         $crate::__store_conformance_cases!($crate::store_conformance, $backend:);
+        $crate::__operator_conformance_cases!($crate::store_conformance, @tests operator, $backend:);
     };
     ($backend:ty: $($case:ident),+ $(,)?) => {
         $crate::store_conformance!(@tests cases, $backend: $($case),+);

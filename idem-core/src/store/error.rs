@@ -40,6 +40,14 @@ pub enum StoreError {
     /// off, or the server is one the store will not use. The source says which.
     #[error("the store's backend failed")]
     Backend(#[source] BoxError),
+    /// The store does not implement the operation: a store written outside this
+    /// repository that keeps the default of an operation added since (such as
+    /// [`RecordStore::remove_record`](crate::RecordStore::remove_record)).
+    #[error("the store does not implement `{operation}`")]
+    Unsupported {
+        /// The operation.
+        operation: &'static str,
+    },
     /// The store answered something the operation cannot read.
     #[error("unexpected answer from the store to `{operation}`: {answer}")]
     UnexpectedAnswer {

@@ -15,6 +15,7 @@
 //! | waiting for a lock ([`Lock`](crate::Lock)) | [`LockStore`] | [`acquire_or_register_waiter`](LockStore::acquire_or_register_waiter), [`release_and_signal`](LockStore::release_and_signal), [`wait_for_release`](LockStore::wait_for_release) |
 //! | one-time form tokens | [`TokenStore`] | [`put_token`](TokenStore::put_token), [`consume_token`](TokenStore::consume_token), [`has_token`](TokenStore::has_token) |
 //! | idempotency records | [`RecordStore`] | [`begin_record`](RecordStore::begin_record), [`complete_record`](RecordStore::complete_record), [`renew_record`](RecordStore::renew_record), [`abandon_record`](RecordStore::abandon_record) |
+//! | an operator's look at a record, and its removal | [`RecordStore`] | [`record_state`](RecordStore::record_state), [`remove_record`](RecordStore::remove_record) |
 //! | waiting in arrival order ([`FairLock`](crate::FairLock)), not part of [`Store`] | [`FairStore`] | [`acquire_in_turn`](FairStore::acquire_in_turn), [`wait_for_turn`](FairStore::wait_for_turn), [`leave_queue`](FairStore::leave_queue), and [`release_and_signal`](LockStore::release_and_signal) |
 //!
 //! Everything that forwards the operations — [`AnyStore`](crate::AnyStore), idem-axum's
@@ -52,7 +53,7 @@ pub(crate) use self::fair::FairStore;
 pub use self::fair::Turn;
 pub(crate) use self::locks::{Acquire, LockStore};
 pub use self::memory::MemoryStoreBuilder;
-pub(crate) use self::records::{Begin, RecordStore};
+pub(crate) use self::records::{Begin, RecordState, RecordStore};
 pub(crate) use self::tokens::TokenStore;
 #[cfg(doc)]
 use crate::Key;

@@ -73,6 +73,8 @@ macro_rules! store_operations {
                         key: &$crate::Key, owner: &$crate::Owner; lease: ::core::time::Duration
                     ) -> bool;
                     abandon_record(key: &$crate::Key, owner: &$crate::Owner;) -> bool;
+                    record_state(key: &$crate::Key;) -> ::core::option::Option<$crate::RecordState>;
+                    remove_record(key: &$crate::Key;) -> bool;
                 }
             }
             fair {

@@ -18,8 +18,8 @@ use self::packed::{Moment, Packed};
 use self::reaper::Reaper;
 use self::shard::{Entries, Full, Shard};
 use super::{
-    Acquire, Begin, FairStore, Fencing, FencingToken, LockStore, RecordStore, StoreError,
-    TokenStore, Turn, ttl_millis,
+    Acquire, Begin, FairStore, Fencing, FencingToken, LockStore, RecordState, RecordStore,
+    StoreError, TokenStore, Turn, ttl_millis,
 };
 use crate::key::{Fingerprint, Key, Owner};
 
@@ -445,6 +445,18 @@ impl RecordStore for MemoryStore {
         let (key, owner) = (&Packed::from(key), &Packed::from(owner));
         Ok(self.with_shard(key, |shard, now, entries| {
             shard.abandon_record(key, owner, now, entries)
+        }))
+    }
+
+    async fn record_state(&self, key: &Key) -> Result<Option<RecordState>, StoreError> {
+        let key = &Packed::from(key);
+        Ok(self.with_shard(key, |shard, now, _| shard.record_state(key, now)))
+    }
+
+    async fn remove_record(&self, key: &Key) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        Ok(self.with_shard(key, |shard, now, entries| {
+            shard.remove_record(key, now, entries)
         }))
     }
 }

@@ -17,7 +17,7 @@ use super::queue::Queues;
 use super::reminders::{Due, Reminders, Space};
 use super::tokens::Tokens;
 use crate::key::Fingerprint;
-use crate::store::{Acquire, Begin, FencingToken, Turn};
+use crate::store::{Acquire, Begin, FencingToken, RecordState, Turn};
 
 /// A shard's map. Keys are SHA-256 output or names the application chose, never raw
 /// client input, so a fast hash serves: std's SipHash was the largest single cost of an
@@ -143,12 +143,12 @@ impl Lock {
 #[derive(Debug)]
 pub(super) struct Record {
     fingerprint: Fingerprint,
-    state: RecordState,
+    state: Progress,
     expires_at: Moment,
 }
 
 #[derive(Debug)]
-enum RecordState {
+enum Progress {
     InProgress { owner: Packed },
     Completed { response: Bytes },
 }
@@ -189,8 +189,8 @@ impl Footprint for Record {
 impl Record {
     fn response_bytes(&self) -> usize {
         match &self.state {
-            RecordState::InProgress { .. } => 0,
-            RecordState::Completed { response } => response.len(),
+            Progress::InProgress { .. } => 0,
+            Progress::Completed { response } => response.len(),
         }
     }
 }
@@ -550,7 +550,7 @@ impl Shard {
         let expires_at = deadline(now, lease);
         let started = Record {
             fingerprint: *fingerprint,
-            state: RecordState::InProgress {
+            state: Progress::InProgress {
                 owner: owner.clone(),
             },
             expires_at,
@@ -563,10 +563,10 @@ impl Shard {
                         Begin::Mismatch
                     } else {
                         match &record.state {
-                            RecordState::InProgress { .. } => Begin::InProgress {
+                            Progress::InProgress { .. } => Begin::InProgress {
                                 remaining: record.expires_at.since(now),
                             },
-                            RecordState::Completed { response } => Begin::Completed {
+                            Progress::Completed { response } => Begin::Completed {
                                 response: response.clone(),
                             },
                         }
@@ -587,7 +587,7 @@ impl Shard {
     /// The in-progress record under `key`, if `owner` began it and its lease holds.
     fn in_progress_of(&mut self, key: &Packed, owner: &Packed, now: Moment) -> Option<&mut Record> {
         live(&mut self.records, key, now).filter(
-            |record| matches!(&record.state, RecordState::InProgress { owner: o } if o == owner),
+            |record| matches!(&record.state, Progress::InProgress { owner: o } if o == owner),
         )
     }
 
@@ -605,7 +605,7 @@ impl Shard {
             return Ok(false);
         };
         entries.try_grow(response.len())?;
-        record.state = RecordState::Completed { response };
+        record.state = Progress::Completed { response };
         record.expires_at = expires_at;
         self.remind(retention, expires_at, Space::Record, key);
         Ok(true)
@@ -640,6 +640,31 @@ impl Shard {
         self.records.remove(key);
         entries.remove(1, ENTRY_BYTES);
         true
+    }
+
+    pub(super) fn record_state(&mut self, key: &Packed, now: Moment) -> Option<RecordState> {
+        let record = live(&mut self.records, key, now)?;
+        let (fingerprint, remaining) = (record.fingerprint, record.expires_at.since(now));
+        Some(match &record.state {
+            Progress::InProgress { .. } => RecordState::InProgress {
+                fingerprint,
+                remaining,
+            },
+            Progress::Completed { response } => RecordState::Completed {
+                fingerprint,
+                response: response.clone(),
+                remaining,
+            },
+        })
+    }
+
+    /// Removes the record under `key`, whoever began it: whether it was live.
+    pub(super) fn remove_record(&mut self, key: &Packed, now: Moment, entries: &Entries) -> bool {
+        let Some(removed) = self.records.remove(key) else {
+            return false;
+        };
+        entries.remove(1, removed.bytes());
+        removed.expires_at > now
     }
 }
 
