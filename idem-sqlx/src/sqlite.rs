@@ -7,6 +7,7 @@
 //! `idem_fence`, moved up by a trigger in the statement that draws one.
 
 use std::path::Path;
+use std::time::Duration;
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
@@ -80,15 +81,41 @@ impl SqlStoreBuilder<Sqlite> {
     /// # Errors
     ///
     /// The [`sqlx::Error`] when the file cannot be opened or created.
+    ///
+    /// Processes that open one new file at once contend for the switch to WAL, which
+    /// SQLite answers `SQLITE_BUSY` without waiting out the busy timeout: `open` tries
+    /// again, every 10 ms, until the store's timeout has passed.
     pub async fn open(self, path: impl AsRef<Path>) -> Result<SqlStore<Sqlite>, sqlx::Error> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(self.settings.timeout);
-        let pool = SqlitePoolOptions::new().max_connections(1);
-        self.connect_with(pool, options).await
+        let deadline = tokio::time::Instant::now() + self.settings.timeout;
+        let pool = loop {
+            let pool = SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(self.settings.timeout)
+                .test_before_acquire(false)
+                .connect_with(options.clone())
+                .await;
+            match pool {
+                Err(error) if busy(&error) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                pool => break pool?,
+            }
+        };
+        Ok(self.build(pool))
     }
+}
+
+/// Whether `error` is SQLite's `SQLITE_BUSY`, or one of its extended codes: another
+/// connection holds the lock asked for.
+fn busy(error: &sqlx::Error) -> bool {
+    let code = error.as_database_error().and_then(|error| error.code());
+    code.and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == 5)
 }
 
 /// SQLite's clock in milliseconds since 1970: `julianday` counts days (to the

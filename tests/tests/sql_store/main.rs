@@ -676,3 +676,4 @@ mod record_waiting {
 }
 
 mod notify;
+mod opening;
