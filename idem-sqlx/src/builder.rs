@@ -136,23 +136,18 @@ impl<DB: SqlBackend> SqlStoreBuilder<DB> {
         SqlStore::with_settings(pool, self.settings)
     }
 
-    /// The store, on a pool of its own made by `pool` with `options`, one connection
-    /// opened now; taking a connection waits no longer than the store's timeout.
+    /// `pool`, as the store's own pool is made: taking a connection waits no longer than
+    /// the store's timeout.
     ///
     /// The pool does not ping a connection before handing it out (sqlx's default): that
     /// would cost every operation a second round trip. sqlx still checks each connection
     /// when it comes back, after the operation, and drops one that broke.
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
-    pub(crate) async fn connect_with(
-        self,
+    pub(crate) fn pool_options(
+        &self,
         pool: sqlx::pool::PoolOptions<DB>,
-        options: <DB::Connection as sqlx::Connection>::Options,
-    ) -> Result<SqlStore<DB>, sqlx::Error> {
-        let pool = pool
-            .acquire_timeout(self.settings.timeout)
+    ) -> sqlx::pool::PoolOptions<DB> {
+        pool.acquire_timeout(self.settings.timeout)
             .test_before_acquire(false)
-            .connect_with(options)
-            .await?;
-        Ok(self.build(pool))
     }
 }

@@ -84,7 +84,8 @@ impl SqlStoreBuilder<Postgres> {
     pub async fn connect(self, url: &str) -> Result<SqlStore<Postgres>, sqlx::Error> {
         let timeout = self.settings.timeout.as_millis().to_string();
         let options = PgConnectOptions::from_str(url)?.options([("statement_timeout", timeout)]);
-        self.connect_with(PgPoolOptions::new(), options).await
+        let pool = self.pool_options(PgPoolOptions::new());
+        Ok(self.build(pool.connect_with(options).await?))
     }
 
     /// How often a waiter asks the database again when no notification woke it (default

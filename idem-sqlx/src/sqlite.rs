@@ -93,10 +93,8 @@ impl SqlStoreBuilder<Sqlite> {
             .busy_timeout(self.settings.timeout);
         let deadline = tokio::time::Instant::now() + self.settings.timeout;
         let pool = loop {
-            let pool = SqlitePoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(self.settings.timeout)
-                .test_before_acquire(false)
+            let pool = self
+                .pool_options(SqlitePoolOptions::new().max_connections(1))
                 .connect_with(options.clone())
                 .await;
             match pool {
