@@ -1,6 +1,7 @@
 //! [`fingerprint_of`]: what tells a retry from a reused key, for a serde payload.
 
 use serde::Serialize;
+use serde_json::Value;
 
 use super::DERIVATION;
 use crate::Fingerprint;
@@ -36,6 +37,13 @@ pub(super) fn fingerprint_as<P: Serialize + ?Sized>(
     counted: &PayloadFingerprint,
     payload: &P,
 ) -> Result<Fingerprint, serde_json::Error> {
-    let counted = counted.counted_json(&serde_json::to_value(payload)?);
-    Ok(Fingerprint::of([DERIVATION.as_bytes(), &counted]))
+    Ok(fingerprint_of_value(
+        counted,
+        &serde_json::to_value(payload)?,
+    ))
+}
+
+/// The fingerprint of a payload already serialised to a JSON `value`.
+pub(super) fn fingerprint_of_value(counted: &PayloadFingerprint, value: &Value) -> Fingerprint {
+    Fingerprint::of([DERIVATION.as_bytes(), &counted.counted_json(value)])
 }

@@ -127,8 +127,8 @@ use serde::de::DeserializeOwned;
 pub use self::attempt::Attempt;
 pub use self::batch::{Batch, BatchItem, BatchReport};
 pub use self::error::RunError;
-use self::fingerprint::fingerprint_as;
 pub use self::fingerprint::fingerprint_of;
+use self::fingerprint::{fingerprint_as, fingerprint_of_value};
 use self::host::{Background, RunHost};
 pub use self::service::{
     FingerprintWith, JsonFingerprint, MessageFingerprint, RunOnceLayer, RunOnceService,
@@ -330,6 +330,25 @@ impl<S: RecordStore + Clone> RunOnce<S> {
     /// [`run`](Self::run), with the key derived from the payload: for messages that carry
     /// no id of their own, where two equal payloads are one message delivered twice.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use idem_core::MemoryStore;
+    /// use idem_core::run_once::RunOnce;
+    /// use serde_json::json;
+    ///
+    /// let runs = AtomicU32::new(0);
+    /// let once = RunOnce::new(MemoryStore::new(), "webhooks");
+    /// let work = |_| async { Ok::<_, std::io::Error>(runs.fetch_add(1, Ordering::SeqCst)) };
+    /// let sent = json!({"event": "paid", "order": 7});
+    /// let again = json!({"order": 7, "event": "paid"}); // the same message, keys reordered
+    /// assert_eq!(once.run_by_payload(&sent, work).await.unwrap(), 0);
+    /// assert_eq!(once.run_by_payload(&again, work).await.unwrap(), 0, "replayed");
+    /// assert_eq!(once.run_by_payload(&json!({"event": "paid", "order": 8}), work).await.unwrap(), 1);
+    /// assert_eq!(runs.load(Ordering::SeqCst), 2);
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`run`](Self::run)'s, but for [`RunError::Mismatch`], which two equal payloads
@@ -347,14 +366,20 @@ impl<S: RecordStore + Clone> RunOnce<S> {
     {
         // The key from the whole payload, whatever counts in its fingerprint: with only
         // some fields counted, two payloads that differ elsewhere are two messages.
-        let whole = fingerprint_of(payload).map_err(RunError::Encode)?;
+        // The payload is serialised once for both, and, counted whole (the default), hashed
+        // once.
+        let value = serde_json::to_value(payload).map_err(RunError::Encode)?;
+        let whole = fingerprint_of_value(&PayloadFingerprint::CanonicalJson, &value);
         let key = Key::hashed([
             DERIVATION.as_bytes(),
             b"payload",
             self.scope.as_bytes(),
             whole.as_bytes(),
         ]);
-        let fingerprint = self.fingerprint_of(payload).map_err(RunError::Encode)?;
+        let fingerprint = match self.payload {
+            PayloadFingerprint::CanonicalJson => whole,
+            ref counted => fingerprint_of_value(counted, &value),
+        };
         self.run_on(key, fingerprint, work).await
     }
 
