@@ -136,7 +136,7 @@ pub mod lock {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::avoid_repeat::attribute::{
-        AvoidRepeatContext, Last, Payload, Spec, Via, WithContext, run,
+        AvoidRepeatContext, Counted, Last, Payload, ReadPayload, Spec, Via, WithContext, run,
     };
     pub use crate::{Release, RepeatBy};
     pub use axum::response::Response;

@@ -45,6 +45,7 @@ use proc_macro::TokenStream;
 /// | `timeout` (required) | `"500ms"`, `"30s"`, `"5m"`, `"1h"` (humantime; longer than zero) | — |
 /// | `release` | `"expire"`: the key is held for `timeout` after the request is accepted; `"finish"`: released when the response is produced, `timeout` being only the lease if the process dies | `"expire"` |
 /// | `by` | `"client"`: same client, same handler; `"client+body"`: also the same query and body, so a different payload is not a repeat | `"client"` |
+/// | `payload` | with `by = "client+body"`, what of the body counts: `"raw"` (the bytes as sent), `"canonical_json"` (key order and whitespace do not), or the fields that count as JSON pointers, `["/amount", "/currency"]` — `AvoidRepeatLayer::with_payload_fingerprint`'s choices | `"raw"` |
 /// | `crate` | the path `idem-axum` is known by, for a dependency renamed in `Cargo.toml` (`crate = "my_idem"`) | `"::idem_axum"` |
 /// | `message` | the text a refused duplicate gets, e.g. `"请勿重复提交"` | a sentence in English |
 ///

@@ -3,7 +3,8 @@
 //! The attribute keeps the handler's arity (so `#[axum::debug_handler]` works above it as
 //! well as below): it wraps one of the handler's own arguments in a type that also reads
 //! the [`AvoidRepeatContext`] — the runtime and the client — and, when the key includes
-//! the payload, the fingerprint of the query and body. Only a handler without arguments
+//! the payload, the query and body read whole, which [`run`] fingerprints as the handler's
+//! [`Spec`] chooses. Only a handler without arguments
 //! gains one. The original body moves into an inner function whose future [`run`] drives
 //! under the guard.
 
@@ -11,15 +12,18 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::Uri;
 use http::request::Parts;
 use idem_core::store::sharing_one_timer;
-use idem_core::{Fingerprint, Key, Store};
+use idem_core::{Key, Store};
 
-use super::window::{fingerprint_payload, in_window, key_for};
+use super::window::{in_window, key_for, payload_fingerprint, read_payload};
 use super::{Release, RepeatBy, Settings};
 use crate::guard::GuardContext;
 use crate::idem::OnStore;
@@ -27,11 +31,26 @@ use crate::identity::{ClientId, ClientRequest};
 use crate::rejection::Rejection;
 use idem_core::payload::PayloadFingerprint;
 
-/// One annotated handler's settings, a `const` in the expansion.
+/// One annotated handler's settings, a `static` in the expansion.
 #[derive(Debug)]
 pub struct Spec {
     handler: &'static str,
     settings: Settings,
+    /// With `payload = [...]`, the JSON pointers of the fields that count.
+    fields: &'static [&'static str],
+    /// Those fields as a [`PayloadFingerprint`], made by the first request.
+    counted_fields: OnceLock<PayloadFingerprint>,
+}
+
+/// What of the body counts with `by = "client+body"`: `payload = "..."` or `[...]`.
+#[derive(Debug, Clone, Copy)]
+pub enum Counted {
+    /// `"raw"`, the default: the bytes as they came.
+    Raw,
+    /// `"canonical_json"`: the body as canonical JSON.
+    CanonicalJson,
+    /// `["/pointer", ...]`: only these fields of a JSON body.
+    Fields(&'static [&'static str]),
 }
 
 impl Spec {
@@ -42,9 +61,15 @@ impl Spec {
         release: Release,
         by: RepeatBy,
         message: Option<&'static str>,
+        counted: Counted,
     ) -> Self {
         Self {
             handler,
+            fields: match counted {
+                Counted::Fields(fields) => fields,
+                Counted::Raw | Counted::CanonicalJson => &[],
+            },
+            counted_fields: OnceLock::new(),
             settings: Settings {
                 timeout: Duration::from_millis(timeout_ms),
                 release,
@@ -53,12 +78,32 @@ impl Spec {
                     Some(message) => Some(std::borrow::Cow::Borrowed(message)),
                     None => None,
                 },
-                payload: PayloadFingerprint::Raw,
+                payload: match counted {
+                    Counted::CanonicalJson => PayloadFingerprint::CanonicalJson,
+                    Counted::Raw | Counted::Fields(_) => PayloadFingerprint::Raw,
+                },
                 #[cfg(feature = "grpc")]
                 grpc_methods: crate::grpc::GrpcMethods::NONE,
             },
         }
     }
+
+    /// What of the body counts.
+    fn counted(&self) -> &PayloadFingerprint {
+        if self.fields.is_empty() {
+            return &self.settings.payload;
+        }
+        self.counted_fields
+            .get_or_init(|| PayloadFingerprint::json_fields(self.fields.iter().copied()))
+    }
+}
+
+/// A request's query and body, read whole (and handed on unchanged), for [`run`] to
+/// fingerprint as the handler's [`Spec`] chooses.
+#[derive(Debug)]
+pub struct ReadPayload {
+    uri: Uri,
+    body: Bytes,
 }
 
 /// The guard's opening for a request — the runtime and the client — or the answer when
@@ -85,12 +130,15 @@ impl AvoidRepeatContext {
         }
     }
 
-    /// The context of `request`, and the fingerprint of its query and body, which is read
-    /// whole and handed back unchanged.
-    async fn with_payload(mut request: Request) -> Result<(Self, Request, Fingerprint), Response> {
+    /// The context of `request`, and its query and body, which is read whole and handed
+    /// back unchanged.
+    async fn with_payload(mut request: Request) -> Result<(Self, Request, ReadPayload), Response> {
         let context = Self::new(ClientRequest::from_request(&request));
-        match fingerprint_payload(&mut request, &PayloadFingerprint::Raw).await {
-            Ok(fingerprint) => Ok((context, request, fingerprint)),
+        match read_payload(&mut request).await {
+            Ok(body) => {
+                let uri = request.uri().clone();
+                Ok((context, request, ReadPayload { uri, body }))
+            }
             Err(rejection) => Err(context.refuse(rejection)),
         }
     }
@@ -131,14 +179,14 @@ where
     }
 }
 
-/// The handler's last extractor, with the context, and with `FINGERPRINT` the fingerprint
-/// of the query and body (read whole first and handed on unchanged).
+/// The handler's last extractor, with the context, and with `PAYLOAD` the query and body
+/// (read whole first and handed on unchanged).
 #[derive(Debug)]
-pub struct Last<T, const FINGERPRINT: bool> {
+pub struct Last<T, const PAYLOAD: bool> {
     /// The runtime and the client.
     pub context: AvoidRepeatContext,
-    /// With `FINGERPRINT`, the fingerprint of the query and body.
-    pub fingerprint: Option<Fingerprint>,
+    /// With `PAYLOAD`, the query and body.
+    pub payload: Option<ReadPayload>,
     /// What the handler's own extractor produced.
     pub inner: T,
 }
@@ -152,7 +200,7 @@ pub struct Via<M>(PhantomData<M>);
 /// Generic over axum's extractor marker `M`, so any extractor can be last — one that
 /// reads the body (`Json`, `Form`, …) or any `FromRequestParts` type (`Path`, a
 /// `CurrentUser` of the application's own, …) — whatever its name.
-impl<S, T, M, const FINGERPRINT: bool> FromRequest<S, Via<M>> for Last<T, FINGERPRINT>
+impl<S, T, M, const PAYLOAD: bool> FromRequest<S, Via<M>> for Last<T, PAYLOAD>
 where
     S: Send + Sync,
     T: FromRequest<S, M>,
@@ -160,9 +208,9 @@ where
     type Rejection = Response;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let (context, request, fingerprint) = if FINGERPRINT {
-            let (context, request, fingerprint) = AvoidRepeatContext::with_payload(request).await?;
-            (context, request, Some(fingerprint))
+        let (context, request, payload) = if PAYLOAD {
+            let (context, request, payload) = AvoidRepeatContext::with_payload(request).await?;
+            (context, request, Some(payload))
         } else {
             let context = AvoidRepeatContext::new(ClientRequest::from_request(&request));
             (context, request, None)
@@ -172,31 +220,27 @@ where
             .map_err(IntoResponse::into_response)?;
         Ok(Self {
             context,
-            fingerprint,
+            payload,
             inner,
         })
     }
 }
 
-/// The context and the fingerprint of the query and body, for a handler without
-/// arguments.
+/// The context and the query and body, for a handler without arguments.
 #[derive(Debug)]
 pub struct Payload {
     /// The runtime and the client.
     pub context: AvoidRepeatContext,
-    /// The fingerprint of the query and body.
-    pub fingerprint: Fingerprint,
+    /// The query and body.
+    pub payload: ReadPayload,
 }
 
 impl<S: Send + Sync> FromRequest<S> for Payload {
     type Rejection = Response;
 
     async fn from_request(request: Request, _state: &S) -> Result<Self, Self::Rejection> {
-        let (context, _, fingerprint) = AvoidRepeatContext::with_payload(request).await?;
-        Ok(Self {
-            context,
-            fingerprint,
-        })
+        let (context, _, payload) = AvoidRepeatContext::with_payload(request).await?;
+        Ok(Self { context, payload })
     }
 }
 
@@ -204,7 +248,7 @@ impl<S: Send + Sync> FromRequest<S> for Payload {
 pub async fn run<F, R>(
     context: AvoidRepeatContext,
     spec: &'static Spec,
-    payload: Option<Fingerprint>,
+    payload: Option<ReadPayload>,
     handler: F,
 ) -> Response
 where
@@ -215,6 +259,7 @@ where
         Ok(opened) => opened,
         Err(response) => return *response,
     };
+    let payload = payload.map(|read| payload_fingerprint(&read.uri, &read.body, spec.counted()));
     let key = key_for(&guard, spec.handler, &client, payload.as_ref());
     let store = guard.store().clone();
     let window = Window {

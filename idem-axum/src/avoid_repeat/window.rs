@@ -10,6 +10,8 @@ use tracing::Instrument;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
+use bytes::Bytes;
+use http::Uri;
 use idem_core::payload::PayloadFingerprint;
 use idem_core::store::Fencing;
 use idem_core::{Acquire, Fingerprint, Key, Owner, Store, throttled};
@@ -133,12 +135,26 @@ pub(crate) async fn fingerprint_payload(
     request: &mut Request,
     counted: &PayloadFingerprint,
 ) -> Result<Fingerprint, Rejection> {
+    let body = read_payload(request).await?;
+    Ok(payload_fingerprint(request.uri(), &body, counted))
+}
+
+/// Reads the body of `request` whole and puts the same bytes back.
+pub(crate) async fn read_payload(request: &mut Request) -> Result<Bytes, Rejection> {
     let (parts, unread) = read_whole(std::mem::take(request), None);
     let body = unread.read().await?;
-    let query = parts.uri.query().unwrap_or("").as_bytes();
-    let fingerprint = Fingerprint::of([query, &counted.counted(&body)]);
-    *request = Request::from_parts(parts, Body::from(body));
-    Ok(fingerprint)
+    *request = Request::from_parts(parts, Body::from(body.clone()));
+    Ok(body)
+}
+
+/// The fingerprint of a request's query and body: what of the body `counted` says counts.
+pub(crate) fn payload_fingerprint(
+    uri: &Uri,
+    body: &[u8],
+    counted: &PayloadFingerprint,
+) -> Fingerprint {
+    let query = uri.query().unwrap_or("").as_bytes();
+    Fingerprint::of([query, &counted.counted(body)])
 }
 
 /// A held key. Dropped while armed — the handler panicked, or the runtime dropped it while

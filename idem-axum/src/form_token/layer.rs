@@ -1,14 +1,17 @@
 //! [`VerifyFormTokenLayer`]: spends the form token of each request before the handler runs.
 
 use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::HeaderValue;
-use idem_core::{Store, throttled};
+use idem_core::payload::PayloadFingerprint;
+use idem_core::{Fingerprint, Store, throttled};
 use tracing::Instrument;
 
 use super::extract::{TokenKeys, issue};
@@ -67,6 +70,9 @@ pub(super) struct Settings {
     pub(super) lease: Option<Duration>,
     /// With replay, the application's hook on replayed submissions.
     on_replay: Option<idempotency::ReplayHook>,
+    /// With replay, what of the posted body counts beside the token; `None`, the token
+    /// alone.
+    payload: Option<PayloadFingerprint>,
     /// With replay, the record settings of this layer's submissions, made by the first
     /// post for the token TTL it had, so that later posts do not build them again.
     pub(super) kept: OnceLock<(Duration, Arc<idempotency::Settings>)>,
@@ -84,7 +90,51 @@ impl Settings {
             _ => make(),
         }
     }
+
+    /// With a [payload choice](VerifyFormTokenLayer::with_payload_fingerprint), the
+    /// fingerprint of a submission and the request to hand on: what of its body counts,
+    /// the body read whole within the layer's limit and put back. `None` when the token
+    /// alone is the submission ([`SUBMISSION`]): the request back, untouched.
+    ///
+    /// Boxed: only a layer with a payload choice pays for the read, and the future of
+    /// every other post stays as small as it was.
+    pub(super) fn read_fingerprint(&self, request: Request) -> Submitted {
+        let Some(payload) = self.payload.clone() else {
+            return Submitted::TokenAlone(request);
+        };
+        let limit = self.body_limit;
+        Submitted::Read(Box::pin(async move {
+            let (parts, reading) = read_whole(request, limit);
+            let body = reading.read().await?;
+            let fingerprint = Fingerprint::of([SUBMITTED, &payload.counted(&body)]);
+            Ok((Request::from_parts(parts, Body::from(body)), fingerprint))
+        }))
+    }
 }
+
+/// What tells a submission apart.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "moved straight through, never held: boxing the request would cost every post an allocation"
+)]
+pub(super) enum Submitted {
+    /// Its token alone: the request, untouched.
+    TokenAlone(Request),
+    /// What of its body counts, once it is read.
+    Read(Pin<Box<dyn Future<Output = Fingerprinted> + Send>>),
+}
+
+/// A request with its body read and put back, and the fingerprint of its submission.
+pub(super) type Fingerprinted = Result<(Request, Fingerprint), Rejection>;
+
+/// What every fingerprint of a submission starts with.
+const SUBMITTED: &[u8] = b"form submission";
+
+/// The fingerprint of every submission when the token alone is its identity: a repeat
+/// with other fields is the same submission, posted again. Hashed once a process rather
+/// than once a post.
+pub(super) static SUBMISSION: LazyLock<Fingerprint> =
+    LazyLock::new(|| Fingerprint::of([SUBMITTED]));
 
 impl VerifyFormTokenLayer {
     /// Verifies tokens with the defaults: the router's body limit, no rotation.
@@ -150,6 +200,31 @@ impl VerifyFormTokenLayer {
     /// ```
     pub fn with_replay(mut self, replay: bool) -> Self {
         Arc::make_mut(&mut self.settings).replay = replay;
+        self
+    }
+
+    /// What of a posted body counts as the submission beside its token, which turns
+    /// [replay](Self::with_replay) on. By default nothing does: the token alone is the
+    /// submission, and a repeat of it with other fields gets the first's response.
+    ///
+    /// With a choice ([`PayloadFingerprint`]: the raw bytes, canonical JSON, JSON fields,
+    /// a function), a repeat of the token whose body differs in what counts is refused
+    /// with 422 ([`IdempotencyKeyReused`](crate::RejectionKind::IdempotencyKeyReused)),
+    /// also while the first still runs: the one form submitted with other values is a
+    /// mistake to show, not a double click to absorb. The body is then read whole before
+    /// the handler runs (within [the layer's limit](Self::with_body_limit)), even with the
+    /// token in a header.
+    ///
+    /// ```
+    /// use idem_axum::payload::PayloadFingerprint;
+    /// // An urlencoded form's bytes as posted: another quantity is another submission.
+    /// let layer = idem_axum::VerifyFormTokenLayer::new()
+    ///     .with_payload_fingerprint(PayloadFingerprint::Raw);
+    /// ```
+    pub fn with_payload_fingerprint(mut self, payload: PayloadFingerprint) -> Self {
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.payload = Some(payload);
+        settings.replay = true;
         self
     }
 

@@ -12,7 +12,7 @@
 
 use std::future::{Future, ready};
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -24,7 +24,9 @@ use idem_core::{Fingerprint, Key, Store, StoreError, throttled};
 use tokio::time::Instant;
 
 use super::extract::TokenKeys;
-use super::layer::{Check, Spent, Submission, check, refused_token, rotate, with_rotated};
+use super::layer::{
+    Check, SUBMISSION, Spent, Submission, Submitted, check, refused_token, rotate, with_rotated,
+};
 use super::submission::FormSubmission;
 use crate::future::Inner;
 use crate::guard::GuardContext;
@@ -32,12 +34,6 @@ use crate::idempotency::{self, Began, Record, Spending, record_key, replay, tag}
 use crate::identity::ClientRequest;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
-
-/// The fingerprint of every submission: the token is the whole identity of a submission,
-/// and a repeat with other fields is the same submission, posted again. Hashed once a
-/// process rather than once a post.
-static SUBMISSION: LazyLock<Fingerprint> =
-    LazyLock::new(|| Fingerprint::of([b"form submission".as_slice()]));
 
 /// How long a repeat waits for the first submission of its token to finish.
 const WAIT_FOR_FIRST: Duration = Duration::from_secs(5);
@@ -68,7 +64,7 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
     }
 
     /// Begins the post's record (or finds it), then spends its token (or looks at it).
-    async fn decide(self, request: Request, token: String) -> Decided<S, St> {
+    async fn decide(self, mut request: Request, token: String) -> Decided<S, St> {
         let kept = self.settings.kept(self.config.ttl());
         let view = ClientRequest::from_request(&request);
         let key = record_key(
@@ -78,7 +74,23 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
             &view,
             &token,
         );
-        let begun = begin_or_wait(&self.store, &self.guard, &key, &kept, request.headers());
+        // Back into `request`, a parameter, which the future holds already: a binding of
+        // its own would be a second request in it.
+        let fingerprint = match self.settings.read_fingerprint(request) {
+            Submitted::TokenAlone(unread) => {
+                request = unread;
+                *SUBMISSION
+            }
+            Submitted::Read(reading) => match reading.await {
+                Ok((read, fingerprint)) => {
+                    request = read;
+                    fingerprint
+                }
+                Err(rejection) => return Decided::Answered(self.guard.refuse(rejection)),
+            },
+        };
+        let headers = request.headers();
+        let begun = begin_or_wait(&self.store, &self.guard, &key, &fingerprint, &kept, headers);
         let record = match begun.await {
             Ok(Began::First(record)) => record,
             Ok(Began::Completed(stored)) => {
@@ -90,7 +102,8 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
                 return Decided::Answered(self.guard.refuse(still_running(remaining)));
             }
             Ok(Began::Mismatch) => {
-                return Decided::Answered(self.guard.refuse(refused_token(&self.settings)));
+                outcome::report(Guard::FormToken, Outcome::Mismatch);
+                return Decided::Answered(self.guard.refuse(submitted_otherwise()));
             }
             // A post whose record the store could not begin: refused, or, failing open,
             // run unverified, as a post whose token the store cannot spend is.
@@ -209,17 +222,17 @@ fn begin_or_wait<'a, St: Store + Clone>(
     store: &'a St,
     guard: &'a GuardContext,
     key: &'a Key,
+    fingerprint: &'a Fingerprint,
     kept: &'a Arc<idempotency::Settings>,
     request: &'a HeaderMap,
 ) -> impl Future<Output = Result<Began<St>, StoreError>> + 'a {
     async move {
-        let fingerprint = *SUBMISSION;
         let deadline = Instant::now() + WAIT_FOR_FIRST;
         let mut began =
-            Record::begin_on(store.clone(), guard, key, &fingerprint, kept, request).await;
+            Record::begin_on(store.clone(), guard, key, fingerprint, kept, request).await;
         while matches!(began, Ok(Began::InProgress(_))) && Instant::now() < deadline {
             tokio::time::sleep(LOOK_AGAIN).await;
-            began = Record::begin_on(store.clone(), guard, key, &fingerprint, kept, request).await;
+            began = Record::begin_on(store.clone(), guard, key, fingerprint, kept, request).await;
         }
         began
     }
@@ -291,6 +304,15 @@ fn still_running(remaining: Duration) -> Rejection {
         "this form's first submission is still being processed; reload the page in a moment",
     )
     .with_retry_after(remaining.min(Duration::from_secs(1)))
+}
+
+/// The answer to a repeat of a token whose body differs, in what counts, from the first
+/// submission's ([`with_payload_fingerprint`](super::VerifyFormTokenLayer::with_payload_fingerprint)).
+fn submitted_otherwise() -> Rejection {
+    Rejection::new(
+        RejectionKind::IdempotencyKeyReused,
+        "this form was already submitted with other values; reload the page and submit it again",
+    )
 }
 
 #[cfg(test)]

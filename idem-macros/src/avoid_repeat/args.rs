@@ -9,6 +9,7 @@ mod kw {
     syn::custom_keyword!(release);
     syn::custom_keyword!(by);
     syn::custom_keyword!(message);
+    syn::custom_keyword!(payload);
 }
 
 #[derive(Clone, Copy)]
@@ -23,11 +24,20 @@ pub(super) enum RepeatBy {
     ClientAndBody,
 }
 
+/// What of the body counts with `by = "client+body"`.
+pub(super) enum Payload {
+    Raw,
+    CanonicalJson,
+    /// The JSON pointers of the fields that count.
+    Fields(Vec<LitStr>),
+}
+
 pub(super) struct Args {
     pub(super) timeout_ms: u64,
     pub(super) release: Release,
     pub(super) by: RepeatBy,
     pub(super) message: Option<LitStr>,
+    pub(super) payload: Payload,
     /// The path of the `idem-axum` crate, for a dependency renamed in `Cargo.toml`.
     pub(super) krate: syn::Path,
 }
@@ -38,6 +48,7 @@ impl Parse for Args {
         let mut release = None;
         let mut by = None;
         let mut message = None;
+        let mut payload = None;
         let mut krate = None;
         while !input.is_empty() {
             let lookahead = input.lookahead1();
@@ -68,6 +79,14 @@ impl Parse for Args {
                 let name = input.parse::<Token![crate]>()?;
                 let value = value_of(input, "crate", "\"my_idem\"")?;
                 set_once(&mut krate, name.span, "crate", crate_path(&value)?)?;
+            } else if lookahead.peek(kw::payload) {
+                let name = input.parse::<kw::payload>()?;
+                set_once(
+                    &mut payload,
+                    name.span,
+                    "payload",
+                    (name.span, payload_of(input)?),
+                )?;
             } else if lookahead.peek(kw::message) {
                 let name = input.parse::<kw::message>()?;
                 let value = value_of(input, "message", "\"请勿重复提交\"")?;
@@ -79,14 +98,65 @@ impl Parse for Args {
                 input.parse::<Token![,]>()?;
             }
         }
+        let by = by.unwrap_or(RepeatBy::Client);
+        let payload = match payload {
+            None => Payload::Raw,
+            Some((span, _)) if matches!(by, RepeatBy::Client) => {
+                return Err(syn::Error::new(
+                    span,
+                    "`payload` counts only in a key that includes the body: add `by = \"client+body\"`",
+                ));
+            }
+            Some((_, payload)) => payload,
+        };
         Ok(Self {
             timeout_ms: timeout.ok_or_else(missing_timeout)?,
             release: release.unwrap_or(Release::Expire),
-            by: by.unwrap_or(RepeatBy::Client),
+            by,
             message,
+            payload,
             krate: krate.unwrap_or_else(|| syn::parse_quote!(::idem_axum)),
         })
     }
+}
+
+/// `= "raw"`, `= "canonical_json"` or `= ["/json/pointer", ...]` after `payload`.
+fn payload_of(input: ParseStream<'_>) -> syn::Result<Payload> {
+    input.parse::<Token![=]>()?;
+    if input.peek(syn::token::Bracket) {
+        let content;
+        let brackets = syn::bracketed!(content in input);
+        let fields = content.parse_terminated(|field| field.parse::<LitStr>(), Token![,])?;
+        if fields.is_empty() {
+            return Err(syn::Error::new(
+                brackets.span.join(),
+                "name at least one field, e.g. `payload = [\"/amount\"]`",
+            ));
+        }
+        for field in &fields {
+            if !field.value().starts_with('/') {
+                return Err(syn::Error::new(
+                    field.span(),
+                    "a field is a JSON pointer, which starts with `/`, e.g. \"/amount\"",
+                ));
+            }
+        }
+        return Ok(Payload::Fields(fields.into_iter().collect()));
+    }
+    if !input.peek(LitStr) {
+        return Err(input.error(
+            "`payload` takes \"raw\", \"canonical_json\" or a list of JSON pointers, \
+             e.g. `payload = [\"/amount\", \"/currency\"]`",
+        ));
+    }
+    let value: LitStr = input.parse()?;
+    choice(
+        &value,
+        [
+            ("raw", Payload::Raw),
+            ("canonical_json", Payload::CanonicalJson),
+        ],
+    )
 }
 
 /// The path `crate = "..."` names.
@@ -159,12 +229,13 @@ fn parse_timeout(value: &LitStr) -> syn::Result<u64> {
 }
 
 /// The one of two choices `value` names; the error, spanned on it, names both.
-fn choice<T: Copy>(value: &LitStr, choices: [(&str, T); 2]) -> syn::Result<T> {
-    let [(first, _), (second, _)] = choices;
+fn choice<T>(value: &LitStr, choices: [(&str, T); 2]) -> syn::Result<T> {
+    let [(first, _), (second, _)] = &choices;
+    let (first, second) = (*first, *second);
     choices
-        .iter()
+        .into_iter()
         .find(|(name, _)| value.value() == *name)
-        .map(|&(_, chosen)| chosen)
+        .map(|(_, chosen)| chosen)
         .ok_or_else(|| {
             syn::Error::new(
                 value.span(),

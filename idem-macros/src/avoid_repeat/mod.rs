@@ -12,7 +12,7 @@
 //!     __idem_arg1: Last<Form<Order>, false>,  // also reads the runtime and the client
 //! ) -> Response {
 //!     async fn __idem_handler(State(s): State<App>, Form(f): Form<Order>) -> impl IntoResponse { BODY }
-//!     static __IDEM_SPEC: Spec = Spec::new("my_crate::orders::create", 30000, ...);
+//!     static __IDEM_SPEC: Spec = Spec::new("my_crate::orders::create", 30000, ..., Counted::Raw);
 //!     run(__idem_arg1.context, &__IDEM_SPEC, None, __idem_handler(__idem_arg0, __idem_arg1.inner)).await
 //! }
 //! ```
@@ -21,7 +21,8 @@
 //! - `by = "client"`: the first argument before the last that is not a `State` (so
 //!   `debug_handler` still infers the state type), as `WithContext<T>`; else the last, as
 //!   `Last<T, false>`;
-//! - `by = "client+body"`: the last, as `Last<T, true>`;
+//! - `by = "client+body"`: the last, as `Last<T, true>`, which also reads the query and
+//!   body; `run` fingerprints them as `payload = ...` chose (the `Spec`'s `Counted`);
 //! - a handler without arguments gains one.
 //!
 //! `Last` is an extractor for whatever axum's marker makes the last argument — one that
@@ -37,7 +38,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, GenericParam, ItemFn, Signature, Type};
 
-use self::args::{Args, Release, RepeatBy};
+use self::args::{Args, Payload, Release, RepeatBy};
 
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let args: Args = syn::parse2(args)?;
@@ -140,7 +141,7 @@ impl Outer {
                     self.params.push(quote!(__idem_payload: #private::Payload));
                     Carried {
                         context: quote!(__idem_payload.context),
-                        payload: quote!(::core::option::Option::Some(__idem_payload.fingerprint)),
+                        payload: quote!(::core::option::Option::Some(__idem_payload.payload)),
                     }
                 }
             };
@@ -163,7 +164,7 @@ impl Outer {
                 let name = self.wrap(last, |ty| quote!(Last<#ty, true>));
                 Carried {
                     context: quote!(#name.context),
-                    payload: quote!(#name.fingerprint),
+                    payload: quote!(#name.payload),
                 }
             }
         }
@@ -185,6 +186,11 @@ fn spec(args: &Args, name: &Ident, private: &TokenStream) -> TokenStream {
         Some(message) => quote!(::core::option::Option::Some(#message)),
         None => quote!(::core::option::Option::None),
     };
+    let counted = match &args.payload {
+        Payload::Raw => quote!(#private::Counted::Raw),
+        Payload::CanonicalJson => quote!(#private::Counted::CanonicalJson),
+        Payload::Fields(fields) => quote!(#private::Counted::Fields(&[#(#fields),*])),
+    };
     let timeout_ms = args.timeout_ms;
     quote! {
         static __IDEM_SPEC: #private::Spec = #private::Spec::new(
@@ -193,6 +199,7 @@ fn spec(args: &Args, name: &Ident, private: &TokenStream) -> TokenStream {
             #private::Release::#release,
             #private::RepeatBy::#by,
             #message,
+            #counted,
         );
     }
 }

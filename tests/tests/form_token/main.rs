@@ -9,6 +9,7 @@ mod beside_other_guards;
 mod bodies;
 mod client_gone;
 mod in_transaction;
+mod payload;
 mod redis;
 mod refusals;
 mod replay;
@@ -23,6 +24,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Json, Router};
 use idem_axum::identity::ClientCookie;
+use idem_axum::payload::PayloadFingerprint;
 use idem_axum::store::Store;
 use idem_axum::{
     AvoidRepeatLayer, FormToken, FormTokenConfig, Idem, VerifyFormTokenLayer, avoid_repeat,
@@ -82,6 +84,16 @@ async fn place_and_redirect(State(shop): State<Shop>, Form(_order): Form<Order>)
         .into_response()
 }
 
+async fn place_when_let_through(State(shop): State<Shop>, Form(_order): Form<Order>) -> Response {
+    let order = shop.ran();
+    shop.pass_gate().await;
+    (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, format!("/orders/{order}"))],
+    )
+        .into_response()
+}
+
 #[avoid_repeat(timeout = "30s")]
 async fn guarded_twice(State(shop): State<Shop>, Form(_order): Form<Order>) -> StatusCode {
     shop.ran();
@@ -118,6 +130,21 @@ fn routes(shop: &Shop) -> Router {
             post(place_and_redirect).route_layer(VerifyFormTokenLayer::new().with_replay(true)),
         )
         .route(
+            "/replayed/by-body",
+            post(place_and_redirect).route_layer(by_body()),
+        )
+        .route(
+            "/replayed/by-body/gated",
+            post(place_when_let_through).route_layer(by_body()),
+        )
+        .route(
+            "/replayed/api",
+            post(api_order).route_layer(
+                VerifyFormTokenLayer::new()
+                    .with_payload_fingerprint(PayloadFingerprint::CanonicalJson),
+            ),
+        )
+        .route(
             "/localized",
             post(place_order).route_layer(VerifyFormTokenLayer::new().with_message("请勿重复提交")),
         )
@@ -139,6 +166,11 @@ fn routes(shop: &Shop) -> Router {
                 .route_layer(AvoidRepeatLayer::new(WINDOW)),
         )
         .with_state(shop.clone())
+}
+
+/// Replay that counts the posted form's bytes beside its token.
+fn by_body() -> VerifyFormTokenLayer {
+    VerifyFormTokenLayer::new().with_payload_fingerprint(PayloadFingerprint::Raw)
 }
 
 fn idem<S: Store>(store: S) -> Idem {

@@ -6,14 +6,17 @@
 
 use std::time::Duration;
 
+use axum::Json;
 use axum::Router;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use idem_axum::identity::ClientHeader;
 use idem_axum::payload::PayloadFingerprint;
 use idem_axum::store::Store;
-use idem_axum::{AvoidRepeatLayer, Idem, IdempotencyLayer, RepeatBy};
+use idem_axum::{AvoidRepeatLayer, Idem, IdempotencyLayer, RepeatBy, avoid_repeat};
 use idem_tests::{Backend, Shop, send, shop_on};
+use serde_json::Value;
 
 use crate::{CLIENT, Seen, gated, pay, request};
 
@@ -22,7 +25,22 @@ idem_tests::on_every_store!(
     selected_fields_leave_the_rest_out,
     an_ignored_body_and_a_function_of_it,
     a_window_by_body_takes_the_same_choice,
+    the_attribute_takes_the_same_choice,
 );
+
+/// `#[avoid_repeat]` by client and body, the body as canonical JSON.
+#[avoid_repeat(timeout = "60s", by = "client+body", payload = "canonical_json")]
+async fn canonical_window(State(shop): State<Shop>, Json(_order): Json<Value>) -> StatusCode {
+    shop.ran();
+    StatusCode::CREATED
+}
+
+/// `#[avoid_repeat]` by client and body, only the amount counting.
+#[avoid_repeat(timeout = "60s", by = "client+body", payload = ["/amount"])]
+async fn amount_window(State(shop): State<Shop>) -> StatusCode {
+    shop.ran();
+    StatusCode::CREATED
+}
 
 fn app<S: Store>(store: S, shop: &Shop) -> Router {
     let layer = |payload| IdempotencyLayer::new().with_payload_fingerprint(payload);
@@ -63,6 +81,8 @@ fn app<S: Store>(store: S, shop: &Shop) -> Router {
                     .with_payload_fingerprint(PayloadFingerprint::CanonicalJson),
             ),
         )
+        .route("/attribute/canonical", post(canonical_window))
+        .route("/attribute/amount", post(amount_window))
         .with_state(shop.clone());
     let idem = Idem::builder()
         .with_store(store)
@@ -216,4 +236,36 @@ async fn a_window_by_body_takes_the_same_choice<B: Backend>() {
         "another body is another request"
     );
     assert_eq!(shop.runs(), 2);
+}
+
+async fn the_attribute_takes_the_same_choice<B: Backend>() {
+    let (_backend, shop, app) = shop_on::<B>(app).await;
+    let post = |path, body| send_as_alice(&app, path, None, body);
+    let canonical = "/attribute/canonical";
+    assert_eq!(
+        post(canonical, r#"{"a":1,"b":2}"#).await.status,
+        StatusCode::CREATED
+    );
+    let reordered = post(canonical, r#"{ "b": 2, "a": 1 }"#).await;
+    assert_eq!(
+        reordered.status,
+        StatusCode::CONFLICT,
+        "a repeat, reordered"
+    );
+    assert_eq!(
+        post(canonical, r#"{"a":1,"b":3}"#).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(shop.runs(), 2);
+
+    let amount = "/attribute/amount";
+    let first = post(amount, r#"{"amount":5,"at":"10:00:00"}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let later = post(amount, r#"{"at":"10:00:01","amount":5}"#).await;
+    assert_eq!(later.status, StatusCode::CONFLICT, "only the amount counts");
+    assert_eq!(
+        post(amount, r#"{"amount":6}"#).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(shop.runs(), 4);
 }

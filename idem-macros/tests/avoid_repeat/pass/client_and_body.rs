@@ -28,10 +28,28 @@ async fn nothing() -> &'static str {
     "ok"
 }
 
+#[avoid_repeat(timeout = "30s", by = "client+body", payload = "canonical_json")]
+async fn canonical(Json(t): Json<Transfer>) -> String {
+    t.amount.to_string()
+}
+
+#[avoid_repeat(timeout = "30s", by = "client+body", payload = ["/amount", "/to/iban"])]
+async fn fields(Path(id): Path<u64>, Json(t): Json<Transfer>) -> String {
+    format!("{id}: {}", t.amount)
+}
+
+#[avoid_repeat(timeout = "30s", by = "client+body", payload = "raw")]
+async fn raw_without_arguments() -> &'static str {
+    "ok"
+}
+
 fn main() {
     let _: Router = Router::new()
         .route("/a/{id}", post(json_last))
         .route("/b", post(form_last))
         .route("/c/{id}", post(parts_last))
-        .route("/d", post(nothing));
+        .route("/d", post(nothing))
+        .route("/e", post(canonical))
+        .route("/f/{id}", post(fields))
+        .route("/g", post(raw_without_arguments));
 }
