@@ -41,8 +41,8 @@ impl Default for IdempotencyLayer {
 
 impl IdempotencyLayer {
     /// Guards `POST` and `PATCH` requests that carry an `Idempotency-Key`; keys scoped by
-    /// client; a lease of 10 s, responses kept 24 h, up to 1 MiB each; every response but
-    /// a 5xx stored.
+    /// client; a lease of 10 s, responses kept 24 h, up to 1 MiB each; every response
+    /// stored but a 5xx and the transient 408, 425 and 429 ([`stored_by_default`]).
     ///
     /// ```
     /// let layer = idem_axum::IdempotencyLayer::new();
