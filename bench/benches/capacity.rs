@@ -35,7 +35,8 @@
 //! - `memory`: bytes per live entry of each kind: `MemoryStore` (`bytes_held` and the
 //!   growth of the process' resident memory, one child process per kind and repeat),
 //!   Redis (`used_memory` growth per entry, and `MEMORY USAGE` of a sample key), and
-//!   PostgreSQL (`pg_table_size` and `pg_indexes_size` per row). A completed record
+//!   PostgreSQL (`pg_table_size` and `pg_indexes_size` per row), and SQLite (the
+//!   database file's pages in use per entry). A completed record
 //!   holds what `IdempotencyLayer` stores for a typical JSON answer: `201 Created`,
 //!   `Content-Type: application/json` and a 512-byte order (`bench/src/order.json`).
 //!   `IDEM_CAPACITY_KINDS` (comma-separated `Debug` names, e.g. `RecordCompleted`)
@@ -1105,6 +1106,7 @@ fn memory_part(settings: BenchRounds) {
     memory_store_sizes(settings, entries);
     redis_sizes(settings, (entries / 10).max(1));
     postgres_sizes(settings, (entries / 10).max(1));
+    sqlite_sizes(settings, (entries / 10).max(1));
 }
 
 /// One child process per kind and round, each filling a `MemoryStore` of its own.
@@ -1279,6 +1281,59 @@ fn postgres_sizes(settings: BenchRounds, entries: u64) {
             index.show(0),
             heap.median() + index.median()
         );
+    }
+    println!();
+}
+
+/// SQLite: how far the database file grew (pages in use, after a checkpoint of the
+/// write-ahead log), per entry, a fresh file for each kind and round.
+fn sqlite_sizes(settings: BenchRounds, entries: u64) {
+    let bench = Bench::new(settings);
+    println!(
+        "### SQLite\n\n{entries} entries of each kind through `SqliteStore` (16 tasks), {} \
+         rounds, a new database file for each: the pages in use (`page_count` − \
+         `freelist_count`, × `page_size`, after `wal_checkpoint(TRUNCATE)`) it grew by, per \
+         entry: the table and its indexes.\n",
+        settings.rounds
+    );
+    println!("| entry | bytes per entry |");
+    println!("|---|---:|");
+    for entry in Entry::chosen() {
+        let mut grown = Spread::default();
+        for round in 0..settings.rounds {
+            let dir = std::env::temp_dir().join(format!(
+                "idem-capacity-{}-{round}-{entry:?}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).expect("a temporary directory");
+            let bytes = bench.runtime.block_on(async {
+                let store = idem_sqlx::SqliteStore::open(dir.join("idem.db"))
+                    .await
+                    .expect("SQLite opens");
+                store.migrate().await.expect("the schema");
+                let used = || async {
+                    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                        .execute(store.pool())
+                        .await
+                        .expect("a checkpoint");
+                    let (pages, free, size): (i64, i64, i64) = sqlx::query_as(
+                        "SELECT (SELECT page_count FROM pragma_page_count()),
+                            (SELECT freelist_count FROM pragma_freelist_count()),
+                            (SELECT page_size FROM pragma_page_size())",
+                    )
+                    .fetch_one(store.pool())
+                    .await
+                    .expect("the file's pages");
+                    (pages - free) * size
+                };
+                let before = used().await;
+                fill(entry, &store, 16, entries).await;
+                used().await - before
+            });
+            std::fs::remove_dir_all(&dir).expect("the directory removed");
+            grown.push(bytes as f64 / entries as f64);
+        }
+        println!("| {} | {} |", entry.name(), grown.show(0));
     }
     println!();
 }
