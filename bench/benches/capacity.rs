@@ -111,7 +111,9 @@ fn typical_record() -> Bytes {
                 (StatusCode::CREATED, json, ORDER_JSON)
             };
             let route = axum::routing::post(answer).route_layer(idem_axum::IdempotencyLayer::new());
-            let app = axum::Router::new().route("/orders", route).layer(idem.layer());
+            let app = axum::Router::new()
+                .route("/orders", route)
+                .layer(idem.layer());
             let request = Request::post("/orders")
                 .header(&idem_bench::CLIENT, "client-1")
                 .header("idempotency-key", "k-1")
