@@ -98,7 +98,7 @@ fn typical_record() -> Bytes {
     let stored = || {
         use axum::http::{Method, Request, StatusCode, header::CONTENT_TYPE};
         use idem_axum::identity::ClientId;
-        use idem_core::RecordState;
+        use idem_core::{RecordState, RecordStore};
         use tower::ServiceExt;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
