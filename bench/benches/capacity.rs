@@ -35,7 +35,12 @@
 //! - `memory`: bytes per live entry of each kind: `MemoryStore` (`bytes_held` and the
 //!   growth of the process' resident memory, one child process per kind and repeat),
 //!   Redis (`used_memory` growth per entry, and `MEMORY USAGE` of a sample key), and
-//!   PostgreSQL (`pg_table_size` and `pg_indexes_size` per row).
+//!   PostgreSQL (`pg_table_size` and `pg_indexes_size` per row), and SQLite (the
+//!   database file's pages in use per entry). A completed record
+//!   holds what `IdempotencyLayer` stores for a typical JSON answer: `201 Created`,
+//!   `Content-Type: application/json` and a 512-byte order (`bench/src/order.json`).
+//!   `IDEM_CAPACITY_KINDS` (comma-separated `Debug` names, e.g. `RecordCompleted`)
+//!   measures only those kinds.
 //!
 //! Every figure is taken `IDEM_BENCH_ROUNDS` times (default 3) and printed as the median
 //! with the lowest and highest. `IDEM_BENCH_OPS` (default 100,000) is the requests per
@@ -80,6 +85,55 @@ const RETENTION: Duration = Duration::from_secs(3600);
 const RESPONSE_LEN: usize = 512;
 /// The completed records the replays ask for.
 const REPLAYED: u64 = 1_000;
+
+/// The body of the typical JSON answer a completed record keeps in the memory part.
+const ORDER_JSON: &str = include_str!("../src/order.json");
+
+/// What `IdempotencyLayer` stores for a `201 Created` answer with
+/// `Content-Type: application/json` and [`ORDER_JSON`]: one request through the layer on a
+/// `MemoryStore`, then its record read back, in a thread of its own (the callers run
+/// inside a runtime).
+fn typical_record() -> Bytes {
+    static RECORD: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    let stored = || {
+        use axum::http::{Method, Request, StatusCode, header::CONTENT_TYPE};
+        use idem_axum::identity::ClientId;
+        use idem_core::{RecordState, RecordStore};
+        use tower::ServiceExt;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        runtime.block_on(async {
+            let idem = idem_bench::bench_idem(MemoryStore::new());
+            let answer = || async {
+                let json = [(CONTENT_TYPE, "application/json")];
+                (StatusCode::CREATED, json, ORDER_JSON)
+            };
+            let route = axum::routing::post(answer).route_layer(idem_axum::IdempotencyLayer::new());
+            let app = axum::Router::new()
+                .route("/orders", route)
+                .layer(idem.layer());
+            let request = Request::post("/orders")
+                .header(&idem_bench::CLIENT, "client-1")
+                .header("idempotency-key", "k-1")
+                .body(axum::body::Body::empty())
+                .expect("a request");
+            let answered = app.oneshot(request).await.expect("an answer");
+            assert_eq!(answered.status(), StatusCode::CREATED);
+            let client = ClientId::new("client-1");
+            let keys = idem.record_keys();
+            let key = keys.idempotency(&Method::POST, "/orders", Some(&client), "k-1");
+            match idem.store().record_state(&key).await {
+                Ok(Some(RecordState::Completed { response, .. })) => response,
+                other => panic!("the record of the typical answer: {other:?}"),
+            }
+        })
+    };
+    RECORD
+        .get_or_init(|| std::thread::spawn(stored).join().expect("the record"))
+        .clone()
+}
 
 /// The child process' environment variable: the kind of entry to fill a `MemoryStore`
 /// with, then report on.
@@ -966,6 +1020,15 @@ enum Entry {
 }
 
 impl Entry {
+    /// The kinds `IDEM_CAPACITY_KINDS` names, or all.
+    fn chosen() -> Vec<Self> {
+        let kinds = std::env::var("IDEM_CAPACITY_KINDS").unwrap_or_default();
+        Self::ALL
+            .into_iter()
+            .filter(|entry| kinds.is_empty() || kinds.split(',').any(|k| k == format!("{entry:?}")))
+            .collect()
+    }
+
     const ALL: [Self; 5] = [
         Self::Window,
         Self::FencedLock,
@@ -980,7 +1043,7 @@ impl Entry {
             Self::FencedLock => "fenced lock",
             Self::Token => "form token (16 per client)",
             Self::RecordRunning => "record, first attempt running",
-            Self::RecordCompleted => "record, completed (512-byte response)",
+            Self::RecordCompleted => "record, completed (512-byte JSON response)",
         }
     }
 
@@ -1016,7 +1079,7 @@ impl Entry {
                 if self == Self::RecordCompleted {
                     // A response of its own, as every request's is: a clone would share one
                     // buffer among all the records of a `MemoryStore`.
-                    let response = Bytes::copy_from_slice(&work.response);
+                    let response = Bytes::copy_from_slice(&typical_record());
                     let done = store.complete_record(&key, &owner, response, RETENTION);
                     assert_eq!(done.await.ok(), Some(true));
                 }
@@ -1045,6 +1108,7 @@ fn memory_part(settings: BenchRounds) {
     memory_store_sizes(settings, entries);
     redis_sizes(settings, (entries / 10).max(1));
     postgres_sizes(settings, (entries / 10).max(1));
+    sqlite_sizes(settings, (entries / 10).max(1));
 }
 
 /// One child process per kind and round, each filling a `MemoryStore` of its own.
@@ -1059,7 +1123,7 @@ fn memory_store_sizes(settings: BenchRounds, entries: u64) {
     println!("| entry | counted bytes per entry (`bytes_held`) | resident bytes per entry |");
     println!("|---|---:|---:|");
     let exe = std::env::current_exe().expect("this benchmark's path");
-    for entry in Entry::ALL {
+    for entry in Entry::chosen() {
         let (mut counted, mut resident) = (Spread::default(), Spread::default());
         for _ in 0..settings.rounds {
             let output = Command::new(&exe)
@@ -1109,6 +1173,10 @@ fn memory_child(kind: &str) {
         .with_token_capacity(room)
         .with_max_bytes(usize::MAX / 2)
         .build();
+    if entry == Entry::RecordCompleted {
+        // Made before the count starts: its runtime and thread are not an entry's.
+        typical_record();
+    }
     let before = resident_bytes();
     runtime.block_on(fill(entry, &store, 1, entries));
     let grown = resident_bytes().saturating_sub(before);
@@ -1137,7 +1205,7 @@ fn redis_sizes(settings: BenchRounds, entries: u64) {
     println!("| entry | `used_memory` growth per entry | `MEMORY USAGE` of its keys |");
     println!("|---|---:|---:|");
     let used = || info_field(&info_text(&server, "memory"), "used_memory").expect("used_memory");
-    for entry in Entry::ALL {
+    for entry in Entry::chosen() {
         let (mut grown, mut usage) = (Spread::default(), String::from("—"));
         for _ in 0..settings.rounds {
             server.command(&["FLUSHALL"]);
@@ -1183,7 +1251,7 @@ fn postgres_sizes(settings: BenchRounds, entries: u64) {
     );
     println!("| entry | table | heap bytes per row | index bytes per row | total bytes per row |");
     println!("|---|---|---:|---:|---:|");
-    for entry in Entry::ALL {
+    for entry in Entry::chosen() {
         let table = match entry {
             Entry::Window | Entry::FencedLock => "idem_locks",
             Entry::Token => "idem_tokens",
@@ -1215,6 +1283,59 @@ fn postgres_sizes(settings: BenchRounds, entries: u64) {
             index.show(0),
             heap.median() + index.median()
         );
+    }
+    println!();
+}
+
+/// SQLite: how far the database file grew (pages in use, after a checkpoint of the
+/// write-ahead log), per entry, a fresh file for each kind and round.
+fn sqlite_sizes(settings: BenchRounds, entries: u64) {
+    let bench = Bench::new(settings);
+    println!(
+        "### SQLite\n\n{entries} entries of each kind through `SqliteStore` (16 tasks), {} \
+         rounds, a new database file for each: the pages in use (`page_count` − \
+         `freelist_count`, × `page_size`, after `wal_checkpoint(TRUNCATE)`) it grew by, per \
+         entry: the table and its indexes.\n",
+        settings.rounds
+    );
+    println!("| entry | bytes per entry |");
+    println!("|---|---:|");
+    for entry in Entry::chosen() {
+        let mut grown = Spread::default();
+        for round in 0..settings.rounds {
+            let dir = std::env::temp_dir().join(format!(
+                "idem-capacity-{}-{round}-{entry:?}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).expect("a temporary directory");
+            let bytes = bench.runtime.block_on(async {
+                let store = idem_sqlx::SqliteStore::open(dir.join("idem.db"))
+                    .await
+                    .expect("SQLite opens");
+                store.migrate().await.expect("the schema");
+                let used = || async {
+                    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                        .execute(store.pool())
+                        .await
+                        .expect("a checkpoint");
+                    let (pages, free, size): (i64, i64, i64) = sqlx::query_as(
+                        "SELECT (SELECT page_count FROM pragma_page_count()),
+                            (SELECT freelist_count FROM pragma_freelist_count()),
+                            (SELECT page_size FROM pragma_page_size())",
+                    )
+                    .fetch_one(store.pool())
+                    .await
+                    .expect("the file's pages");
+                    (pages - free) * size
+                };
+                let before = used().await;
+                fill(entry, &store, 16, entries).await;
+                used().await - before
+            });
+            std::fs::remove_dir_all(&dir).expect("the directory removed");
+            grown.push(bytes as f64 / entries as f64);
+        }
+        println!("| {} | {} |", entry.name(), grown.show(0));
     }
     println!();
 }
