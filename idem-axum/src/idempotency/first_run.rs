@@ -351,6 +351,7 @@ impl<St: Store + Clone> Record<St> {
                     data,
                     trailers.as_ref(),
                     self.settings().scope,
+                    self.settings().compress_from,
                 ))
             }
             Captured::TooLarge { .. } => {

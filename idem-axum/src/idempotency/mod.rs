@@ -327,6 +327,8 @@ pub(crate) struct Settings {
     /// The application's hook on replayed responses.
     on_replay: Option<ReplayHook>,
     max_stored_response: usize,
+    /// Bodies of this many bytes or more are stored compressed; `None`, none is.
+    compress_from: Option<usize>,
     stores_status: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
     missing_key_message: Option<Cow<'static, str>>,
     key_header: HeaderName,
@@ -460,6 +462,7 @@ impl fmt::Debug for Settings {
             .field("advertised", &self.advertised)
             .field("on_replay", &self.on_replay)
             .field("max_stored_response", &self.max_stored_response)
+            .field("compress_from", &self.compress_from)
             .field("missing_key_message", &self.missing_key_message)
             .field("key_header", &self.key_header)
             .field("replayed_header", &self.replayed_header)

@@ -83,6 +83,7 @@ pub struct IdempotencyRecord {
     retention: Duration,
     scope: RecordScope,
     max_stored: usize,
+    compress_from: Option<usize>,
     taken_over: Arc<AtomicBool>,
 }
 
@@ -95,6 +96,7 @@ impl IdempotencyRecord {
             retention: settings.retention,
             scope: settings.scope,
             max_stored: settings.max_stored_response,
+            compress_from: settings.compress_from,
             taken_over: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -171,9 +173,13 @@ impl IdempotencyRecord {
             captured => captured,
         };
         let stored = match &captured {
-            Captured::Whole { data, trailers } => {
-                stored_response::encode_response(&parts, data, trailers.as_ref(), self.scope)
-            }
+            Captured::Whole { data, trailers } => stored_response::encode_response(
+                &parts,
+                data,
+                trailers.as_ref(),
+                self.scope,
+                self.compress_from,
+            ),
             _ => stored_response::encode_too_large(parts.status),
         };
         Ok((stored, Response::from_parts(parts, captured.into_body())))

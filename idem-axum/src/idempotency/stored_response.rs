@@ -12,9 +12,11 @@
 //!
 //! - a header or trailer name of [`KNOWN_NAMES`] (`content-type`, `location`, …) is its
 //!   index there, one byte, where it would take its length and its letters;
-//! - a body of at least [`COMPRESS_FROM`] bytes that has no `Content-Encoding` is
-//!   compressed with [zstd](https://docs.rs/zstd) (level 1, no checksum: the store keeps
-//!   it whole or not at all), and kept compressed when that is smaller. A typical
+//! - with [compression](crate::IdempotencyLayer::with_compression) on (it is off by
+//!   default), a body of at least its threshold (256 bytes suggested) that has
+//!   no `Content-Encoding` is compressed with [zstd](https://docs.rs/zstd) (level 1, no
+//!   checksum: the store keeps it whole or not at all), and kept compressed when that is
+//!   smaller. A typical
 //!   512-byte JSON body keeps about 350 bytes. A smaller body, or one already coded, is
 //!   stored as it is, at no cost: compressing a short body saves little and costs more
 //!   than the rest of the request.
@@ -61,9 +63,11 @@ const WITH_TRAILERS: u8 = 2;
 /// The format byte of a response's record: a [`Compact`].
 const COMPACT: u8 = 3;
 
-/// The fewest body bytes that are compressed. Below it zstd saves a few dozen bytes at
-/// best, for more instructions than the rest of a first request takes.
-pub(crate) const COMPRESS_FROM: usize = 256;
+/// The fewest body bytes worth compressing, the threshold the tests take. Below it zstd
+/// saves a few dozen bytes at best, for more instructions than the rest of a first
+/// request takes.
+#[cfg(test)]
+const COMPRESS_FROM: usize = 256;
 
 /// zstd's level: its fastest regular one. Higher levels gain a byte or two on a body
 /// of a few hundred bytes, for a fifth more instructions.
@@ -222,7 +226,8 @@ thread_local! {
 }
 
 /// The record of a response whose body is `body`, followed by `trailers` if it had any,
-/// for a key of `scope`.
+/// for a key of `scope`; a body of `compress_from` bytes or more compressed if that makes
+/// it smaller.
 ///
 /// A [`RecordScope::Shared`] record is replayed to whoever presents its key, so it keeps no
 /// `Set-Cookie`: a cookie (a session, say) was meant for the client that made the first
@@ -232,6 +237,7 @@ pub(crate) fn encode_response(
     body: &[u8],
     trailers: Option<&HeaderMap>,
     scope: RecordScope,
+    compress_from: Option<usize>,
 ) -> Bytes {
     let shared = scope == RecordScope::Shared;
     let headers: Vec<_> = parts
@@ -267,8 +273,8 @@ pub(crate) fn encode_response(
     };
     // An upper bound of the encoding: each length is a varint of at most 10 bytes.
     let size = 32 + fields(&headers) + trailers.as_deref().map_or(0, fields);
-    let compressible =
-        body.len() >= COMPRESS_FROM && !parts.headers.contains_key(http::header::CONTENT_ENCODING);
+    let compressible = compress_from.is_some_and(|from| body.len() >= from)
+        && !parts.headers.contains_key(http::header::CONTENT_ENCODING);
     let record = Compact {
         status: parts.status.as_u16(),
         headers,
@@ -542,7 +548,7 @@ mod tests {
             ],
         );
         let body = [0_u8, 159, 146, 150, b'{', b'}'];
-        let stored = encode_response(&original, &body, None, RecordScope::Client);
+        let stored = encode_response(&original, &body, None, RecordScope::Client, COMPRESSED);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
@@ -569,7 +575,7 @@ mod tests {
             CONNECTION,
             HeaderValue::from_bytes(b"X-Per-Hop, \x80").unwrap(),
         );
-        let stored = encode_response(&original, b"", None, RecordScope::Client);
+        let stored = encode_response(&original, b"", None, RecordScope::Client, COMPRESSED);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
@@ -586,7 +592,7 @@ mod tests {
                 ("set-cookie", "b=2"),
             ],
         );
-        let stored = encode_response(&original, b"ok", None, RecordScope::Shared);
+        let stored = encode_response(&original, b"ok", None, RecordScope::Shared, COMPRESSED);
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("a fresh record decodes");
         };
@@ -668,6 +674,23 @@ mod tests {
         assert_eq!(encode_failed(StatusCode::BAD_GATEWAY), failed);
     }
 
+    /// Compression on, from the suggested threshold.
+    const COMPRESSED: Option<usize> = Some(COMPRESS_FROM);
+
+    /// Compression off, the default: the body as it came, whatever its size.
+    #[test]
+    fn without_compression_a_body_is_stored_as_it_came() {
+        let order = include_bytes!("fixtures/order.json");
+        let original = parts(StatusCode::CREATED, &[("content-type", "application/json")]);
+        let stored = encode_response(&original, order, None, RecordScope::Client, None);
+        assert_eq!(stored[0], COMPACT);
+        assert!(stored.len() > order.len(), "{} bytes", stored.len());
+        let Ok(Replay::Response(replayed)) = decode(&stored) else {
+            panic!("a fresh record decodes");
+        };
+        assert_eq!(futures_body(replayed), order[..]);
+    }
+
     /// A typical 512-byte JSON body is stored compressed, and the record of it holds
     /// its name `content-type` as one byte; the replay has the same bytes.
     #[test]
@@ -675,7 +698,7 @@ mod tests {
         let order = include_bytes!("fixtures/order.json");
         assert_eq!(order.len(), 512);
         let original = parts(StatusCode::CREATED, &[("content-type", "application/json")]);
-        let stored = encode_response(&original, order, None, RecordScope::Client);
+        let stored = encode_response(&original, order, None, RecordScope::Client, COMPRESSED);
         assert_eq!(stored[0], COMPACT);
         assert!(stored.len() < 400, "{} bytes", stored.len());
         let earlier = include_bytes!("fixtures/order.bin");
@@ -691,10 +714,10 @@ mod tests {
         assert_eq!(futures_body(replayed), order[..]);
         // Already coded, or below the threshold: stored as it is, borrowed on replay.
         let gzipped = parts(StatusCode::OK, &[("content-encoding", "gzip")]);
-        let coded = encode_response(&gzipped, order, None, RecordScope::Client);
+        let coded = encode_response(&gzipped, order, None, RecordScope::Client, COMPRESSED);
         assert!(coded.len() > order.len());
         let short = &order[..COMPRESS_FROM - 1];
-        let stored = encode_response(&original, short, None, RecordScope::Client);
+        let stored = encode_response(&original, short, None, RecordScope::Client, COMPRESSED);
         // The format, the status, one header (its name's tag and index, its value's
         // length and bytes), the body's tag, length and bytes, and no trailers.
         let head = 1 + 2 + 1 + (2 + 1 + 16) + (1 + 2);
@@ -716,7 +739,7 @@ mod tests {
             })
             .collect();
         let original = parts(StatusCode::CREATED, &[("x-order", "order 7")]);
-        let stored = encode_response(&original, &body, None, RecordScope::Client);
+        let stored = encode_response(&original, &body, None, RecordScope::Client, COMPRESSED);
         let within = |bytes: &[u8]| stored.as_ptr_range().contains(&bytes.as_ptr());
         let Ok(Replay::Response(replayed)) = decode(&stored) else {
             panic!("the record decodes");
@@ -750,6 +773,7 @@ mod tests {
             b"body",
             None,
             RecordScope::Client,
+            None,
         );
         let mut other_format = stored.to_vec();
         other_format[0] = COMPACT + 1;
@@ -915,7 +939,13 @@ mod tests {
                     scope()
                 )
                     .prop_map(|(parts, body, trailers, scope)| {
-                        encode_response(&parts, &body, trailers.as_ref(), scope)
+                        encode_response(
+                            &parts,
+                            &body,
+                            trailers.as_ref(),
+                            scope,
+                            Some(COMPRESS_FROM),
+                        )
                     }),
                 (100_u16..1000).prop_map(|status| {
                     encode_too_large(StatusCode::from_u16(status).expect("a status"))
@@ -968,7 +998,7 @@ mod tests {
                 trailers in trailers(),
                 scope in scope(),
             ) {
-                let stored = encode_response(&parts, &body, trailers.as_ref(), scope);
+                let stored = encode_response(&parts, &body, trailers.as_ref(), scope, Some(COMPRESS_FROM));
                 let trailers = trailers.filter(|trailers| !trailers.is_empty());
                 prop_assert_eq!(stored[0], COMPACT);
                 let Ok(Replay::Response(replayed)) = decode(&stored) else {
