@@ -8,7 +8,9 @@ use std::process::Command;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use idem_tests::{HttpClient, RedisServer, ServerProcess, form_token_in, http_client, send_over_tcp};
+use idem_tests::{
+    HttpClient, RedisServer, ServerProcess, form_token_in, http_client, send_over_tcp,
+};
 use serde_json::Value;
 
 mod support;
@@ -73,7 +75,9 @@ fn dashboard_queries(value: &Value, queries: &mut Vec<String>) {
                 }
             }
         }
-        Value::Array(items) => items.iter().for_each(|item| dashboard_queries(item, queries)),
+        Value::Array(items) => items
+            .iter()
+            .for_each(|item| dashboard_queries(item, queries)),
         _ => {}
     }
 }
@@ -89,9 +93,9 @@ fn rule_expressions(rules: &str) -> Vec<String> {
         };
         let indent = line.len() - line.trim_start().len();
         let mut expression = first.trim_start_matches([' ', '|', '>']).to_owned();
-        while let Some(next) = lines.next_if(|next| {
-            next.trim().is_empty() || next.len() - next.trim_start().len() > indent
-        }) {
+        while let Some(next) = lines
+            .next_if(|next| next.trim().is_empty() || next.len() - next.trim_start().len() > indent)
+        {
             expression.push('\n');
             expression.push_str(next.trim());
         }
@@ -117,9 +121,16 @@ async fn the_dashboard_and_the_alerts_name_only_metrics_the_shop_exports() {
         .await
         .expect("the shop answers");
     let session = support::session_cookie(&front);
-    let (status, form) = send(&http, get(format!("{base}/orders/new?product_id=1"), &session)).await;
+    let (status, form) = send(
+        &http,
+        get(format!("{base}/orders/new?product_id=1"), &session),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{form}");
-    let order = format!("product_id=1&quantity=1&form_token={}", form_token_in(&form));
+    let order = format!(
+        "product_id=1&quantity=1&form_token={}",
+        form_token_in(&form)
+    );
     for _ in 0..2 {
         let post = Request::post(format!("{base}/orders"))
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -148,8 +159,10 @@ async fn the_dashboard_and_the_alerts_name_only_metrics_the_shop_exports() {
     let (status, scrape) = send(&http, get(format!("{base}/metrics"), "")).await;
     assert_eq!(status, StatusCode::OK);
     let exported = exported_names(&scrape);
-    let exported_idem: BTreeSet<&String> =
-        exported.iter().filter(|name| name.starts_with("idem_")).collect();
+    let exported_idem: BTreeSet<&String> = exported
+        .iter()
+        .filter(|name| name.starts_with("idem_"))
+        .collect();
 
     let mut queries = Vec::new();
     dashboard_queries(
@@ -158,7 +171,11 @@ async fn the_dashboard_and_the_alerts_name_only_metrics_the_shop_exports() {
     );
     let on_dashboard: BTreeSet<String> = queries.iter().flat_map(|q| idem_names(q)).collect();
     let expressions = rule_expressions(RULES);
-    assert_eq!(expressions.len(), 6, "one expression per alert: {expressions:#?}");
+    assert_eq!(
+        expressions.len(),
+        6,
+        "one expression per alert: {expressions:#?}"
+    );
     let in_rules: BTreeSet<String> = expressions.iter().flat_map(|e| idem_names(e)).collect();
 
     let unknown: Vec<&String> = on_dashboard
