@@ -24,6 +24,7 @@ instead_of() {
     case $1 in
     redis-server) echo "or point IDEM_REDIS_SERVER at a redis-server binary" ;;
     chromedriver) echo "or point IDEM_CHROMEDRIVER at a chromedriver binary" ;;
+    prometheus) echo "(for promtool) or point IDEM_PROMTOOL at a promtool binary" ;;
     postgresql) echo "or point IDEM_POSTGRES_BIN at the directory holding postgres and initdb" ;;
     esac
 }

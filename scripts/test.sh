@@ -3,7 +3,8 @@
 # PostgreSQL servers (a free port, a temporary directory), and the example shop's browser
 # test drives Debian's chromium through chromedriver: this installs them where they are
 # missing and this machine can (scripts/system-packages.sh); otherwise it says how, and
-# stops.
+# stops. First it checks the Prometheus alerting rules in ops/prometheus with promtool
+# (Debian's package `prometheus`), and runs their tests.
 # Extra arguments go to `cargo test`. With none it tests the whole workspace (as CI does);
 # arguments that select packages narrow the run to them (`bash scripts/test.sh -p idem-core
 # --test x`), and any others (a test name, `-- --nocapture`) still apply to every package.
@@ -14,6 +15,12 @@ source scripts/system-packages.sh
 [ -n "${IDEM_REDIS_SERVER:-}" ] || require redis-server=redis-server
 require_postgres
 [ -n "${IDEM_CHROMEDRIVER:-}" ] || require chromium=chromium chromedriver=chromium-driver
+[ -n "${IDEM_PROMTOOL:-}" ] || require promtool=prometheus
+
+# The alerting rules parse, and each alert fires and stays quiet on synthetic series.
+promtool=${IDEM_PROMTOOL:-promtool}
+"$promtool" check rules ops/prometheus/idem-rules.yml
+(cd ops/prometheus && "$promtool" test rules idem-rules.test.yml)
 
 # The shop's messages are partly Chinese: without a CJK font the browser test's
 # screenshot shows boxes. Installed where this script can, and never a reason to stop.

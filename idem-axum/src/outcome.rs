@@ -15,6 +15,12 @@
 //! | `idem_unadmitted_total` | counter | `reason` (`busy`, `shutting_down`): guarded requests the runtime did not let in |
 //! | `idem_detached_handlers` | gauge | —: guarded handlers running on after their client went away |
 //! | `idem_lock_waits_total`, `idem_lock_handoffs_total` | counter | — (from `idem-core`, its own feature `metrics`) |
+//! | `idem_lock_losses_total` | counter | `reason` (`not_held`, `expired`): held locks whose watchdog found them lost (`idem-core`) |
+//! | `idem_replay_cache_hits_total` | counter | —: replays a `RedisStore` answered from its in-process copy (`idem-redis`, its own feature `metrics`, on with this one) |
+//!
+//! Building the runtime registers the counters of rare events (store errors, refused
+//! admissions, the lock's) and the gauge at zero, so that they are exported before the
+//! first event; outcomes and latencies are exported from the first guarded request on.
 //!
 //! Give `idem_store_seconds` buckets in your exporter, so that it is exported as a
 //! histogram, whose buckets add up across instances, rather than as a summary: the
@@ -160,6 +166,30 @@ pub(crate) fn unadmitted(reason: &'static str) {
     metrics::counter!("idem_unadmitted_total", "reason" => reason).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = reason;
+}
+
+/// Registers the series that count rare events at zero, for a runtime being built: store
+/// failures, refused admissions, detached handlers and the lock's counters exist from the
+/// start, so that a dashboard shows 0 rather than no data, and `rate()` has a first sample
+/// when the first event comes. Outcomes and latencies come with the first guarded request.
+pub(crate) fn register_series() {
+    #[cfg(feature = "metrics")]
+    {
+        for policy in ["fail_closed", "fail_open"] {
+            metrics::counter!("idem_store_errors_total", "policy" => policy).increment(0);
+        }
+        for reason in ["busy", "shutting_down"] {
+            metrics::counter!("idem_unadmitted_total", "reason" => reason).increment(0);
+        }
+        // Not set: another runtime of the process may have detached handlers.
+        metrics::gauge!("idem_detached_handlers").increment(0.0);
+        // idem-core's, which counts them as they happen.
+        metrics::counter!("idem_lock_waits_total").increment(0);
+        metrics::counter!("idem_lock_handoffs_total").increment(0);
+        for reason in ["not_held", "expired"] {
+            metrics::counter!("idem_lock_losses_total", "reason" => reason).increment(0);
+        }
+    }
 }
 
 /// Reports a store failure and what the policy made of it.

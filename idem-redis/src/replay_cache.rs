@@ -20,6 +20,11 @@
 //! replayed once is the one that is likely to be asked for again (a client's retry loop, a
 //! callback sent twice), while most records are never asked for a second time. The copy
 //! is bounded in bytes and evicts by recency and frequency (`quick_cache`'s S3-FIFO).
+//!
+//! With the feature `metrics`, each answer from the copy counts in
+//! `idem_replay_cache_hits_total`, registered at zero when the copy is made: set against
+//! the replays the guards count (`idem_outcomes_total{outcome="replayed"}`), it tells
+//! how many of them Redis did not have to answer.
 
 use std::time::{Duration, Instant};
 
@@ -69,7 +74,12 @@ impl ReplayCache {
     /// A cache of at most `max_bytes`; `None` for 0, which turns the cache off.
     pub(crate) fn new(max_bytes: usize) -> Option<Self> {
         let max_bytes = u64::try_from(max_bytes).unwrap_or(u64::MAX);
-        (max_bytes > 0).then(|| Self {
+        if max_bytes == 0 {
+            return None;
+        }
+        #[cfg(feature = "metrics")]
+        metrics::counter!("idem_replay_cache_hits_total").increment(0);
+        Some(Self {
             // The estimate sizes the tables as they grow; 1 KiB is a typical entry.
             records: Cache::with_weighter(
                 usize::try_from(max_bytes / 1024)
@@ -89,6 +99,8 @@ impl ReplayCache {
             self.records.remove(key);
             return None;
         }
+        #[cfg(feature = "metrics")]
+        metrics::counter!("idem_replay_cache_hits_total").increment(1);
         Some(if completed.fingerprint == *fingerprint {
             Begin::Completed {
                 response: completed.response,

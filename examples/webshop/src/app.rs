@@ -37,6 +37,14 @@ pub struct Shop {
 }
 
 impl Shop {
+    /// Installs the Prometheus recorder that `GET /metrics` renders, if no recorder is
+    /// installed yet ([`new`](Self::new) does it too). What is registered before it goes
+    /// nowhere: a `RedisStore` registers its replay copy's counter when it is made, so a
+    /// process that makes one calls this first.
+    pub fn install_metrics() {
+        metrics::install();
+    }
+
     /// A shop on `db` (opened with [`connect`](crate::connect)) whose guards keep their keys
     /// in `store`, but for the idempotency records of API orders and payment callbacks,
     /// which are rows of `db`.

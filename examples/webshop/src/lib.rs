@@ -27,7 +27,7 @@
 //! | `GET /api/accounts/{id}` | JSON `{id, balance}` |
 //! | `POST /api/vouchers/{id}/seckill` | `X-User-Id`: `201` bought, `409` bought already or in progress, `410` sold out |
 //! | `GET /api/vouchers/{id}` | JSON `{id, stock, sold}` |
-//! | `GET /metrics` | Prometheus text: idem's `idem_outcomes_total{guard,outcome}`, `idem_store_seconds{guard}` (a histogram: `_bucket{le}`, `_sum`, `_count`), `idem_store_errors_total{policy}`, `idem_lock_waits_total`, `idem_lock_handoffs_total` |
+//! | `GET /metrics` | Prometheus text: idem's `idem_outcomes_total{guard,outcome}`, `idem_store_seconds{guard}` (a histogram: `_bucket{le}`, `_sum`, `_count`), `idem_store_errors_total{policy}`, and the rest of idem's (the production guide's dashboard, `ops/grafana/idem.json`, shows them; `tests/dashboard.rs` checks its names against this) |
 //!
 //! Unknown products, orders, accounts, tickets and vouchers are `404`; malformed input is
 //! a `4xx` that changes nothing. Seed data: three products, account 1 with balance 1000,

@@ -36,6 +36,8 @@ const USAGE: &str = "usage: example-webshop [--port N] [--db URL] [--redis URL] 
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // Before the store is made: the series it registers go to the recorder installed then.
+    Shop::install_metrics();
     let command_line = CommandLine::parse(
         USAGE,
         &["--db", "--redis", "--payment-provider", "--order-lease-ms"],

@@ -146,6 +146,7 @@ impl IdemBuilder {
     /// let idem = idem_axum::Idem::builder().build();
     /// ```
     pub fn build(self) -> Idem {
+        crate::outcome::register_series();
         Idem {
             inner: Arc::new(Inner {
                 store: self

@@ -56,6 +56,12 @@ impl<S: LockStore> Watchdog<S> {
             }
         };
         throttled::warn!(key = %self.key, ?lost, "idem: lock lost; the watchdog stops");
+        #[cfg(feature = "metrics")]
+        metrics::counter!("idem_lock_losses_total", "reason" => match lost {
+            LockLost::NotHeld => "not_held",
+            LockLost::Expired => "expired",
+        })
+        .increment(1);
         self.status.send_modify(|status| status.lost = Some(lost));
     }
 
