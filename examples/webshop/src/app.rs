@@ -12,11 +12,11 @@ use idem_axum::openapi::GuardedRoutes;
 use idem_axum::{
     AvoidRepeatLayer, Idem, IdemStore, IdempotencyLayer, VerifyFormTokenLayer, store::Store,
 };
+use sqlx::SqlitePool;
+use tower_sessions::ExpiredDeletion;
 use utoipa::OpenApi;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
-use sqlx::SqlitePool;
-use tower_sessions::ExpiredDeletion;
 
 use crate::provider::PaymentProvider;
 use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
@@ -136,7 +136,9 @@ impl Shop {
     /// OpenAPI document, each guarded operation described by the layer that guards it.
     pub fn router(&self) -> Router {
         let (router, api) = self.routes().split_for_parts();
-        let api = api.to_pretty_json().expect("an OpenAPI document serialises");
+        let api = api
+            .to_pretty_json()
+            .expect("an OpenAPI document serialises");
         router
             .route(
                 "/openapi.json",

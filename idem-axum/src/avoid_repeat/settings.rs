@@ -78,7 +78,10 @@ impl crate::openapi::DescribesGuard for Settings {
             RepeatBy::ClientAndBody => ("a repeat with the same query and body", "client-and-body"),
         };
         let (until, release) = match self.release {
-            Release::Expire => (format!("for {} s after it was accepted", self.timeout.as_secs()), "expire"),
+            Release::Expire => (
+                format!("for {} s after it was accepted", self.timeout.as_secs()),
+                "expire",
+            ),
             Release::Finish => ("while it runs".to_owned(), "finish"),
         };
         crate::openapi::OperationGuard {

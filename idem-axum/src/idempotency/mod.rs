@@ -468,8 +468,13 @@ impl crate::openapi::DescribesGuard for Settings {
             RejectionKind::PayloadTooLarge,
             RejectionKind::InvalidBody,
         ]);
-        refusals.extend(crate::openapi::opening_refusals(self.scope == RecordScope::Client));
-        let retention = self.advertised.name().map(|name| (name.clone(), self.retention.as_secs()));
+        refusals.extend(crate::openapi::opening_refusals(
+            self.scope == RecordScope::Client,
+        ));
+        let retention = self
+            .advertised
+            .name()
+            .map(|name| (name.clone(), self.retention.as_secs()));
         let summary = match &header {
             Some(name) => format!(
                 "Idempotent: a retry with the same `{name}` gets the first response back{}.",

@@ -103,15 +103,19 @@ impl OperationGuard {
             };
             add_refusal(response, kind);
             if says_when_to_retry(kind) {
-                response.headers.entry("Retry-After".to_owned()).or_insert_with(|| {
-                    header(
-                        Type::Integer,
-                        "Seconds to wait before trying again, on the refusals that say when",
-                    )
-                });
+                response
+                    .headers
+                    .entry("retry-after".to_owned())
+                    .or_insert_with(|| {
+                        header(
+                            Type::Integer,
+                            "Seconds to wait before trying again, on the refusals that say when",
+                        )
+                    });
             }
             if kind == RejectionKind::IdempotentRequestInProgress
-                && let Some((name, seconds)) = self.replay.as_ref().and_then(|r| r.retention.as_ref())
+                && let Some((name, seconds)) =
+                    self.replay.as_ref().and_then(|r| r.retention.as_ref())
             {
                 response
                     .headers
@@ -201,13 +205,18 @@ fn add_refusal(response: &mut Response, kind: RejectionKind) {
     } else if !response.description.contains(&line) {
         response.description = format!("{}; {line}", response.description);
     }
-    response.content.entry("text/html".to_owned()).or_insert_with(|| {
-        Content::new(Some(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .description(Some("The refusal as a page, to a client that prefers HTML (a browser)")),
-        ))
-    });
+    response
+        .content
+        .entry("text/html".to_owned())
+        .or_insert_with(|| {
+            Content::new(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .description(Some(
+                        "The refusal as a page, to a client that prefers HTML (a browser)",
+                    )),
+            ))
+        });
     let content = response
         .content
         .entry(PROBLEM_JSON.to_owned())
@@ -303,8 +312,13 @@ fn add_parameter(operation: &mut Operation, parameter: Parameter) {
 /// urlencoded body with the field.
 fn add_form_field(operation: &mut Operation, field: &str) {
     let body = operation.request_body.get_or_insert_with(RequestBody::new);
-    if !body.content.keys().any(|media| FORM_TYPES.contains(&media.as_str())) {
-        body.content.insert(FORM_TYPES[0].to_owned(), Content::new(None::<Schema>));
+    if !body
+        .content
+        .keys()
+        .any(|media| FORM_TYPES.contains(&media.as_str()))
+    {
+        body.content
+            .insert(FORM_TYPES[0].to_owned(), Content::new(None::<Schema>));
     }
     for (media, content) in &mut body.content {
         if FORM_TYPES.contains(&media.as_str()) {

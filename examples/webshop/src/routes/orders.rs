@@ -7,9 +7,9 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::{Form, Json};
+use idem_axum::FormToken;
 use idem_axum::form_token::FormSubmission;
 use idem_axum::idempotency::IdempotencyRecord;
-use idem_axum::FormToken;
 use idem_sqlx::{CommitError, SqliteStore};
 use serde::Deserialize;
 use tower_sessions::Session;
@@ -106,7 +106,7 @@ pub(crate) async fn new_form(
 /// and the page a repeat gets commit in one transaction. A double click's second post
 /// waits for the first and lands on its order; a server killed after the commit leaves a
 /// repeat that lands there too, and one killed before it leaves the form good for the
-/// repeat, which places the order. The window refuses a second order from the same
+/// repeat, which places the order. The route's window refuses a second order from the same
 /// browser for a few seconds, such as one from the same form opened twice.
 ///
 /// A browser abandons its first post for its second on a double click, closing the first
