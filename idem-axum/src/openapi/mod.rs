@@ -109,11 +109,12 @@
 //! utoipa is the OpenAPI crate most axum services use: a document derived from
 //! annotations on the handlers, and utoipa-axum's `OpenApiRouter`, which builds the
 //! router and the document from one list of routes — the place where a guard can be
-//! described by the layer that guards. (utoipa 5 and utoipa-axum 0.2, the releases that
-//! most services build with.) aide, the other one, derives the document from the
-//! handlers' types through its own router and its own operation type; it is not covered:
-//! its users can read the same facts from [`GuardDoc`]'s utoipa operation, but a second
-//! integration would double this module for fewer users.
+//! described by the layer that guards (utoipa 5, with utoipa-axum 0.2 on axum 0.8).
+//! aide, the other one, derives the document from the handlers' types through its own
+//! router and its own OpenAPI types. It is not covered:
+//! a second integration would double this module for the smaller share of services. An
+//! aide user can still describe a utoipa `Operation` with [`GuardDoc::describe`] and carry
+//! its parameters and responses over.
 
 mod operation;
 
