@@ -372,6 +372,9 @@ impl crate::openapi::DescribesGuard for Documented {
                 RejectionKind::IdempotentRequestInProgress,
                 RejectionKind::ResponseNotReplayable,
             ]);
+            if self.settings.payload.is_some() {
+                refusals.push(RejectionKind::IdempotencyKeyReused);
+            }
         }
         refusals.extend(crate::openapi::opening_refusals(true));
         let (field, header) = (self.config.field_name(), self.config.header_name());
@@ -398,6 +401,7 @@ impl crate::openapi::DescribesGuard for Documented {
                 "field": field,
                 "header": header.as_str(),
                 "replay": replays,
+                "payloadChecked": self.settings.payload.is_some(),
             }),
         }
     }

@@ -8,7 +8,7 @@
 //! | guard | what its operations gain |
 //! |---|---|
 //! | [`IdempotencyLayer`](crate::IdempotencyLayer) | the key header ([`with_key_header`](crate::IdempotencyLayer::with_key_header)'s name), required on the methods that [require](crate::IdempotencyLayer::with_required) it; none for a [key function](crate::IdempotencyLayer::with_idempotency_key_fn); the replay marker (`Idempotent-Replayed`) and the retention header (`Idempotency-TTL`, if sent) on every response it [keeps](crate::IdempotencyLayer::with_stored_statuses) |
-//! | [`VerifyFormTokenLayer`](crate::VerifyFormTokenLayer) | the token's form field in the form bodies, and its header as an optional parameter; with [replay](crate::VerifyFormTokenLayer::with_replay), the replay marker |
+//! | [`VerifyFormTokenLayer`](crate::VerifyFormTokenLayer) | the token's form field in the form bodies, and its header as an optional parameter; with [replay](crate::VerifyFormTokenLayer::with_replay), the replay marker, and with a [payload choice](crate::VerifyFormTokenLayer::with_payload_fingerprint) its 422 |
 //! | [`AvoidRepeatLayer`](crate::AvoidRepeatLayer) | its 409 |
 //!
 //! and each, its refusals: one response per status, `application/problem+json`, whose

@@ -304,6 +304,17 @@ async fn check_form_token(shop: &Shop, name: &str, operation: &Value, guard: &Va
     } else {
         assert_refusal(name, operation, &repeat, RejectionKind::InvalidFormToken);
     }
+    if guard["payloadChecked"] == true {
+        let token = posted.body.rsplit('=').next().unwrap();
+        let otherwise = with_field(&shop.call(name, &client, 1, ""), field, token);
+        let reused = shop.send(&otherwise).await;
+        assert_refusal(
+            name,
+            operation,
+            &reused,
+            RejectionKind::IdempotencyKeyReused,
+        );
+    }
 }
 
 /// A second request from the same client, inside the window, refused with 409.
