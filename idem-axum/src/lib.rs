@@ -78,6 +78,9 @@ pub mod guide;
 mod idem;
 pub mod idempotency;
 pub mod identity;
+#[cfg(feature = "openapi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openapi")))]
+pub mod openapi;
 pub mod outcome;
 mod rejection;
 mod request_body;

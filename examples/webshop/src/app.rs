@@ -4,12 +4,19 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::Method;
+use axum::http::header::CONTENT_TYPE;
 use axum::middleware;
-use axum::routing::{get, post, put};
+use axum::routing::get;
 use idem_axum::idempotency::RecordScope;
-use idem_axum::{Idem, IdemStore, IdempotencyLayer, VerifyFormTokenLayer, store::Store};
+use idem_axum::openapi::GuardedRoutes;
+use idem_axum::{
+    AvoidRepeatLayer, Idem, IdemStore, IdempotencyLayer, VerifyFormTokenLayer, store::Store,
+};
 use sqlx::SqlitePool;
 use tower_sessions::ExpiredDeletion;
+use utoipa::OpenApi;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
 
 use crate::provider::PaymentProvider;
 use crate::routes::{accounts, orders, pages, payments, tickets, vouchers};
@@ -133,67 +140,90 @@ impl Shop {
         self.idem.store()
     }
 
-    /// Every route of the shop, with its guards.
+    /// Every route of the shop, with its guards, and `GET /openapi.json`: the shop's
+    /// OpenAPI document, each guarded operation described by the layer that guards it.
     pub fn router(&self) -> Router {
-        Router::new()
-            .route("/", get(pages::index))
-            // The order form's tokens and submissions are rows of the database, beside the
-            // orders: each order commits with its spent token and the page a repeat gets.
+        let (router, api) = self.routes().split_for_parts();
+        let api = api
+            .to_pretty_json()
+            .expect("an OpenAPI document serialises");
+        router
             .route(
-                "/orders/new",
-                get(orders::new_form).route_layer(self.records.layer()),
+                "/openapi.json",
+                get(move || async move { ([(CONTENT_TYPE, "application/json")], api) }),
             )
-            .route(
-                "/orders",
-                // Outside `#[avoid_repeat]`: a post refused for its token takes no window.
-                post(orders::place)
-                    .route_layer(
-                        VerifyFormTokenLayer::new()
-                            .with_message("This form was already submitted. 请勿重复提交")
-                            // A double click lands on the order the first click placed,
-                            // whatever moment a server died at.
-                            .with_spend_in_transaction(true),
-                    )
-                    .route_layer(self.records.layer()),
-            )
-            .route("/orders/{id}", get(orders::show))
-            .route(
-                "/api/orders",
-                // GET passes the layer untouched: only POST is guarded. The inner runtime
-                // overrides the outer one: the records are in the database.
-                get(orders::list)
-                    .post(orders::create)
-                    .route_layer(
-                        IdempotencyLayer::new()
-                            .with_required(true)
-                            .with_lease(self.order_lease),
-                    )
-                    .route_layer(self.records.layer()),
-            )
-            .route(
-                "/api/payments/callback",
-                // The shape check outside the guard: a malformed callback leaves no record.
-                post(payments::callback)
-                    .route_layer(payments::idempotency())
-                    .route_layer(self.records.layer())
-                    .route_layer(middleware::from_fn(payments::canonical_callback)),
-            )
-            .route("/api/tickets", post(tickets::create))
-            .route(
-                "/api/accounts/{id}/withdrawals/{ticket_id}",
-                put(accounts::withdraw).route_layer(withdrawal_idempotency()),
-            )
-            .route("/api/accounts/{id}", get(accounts::show))
-            .route("/api/vouchers/{id}/seckill", post(vouchers::seckill))
-            .route("/api/vouchers/{id}", get(vouchers::show))
-            .route("/metrics", get(metrics::scrape))
             .layer(self.idem.layer())
             // Outside the runtime, so the session has its id before any guard asks for it.
             .layer(middleware::from_fn(client::ensure_browser_session))
             .layer(client::session_layer(&self.db))
             .with_state(self.clone())
     }
+
+    /// The shop's routes and their document, built from one list: a guard goes on a route
+    /// with `guarded_by`, which describes it in the route's operations.
+    fn routes(&self) -> OpenApiRouter<Shop> {
+        let records = || self.records.layer();
+        OpenApiRouter::with_openapi(ShopApi::openapi())
+            .routes(routes!(pages::index))
+            // The order form's tokens and submissions are rows of the database, beside the
+            // orders: each order commits with its spent token and the page a repeat gets.
+            .routes(routes!(orders::new_form).map(|route| route.route_layer(records())))
+            .routes(
+                routes!(orders::place)
+                    // A second order from one browser within 5 s (the same form opened
+                    // twice) is refused; inside the token's guard, so a post refused for
+                    // its token takes no window.
+                    .guarded_by(
+                        AvoidRepeatLayer::new(Duration::from_secs(5))
+                            .with_message("This order was already submitted. 请勿重复提交"),
+                    )
+                    .guarded_by(
+                        VerifyFormTokenLayer::new()
+                            .with_message("This form was already submitted. 请勿重复提交")
+                            // A double click lands on the order the first click placed,
+                            // whatever moment a server died at.
+                            .with_spend_in_transaction(true),
+                    )
+                    .map(|route| route.route_layer(records())),
+            )
+            .routes(routes!(orders::show))
+            .routes(
+                // GET passes the layer untouched: only POST is guarded. The inner runtime
+                // overrides the outer one: the records are in the database.
+                routes!(orders::list, orders::create)
+                    .guarded_by(
+                        IdempotencyLayer::new()
+                            .with_required(true)
+                            .with_lease(self.order_lease),
+                    )
+                    .map(|route| route.route_layer(records())),
+            )
+            .routes(
+                // The shape check outside the guard: a malformed callback leaves no record.
+                routes!(payments::callback)
+                    .guarded_by(payments::idempotency())
+                    .map(|route| {
+                        route
+                            .route_layer(records())
+                            .route_layer(middleware::from_fn(payments::canonical_callback))
+                    }),
+            )
+            .routes(routes!(tickets::create))
+            .routes(routes!(accounts::withdraw).guarded_by(withdrawal_idempotency()))
+            .routes(routes!(accounts::show))
+            .routes(routes!(vouchers::seckill))
+            .routes(routes!(vouchers::show))
+            .routes(routes!(metrics::scrape))
+    }
 }
+
+/// The document's opening; its paths come from the routes.
+#[derive(OpenApi)]
+#[openapi(info(
+    title = "The example shop",
+    description = "Pages, a JSON API and a payment callback, every duplicate met by an idem guard."
+))]
+struct ShopApi;
 
 /// The ticket is the idempotency key of a withdrawal: every call with one ticket, from
 /// whichever client, gets the first call's outcome. Tickets are random ids the shop

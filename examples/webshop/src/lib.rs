@@ -5,7 +5,7 @@
 //!
 //! | route | the duplicate | the guard |
 //! |---|---|---|
-//! | `POST /orders` | double click, re-POST on refresh, back and submit again | one-time form token ([`idem_axum::VerifyFormTokenLayer`], with replay: a repeat lands on the first post's order) + `#[avoid_repeat]` window |
+//! | `POST /orders` | double click, re-POST on refresh, back and submit again | one-time form token ([`idem_axum::VerifyFormTokenLayer`], with replay: a repeat lands on the first post's order) + anti-repeat window ([`idem_axum::AvoidRepeatLayer`], 5 s) |
 //! | `POST /api/orders` | a client's retry after a timeout, or after the shop died before answering | `Idempotency-Key` replay ([`idem_axum::IdempotencyLayer`]), the record committed with the order |
 //! | `POST /api/payments/callback` | the provider's front- and back-channel notification | idempotency keyed by the body's `source` + `seq`, shared by every caller, the record committed with the payment; unique index |
 //! | `PUT /api/accounts/{id}/withdrawals/{ticket_id}` | a retried withdrawal | the ticket is the idempotency key; one outcome row per ticket |
@@ -27,6 +27,7 @@
 //! | `GET /api/accounts/{id}` | JSON `{id, balance}` |
 //! | `POST /api/vouchers/{id}/seckill` | `X-User-Id`: `201` bought, `409` bought already or in progress, `410` sold out |
 //! | `GET /api/vouchers/{id}` | JSON `{id, stock, sold}` |
+//! | `GET /openapi.json` | the OpenAPI document of every route above, each guarded operation described by the layer that guards it (idem-axum's feature `openapi`): its key header, its refusals, its replay headers, the form's token field |
 //! | `GET /metrics` | Prometheus text: idem's `idem_outcomes_total{guard,outcome}`, `idem_store_seconds{guard}` (a histogram: `_bucket{le}`, `_sum`, `_count`), `idem_store_errors_total{policy}`, and the rest of idem's (the production guide's dashboard, `ops/grafana/idem.json`, shows them; `tests/dashboard.rs` checks its names against this) |
 //!
 //! Unknown products, orders, accounts, tickets and vouchers are `404`; malformed input is

@@ -33,6 +33,9 @@ pub(crate) fn install() {
 }
 
 /// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses(
+    (status = 200, description = "Prometheus text: idem's counters and histograms", content_type = "text/plain", body = String),
+))]
 pub(crate) async fn scrape() -> String {
     handle().map(PrometheusHandle::render).unwrap_or_default()
 }

@@ -8,8 +8,9 @@
 //! order a second time. Here a retry finds the order and its stored response both, or
 //! neither, whatever moment the shop died at.
 //!
-//! The other guards — form tokens, `#[avoid_repeat]`, the flash sale's locks, the
-//! withdrawals' records — keep their keys in the shop's main store: they write nothing
+//! The order form's guards run on this runtime too — its tokens, its submissions and its
+//! anti-repeat window are rows of the database. The other guards — the flash sale's
+//! locks, the withdrawals' records — keep their keys in the shop's main store: they write nothing
 //! that must commit with their keys, and Redis decides them in a fraction of a
 //! millisecond.
 

@@ -125,6 +125,15 @@ impl AvoidRepeatLayer {
     }
 }
 
+/// Its 409 for a repeat, and the refusals before it.
+#[cfg(feature = "openapi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openapi")))]
+impl crate::openapi::DocumentedGuard for AvoidRepeatLayer {
+    fn guard_doc(&self) -> crate::openapi::GuardDoc {
+        crate::openapi::GuardDoc::new(self.settings.clone())
+    }
+}
+
 define_guard_service!(
     /// Guards `inner` with `layer`'s settings.
     ///

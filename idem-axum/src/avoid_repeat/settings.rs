@@ -57,3 +57,45 @@ impl Settings {
         ))
     }
 }
+
+/// The window's operations in an OpenAPI document: every method, refused with 409.
+#[cfg(feature = "openapi")]
+impl crate::openapi::DescribesGuard for Settings {
+    fn guards(&self, _method: &http::Method) -> bool {
+        true
+    }
+
+    fn operation_guard(&self, _method: &http::Method) -> crate::openapi::OperationGuard {
+        use crate::RejectionKind;
+
+        let mut refusals = vec![RejectionKind::Duplicate];
+        if self.by == RepeatBy::ClientAndBody {
+            refusals.extend([RejectionKind::PayloadTooLarge, RejectionKind::InvalidBody]);
+        }
+        refusals.extend(crate::openapi::opening_refusals(true));
+        let (what, by) = match self.by {
+            RepeatBy::Client => ("a repeat", "client"),
+            RepeatBy::ClientAndBody => ("a repeat with the same query and body", "client-and-body"),
+        };
+        let (until, release) = match self.release {
+            Release::Expire => (
+                format!("for {} s after it was accepted", self.timeout.as_secs()),
+                "expire",
+            ),
+            Release::Finish => ("while it runs".to_owned(), "finish"),
+        };
+        crate::openapi::OperationGuard {
+            summary: format!("Once per client: {what} of an accepted request {until} gets 409."),
+            key: None,
+            refusals,
+            replay: None,
+            form_token: None,
+            extension: serde_json::json!({
+                "guard": "avoid-repeat",
+                "windowSeconds": self.timeout.as_secs(),
+                "release": release,
+                "repeatBy": by,
+            }),
+        }
+    }
+}

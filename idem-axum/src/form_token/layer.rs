@@ -309,6 +309,104 @@ impl VerifyFormTokenLayer {
     }
 }
 
+/// The token's field and header as [`FormTokenConfig::new`] names them, its refusals,
+/// and with replay the replay marker; see
+/// [`guard_doc_with`](VerifyFormTokenLayer::guard_doc_with) for a config of your own.
+#[cfg(feature = "openapi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openapi")))]
+impl crate::openapi::DocumentedGuard for VerifyFormTokenLayer {
+    fn guard_doc(&self) -> crate::openapi::GuardDoc {
+        self.guard_doc_with(&FormTokenConfig::new())
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl VerifyFormTokenLayer {
+    /// What this layer adds to the operations it guards, for forms whose tokens are
+    /// `config`'s: the config an [`Extension`](axum::Extension) gives the requests,
+    /// which the layer reads only when one arrives.
+    ///
+    /// ```
+    /// use idem_axum::openapi::GuardedRoutes;
+    /// use idem_axum::{FormTokenConfig, VerifyFormTokenLayer};
+    ///
+    /// let tokens = FormTokenConfig::new().with_field_name("sub_token");
+    /// let mut api = utoipa::openapi::OpenApi::default();
+    /// let doc = VerifyFormTokenLayer::new().guard_doc_with(&tokens);
+    /// utoipa::Modify::modify(&doc.at("/orders"), &mut api);
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "openapi")))]
+    pub fn guard_doc_with(&self, config: &FormTokenConfig) -> crate::openapi::GuardDoc {
+        crate::openapi::GuardDoc::new(Arc::new(Documented {
+            settings: Arc::clone(&self.settings),
+            config: config.clone(),
+        }))
+    }
+}
+
+/// A form token layer's settings with the tokens' config, as an OpenAPI document reads
+/// them.
+#[cfg(feature = "openapi")]
+struct Documented {
+    settings: Arc<Settings>,
+    config: FormTokenConfig,
+}
+
+#[cfg(feature = "openapi")]
+impl crate::openapi::DescribesGuard for Documented {
+    fn guards(&self, _method: &http::Method) -> bool {
+        true
+    }
+
+    fn operation_guard(&self, _method: &http::Method) -> crate::openapi::OperationGuard {
+        let replays = self.settings.replay || self.settings.spend_in_transaction;
+        let mut refusals = vec![
+            RejectionKind::MissingFormToken,
+            RejectionKind::InvalidFormToken,
+            RejectionKind::UnsupportedMediaType,
+            RejectionKind::PayloadTooLarge,
+            RejectionKind::InvalidBody,
+        ];
+        if replays {
+            refusals.extend([
+                RejectionKind::IdempotentRequestInProgress,
+                RejectionKind::ResponseNotReplayable,
+            ]);
+            if self.settings.payload.is_some() {
+                refusals.push(RejectionKind::IdempotencyKeyReused);
+            }
+        }
+        refusals.extend(crate::openapi::opening_refusals(true));
+        let (field, header) = (self.config.field_name(), self.config.header_name());
+        let summary = format!(
+            "A form posted once: its one-time token (the `{field}` field, or the `{header}` \
+             header) is spent by the first post; {}",
+            if replays {
+                "a repeat from the same client gets the first post's response back."
+            } else {
+                "a repeat gets 409."
+            }
+        );
+        crate::openapi::OperationGuard {
+            summary,
+            key: None,
+            refusals,
+            replay: replays.then(|| self.settings.kept(self.config.ttl()).replay_doc()),
+            form_token: Some(crate::openapi::FormTokenField {
+                field: field.to_owned(),
+                header: header.clone(),
+            }),
+            extension: serde_json::json!({
+                "guard": "form-token",
+                "field": field,
+                "header": header.as_str(),
+                "replay": replays,
+                "payloadChecked": self.settings.payload.is_some(),
+            }),
+        }
+    }
+}
+
 define_guard_service!(
     /// Guards `inner` with `layer`'s settings.
     ///

@@ -382,6 +382,15 @@ impl IdempotencyLayer {
     }
 }
 
+/// Its key header, required or not, its refusals and its replay headers.
+#[cfg(feature = "openapi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openapi")))]
+impl crate::openapi::DocumentedGuard for IdempotencyLayer {
+    fn guard_doc(&self) -> crate::openapi::GuardDoc {
+        crate::openapi::GuardDoc::new(self.settings.clone())
+    }
+}
+
 define_guard_service!(
     /// Guards `inner` with `layer`'s settings.
     ///

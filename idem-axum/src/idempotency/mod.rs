@@ -444,6 +444,80 @@ impl Settings {
     }
 }
 
+/// The layer's operations in an OpenAPI document, as its settings make them.
+#[cfg(feature = "openapi")]
+impl crate::openapi::DescribesGuard for Settings {
+    fn guards(&self, method: &Method) -> bool {
+        self.methods.contains(method)
+    }
+
+    fn operation_guard(&self, method: &Method) -> crate::openapi::OperationGuard {
+        use crate::RejectionKind;
+
+        let required = self.requires_key(method);
+        let header = matches!(self.key, KeySource::Header).then(|| self.key_header.clone());
+        let mut refusals = Vec::new();
+        if required {
+            refusals.push(RejectionKind::MissingIdempotencyKey);
+        }
+        if header.is_some() {
+            refusals.push(RejectionKind::InvalidIdempotencyKey);
+        }
+        refusals.extend([
+            RejectionKind::IdempotentRequestInProgress,
+            RejectionKind::ResponseNotReplayable,
+            RejectionKind::IdempotencyKeyReused,
+            RejectionKind::PayloadTooLarge,
+            RejectionKind::InvalidBody,
+        ]);
+        refusals.extend(crate::openapi::opening_refusals(
+            self.scope == RecordScope::Client,
+        ));
+        let retention = self
+            .advertised
+            .name()
+            .map(|name| (name.clone(), self.retention.as_secs()));
+        let summary = match &header {
+            Some(name) => format!(
+                "Idempotent: a retry with the same `{name}` gets the first response back{}.",
+                if required { " (the header is required)" } else { "; without the header, the request is not guarded" }
+            ),
+            None => "Idempotent: a retry of the same request, as the server identifies it, gets the first response back.".to_owned(),
+        };
+        let extension = serde_json::json!({
+            "guard": "idempotency-key",
+            "keyHeader": header.as_ref().map(HeaderName::as_str),
+            "keyRequired": required,
+            "replayedHeader": self.replayed_header.as_str(),
+            "retentionHeader": retention.as_ref().map(|(name, _)| name.as_str()),
+            "retentionSeconds": self.retention.as_secs(),
+        });
+        crate::openapi::OperationGuard {
+            summary,
+            key: header.map(|name| crate::openapi::KeyParameter { name, required }),
+            refusals,
+            replay: Some(self.replay_doc()),
+            form_token: None,
+            extension,
+        }
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl Settings {
+    /// How the responses these settings keep are replayed, for an OpenAPI document.
+    pub(crate) fn replay_doc(&self) -> crate::openapi::Replay {
+        crate::openapi::Replay {
+            header: self.replayed_header.clone(),
+            retention: self
+                .advertised
+                .name()
+                .map(|name| (name.clone(), self.retention.as_secs())),
+            stores: Arc::clone(&self.stores_status),
+        }
+    }
+}
+
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let key = match self.key {

@@ -43,6 +43,12 @@ impl AdvertisedRetention {
         }
     }
 
+    /// The header's name, if it is sent.
+    #[cfg(feature = "openapi")]
+    pub(crate) fn name(&self) -> Option<&HeaderName> {
+        self.name.as_ref()
+    }
+
     /// Adds the header to an answer's `headers`, replacing any of that name the handler
     /// set: the layer's retention is the one that holds.
     pub(crate) fn advertise(&self, headers: &mut HeaderMap) {

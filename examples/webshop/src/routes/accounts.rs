@@ -18,6 +18,13 @@ pub(crate) struct Withdrawal {
 }
 
 /// `GET /api/accounts/{id}`: `{id, balance}`.
+#[utoipa::path(get, path = "/api/accounts/{id}", tag = "accounts",
+    params(("id" = i64, Path, description = "The account")),
+    responses(
+        (status = 200, description = "`{id, balance}`", body = serde_json::Value),
+        (status = 404, description = "No such account", body = serde_json::Value),
+    ),
+)]
 pub(crate) async fn show(
     State(shop): State<Shop>,
     Path(id): Path<i64>,
@@ -37,6 +44,18 @@ pub(crate) async fn show(
 /// key), so even a retry after the record expired, or one that reached the database
 /// beside the first, deducts nothing more and gets the same answer: `200` with the
 /// withdrawal, or `409` when the balance did not cover it — the ticket's outcome too.
+#[utoipa::path(put, path = "/api/accounts/{id}/withdrawals/{ticket_id}", tag = "accounts",
+    params(
+        ("id" = i64, Path, description = "The account"),
+        ("ticket_id" = String, Path, description = "The ticket: the withdrawal's idempotency key"),
+    ),
+    request_body(content = serde_json::Value, description = "`{amount}`"),
+    responses(
+        (status = 200, description = "`{ticket_id, amount, balance}`, once per ticket and on every retry", body = serde_json::Value),
+        (status = 404, description = "No such account or ticket", body = serde_json::Value),
+        (status = 409, description = "Insufficient funds: the ticket's outcome for good", body = serde_json::Value),
+    ),
+)]
 pub(crate) async fn withdraw(
     State(shop): State<Shop>,
     Path((account, ticket)): Path<(i64, String)>,

@@ -7,9 +7,9 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::{Form, Json};
+use idem_axum::FormToken;
 use idem_axum::form_token::FormSubmission;
 use idem_axum::idempotency::IdempotencyRecord;
-use idem_axum::{FormToken, avoid_repeat};
 use idem_sqlx::{CommitError, SqliteStore};
 use serde::Deserialize;
 use tower_sessions::Session;
@@ -47,7 +47,7 @@ pub(crate) struct ProductQuery {
 }
 
 /// What the order form and the API post.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub(crate) struct NewOrder {
     product_id: i64,
     quantity: i64,
@@ -64,6 +64,13 @@ impl NewOrder {
 /// The token is extracted only once the product is found: every token issued is kept in
 /// the store for its whole TTL, so a form that cannot be shown must not cost one (nor let
 /// anyone fill the store by asking for forms of products that do not exist).
+#[utoipa::path(get, path = "/orders/new", tag = "pages",
+    params(("product_id" = i64, Query, description = "The product to order")),
+    responses(
+        (status = 200, description = "The order form, carrying a one-time form token", content_type = "text/html", body = String),
+        (status = 404, description = "No such product; no token issued"),
+    ),
+)]
 pub(crate) async fn new_form(
     State(shop): State<Shop>,
     Query(query): Query<ProductQuery>,
@@ -99,14 +106,18 @@ pub(crate) async fn new_form(
 /// and the page a repeat gets commit in one transaction. A double click's second post
 /// waits for the first and lands on its order; a server killed after the commit leaves a
 /// repeat that lands there too, and one killed before it leaves the form good for the
-/// repeat, which places the order. The window refuses a second order from the same
+/// repeat, which places the order. The route's window refuses a second order from the same
 /// browser for a few seconds, such as one from the same form opened twice.
 ///
 /// A browser abandons its first post for its second on a double click, closing the first
 /// one's connection: the layer runs the handler to its end all the same.
-#[avoid_repeat(
-    timeout = "5s",
-    message = "This order was already submitted. 请勿重复提交"
+#[utoipa::path(post, path = "/orders", tag = "pages",
+    request_body(content = NewOrder, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 303, description = "Placed: to the order's page", headers(("location" = String, description = "The order's page"))),
+        (status = 404, description = "No such product"),
+        (status = 422, description = "A quantity outside 1 to 99"),
+    ),
 )]
 pub(crate) async fn place(
     State(shop): State<Shop>,
@@ -169,6 +180,13 @@ pub(crate) async fn place(
 }
 
 /// `GET /orders/{id}`: the order's page.
+#[utoipa::path(get, path = "/orders/{id}", tag = "pages",
+    params(("id" = i64, Path, description = "The order")),
+    responses(
+        (status = 200, description = "The order's page", content_type = "text/html", body = String),
+        (status = 404, description = "No such order"),
+    ),
+)]
 pub(crate) async fn show(
     State(shop): State<Shop>,
     Path(id): Path<i64>,
@@ -182,6 +200,9 @@ pub(crate) async fn show(
 }
 
 /// `GET /api/orders`: every order.
+#[utoipa::path(get, path = "/api/orders", tag = "orders", responses(
+    (status = 200, description = "Every order: `id`, `product_id`, `quantity`, `client`", body = serde_json::Value),
+))]
 pub(crate) async fn list(State(shop): State<Shop>) -> Result<Json<Vec<Order>>, ApiError> {
     let orders = sqlx::query_as("SELECT id, product_id, quantity, client FROM orders ORDER BY id")
         .fetch_all(shop.db())
@@ -197,6 +218,15 @@ pub(crate) async fn list(State(shop): State<Shop>) -> Result<Json<Vec<Order>>, A
 /// the order). With a payment provider the order is charged first, with a key derived
 /// from the record, so a rerun after a crash is not charged twice
 /// ([`provider`](crate::provider)).
+#[utoipa::path(post, path = "/api/orders", tag = "orders",
+    params(("x-user-id" = String, Header, description = "Who orders")),
+    request_body = NewOrder,
+    responses(
+        (status = 201, description = "The order, placed", body = serde_json::Value),
+        (status = 404, description = "No such product", body = serde_json::Value),
+        (status = 422, description = "A quantity outside 1 to 99", body = serde_json::Value),
+    ),
+)]
 pub(crate) async fn create(
     State(shop): State<Shop>,
     headers: HeaderMap,

@@ -16,6 +16,9 @@ struct IndexPage {
 }
 
 /// `GET /`: every product, each with a link to its order form.
+#[utoipa::path(get, path = "/", tag = "pages", responses(
+    (status = 200, description = "The products, each with a link to its order form", content_type = "text/html", body = String),
+))]
 pub(crate) async fn index(State(shop): State<Shop>) -> Result<Html<String>, PageError> {
     let products = sqlx::query_as("SELECT id, name, price FROM products ORDER BY id")
         .fetch_all(shop.db())

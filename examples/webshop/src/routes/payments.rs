@@ -213,6 +213,14 @@ pub(crate) fn idempotency() -> IdempotencyLayer {
 /// repeat after a crash at any point finds both or neither; the unique index on
 /// `payments (source, seq)` holds the line behind them, for a repeat that comes after the
 /// record expired.
+#[utoipa::path(post, path = "/api/payments/callback", tag = "payments",
+    request_body(content = serde_json::Value, description = "`{source, seq, order_id, amount}`, `seq` a string or an integer: the pair `source` + `seq` names one delivery"),
+    responses(
+        (status = 200, description = "`{payment_id, status: \"paid\"}`, the same for every repeat", body = serde_json::Value),
+        (status = 400, description = "A body of another shape, naming the field", body = serde_json::Value),
+        (status = 422, description = "An `amount` not positive", body = serde_json::Value),
+    ),
+)]
 pub(crate) async fn callback(
     State(shop): State<Shop>,
     record: IdempotencyRecord,

@@ -10,6 +10,9 @@ use crate::app::Shop;
 use crate::error::ApiError;
 
 /// `POST /api/tickets`: `201 {"ticket_id"}`, a random id nobody can guess or reuse.
+#[utoipa::path(post, path = "/api/tickets", tag = "accounts", responses(
+    (status = 201, description = "`{ticket_id}`: a new ticket, to name one withdrawal", body = serde_json::Value),
+))]
 pub(crate) async fn create(
     State(shop): State<Shop>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {

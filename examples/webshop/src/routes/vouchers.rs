@@ -23,6 +23,13 @@ use crate::error::ApiError;
 const PURCHASE_LEASE: Duration = Duration::from_secs(10);
 
 /// `GET /api/vouchers/{id}`: `{id, stock, sold}`.
+#[utoipa::path(get, path = "/api/vouchers/{id}", tag = "vouchers",
+    params(("id" = i64, Path, description = "The voucher")),
+    responses(
+        (status = 200, description = "`{id, stock, sold}`", body = serde_json::Value),
+        (status = 404, description = "No such voucher", body = serde_json::Value),
+    ),
+)]
 pub(crate) async fn show(
     State(shop): State<Shop>,
     Path(id): Path<i64>,
@@ -42,6 +49,17 @@ pub(crate) async fn show(
 /// A [`Lock`] per (voucher, user), shared by every instance through the store, lets one
 /// purchase per user run at a time; the stock is taken with one conditional `UPDATE`
 /// (`… AND stock > 0`), so concurrent buyers can never take it below zero.
+#[utoipa::path(post, path = "/api/vouchers/{id}/seckill", tag = "vouchers",
+    params(
+        ("id" = i64, Path, description = "The voucher"),
+        ("x-user-id" = String, Header, description = "The buyer"),
+    ),
+    responses(
+        (status = 201, description = "Bought", body = serde_json::Value),
+        (status = 409, description = "Bought already, or this buyer's purchase in progress", body = serde_json::Value),
+        (status = 410, description = "Sold out", body = serde_json::Value),
+    ),
+)]
 pub(crate) async fn seckill(
     State(shop): State<Shop>,
     Path(voucher): Path<i64>,

@@ -86,7 +86,7 @@ async fn a_second_form_inside_the_window_is_refused_for_that_browser_only<B: Bac
         order_with(&shop.router, &s1, &first).await,
         StatusCode::SEE_OTHER
     );
-    // A fresh token, but the same browser inside `#[avoid_repeat]`'s window.
+    // A fresh token, but the same browser inside the route's anti-repeat window.
     assert_eq!(
         order_with(&shop.router, &s1, &second).await,
         StatusCode::CONFLICT

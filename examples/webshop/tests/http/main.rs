@@ -15,6 +15,7 @@
 mod api_orders;
 mod form_orders;
 mod metrics;
+mod openapi;
 mod pages;
 mod payment_callbacks;
 mod records;
