@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use self::packed::{Moment, Packed};
 use self::reaper::Reaper;
-use self::shard::{Entries, Full, Shard};
+use self::shard::{Entries, Full, RecordSignal, Shard};
 use super::{
     Acquire, Begin, FairStore, Fencing, FencingToken, LockStore, RecordState, RecordStore,
     StoreError, TokenStore, Turn, ttl_millis,
@@ -63,7 +63,10 @@ const RECLAIM_CHUNK: usize = 256;
 /// shard's mutex, atomically with seeing the key held, and parks on a per-key
 /// [`tokio::sync::Notify`] that exists only while someone waits; a release wakes one
 /// waiter (`notify_one`), and a release nobody waits for finds no `Notify` and signals
-/// nothing.
+/// nothing. Waiting for a record ([`wait_for_record`](RecordStore::wait_for_record)) is
+/// the same, except that its ending (completed, abandoned or removed) wakes every waiter,
+/// each of which then finds the stored response; a lease that runs out wakes nobody, so
+/// a waiter waits at most the lease's remaining time.
 ///
 /// Fencing tokens come from one counter for the whole store, so they grow strictly for
 /// every key, also across expiry, and need no memory per key. The counter starts at the
@@ -255,6 +258,20 @@ struct Waiter<'a> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         self.shared.shard(self.key).unregister_waiter(self.key);
+    }
+}
+
+/// A waiter registered on a record; unregisters when the wait ends, however it ends.
+struct RecordWaiter<'a> {
+    shared: &'a Shared,
+    key: &'a Packed,
+    signal: Arc<RecordSignal>,
+}
+
+impl Drop for RecordWaiter<'_> {
+    fn drop(&mut self) {
+        let mut shard = self.shared.shard(self.key);
+        shard.unregister_record_waiter(self.key, &self.signal);
     }
 }
 
@@ -458,6 +475,27 @@ impl RecordStore for MemoryStore {
         Ok(self.with_shard(key, |shard, now, entries| {
             shard.remove_record(key, now, entries)
         }))
+    }
+
+    /// Registers the waiter under the shard's mutex, atomically with seeing the record in
+    /// progress, and wakes it when the record is completed, abandoned or removed; a lease
+    /// that runs out signals nothing, so it waits at most the lease's remaining time.
+    async fn wait_for_record(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let registered = self.with_shard(key, |shard, now, _| {
+            shard.register_record_waiter(key, now)
+        });
+        let Some((signal, remaining)) = registered else {
+            return Ok(true);
+        };
+        let waiter = RecordWaiter {
+            shared: &self.shared,
+            key,
+            signal,
+        };
+        let within = kept(within);
+        let ended = waiter.signal.ended_within(within.min(remaining)).await;
+        Ok(ended || remaining <= within)
     }
 }
 
