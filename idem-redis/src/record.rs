@@ -271,7 +271,10 @@ impl RedisStore {
         key: &Key,
         within: Duration,
     ) -> Result<bool, StoreError> {
-        let (record, waiters) = (self.key(key, Kind::Record), self.key(key, Kind::RecordWaiters));
+        let (record, waiters) = (
+            self.key(key, Kind::Record),
+            self.key(key, Kind::RecordWaiters),
+        );
         // The registration must outlast the wait, and the moment its `BLPOP` takes to
         // reach Redis.
         let registered_ms = ttl_millis(within.saturating_add(self.timeout())).to_string();

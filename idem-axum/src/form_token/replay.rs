@@ -239,7 +239,11 @@ fn begin_or_wait<'a, St: Store + Clone>(
             if left.is_zero() {
                 break;
             }
-            if store.wait_for_record(key, remaining.min(left)).await.is_err() {
+            if store
+                .wait_for_record(key, remaining.min(left))
+                .await
+                .is_err()
+            {
                 tokio::time::sleep(LOOK_AGAIN.min(left)).await;
             }
             began = Record::begin_on(store.clone(), guard, key, fingerprint, kept, request).await;

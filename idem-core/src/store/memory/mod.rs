@@ -482,9 +482,8 @@ impl RecordStore for MemoryStore {
     /// that runs out signals nothing, so it waits at most the lease's remaining time.
     async fn wait_for_record(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
         let key = &Packed::from(key);
-        let registered = self.with_shard(key, |shard, now, _| {
-            shard.register_record_waiter(key, now)
-        });
+        let registered =
+            self.with_shard(key, |shard, now, _| shard.register_record_waiter(key, now));
         let Some((signal, remaining)) = registered else {
             return Ok(true);
         };

@@ -755,7 +755,9 @@ impl Shard {
     /// Waiters registered on the record `key`.
     #[cfg(test)]
     pub(super) fn record_waiters(&self, key: &Packed) -> usize {
-        self.record_waits.get(key).map_or(0, |waiting| waiting.waiters)
+        self.record_waits
+            .get(key)
+            .map_or(0, |waiting| waiting.waiters)
     }
 }
 
