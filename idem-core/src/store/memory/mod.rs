@@ -852,6 +852,44 @@ mod tests {
         store.shared.shard(key).waiters(key)
     }
 
+    /// Waiters of a record leave nothing behind, whether they time out, are dropped or
+    /// are woken; a completion wakes every one still waiting.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn record_waiters_clean_up_and_a_completion_wakes_them_all() {
+        let store = MemoryStore::new();
+        let (record, owner) = (key(1), Owner::random());
+        let fingerprint = Fingerprint::of(["f"]);
+        let long = Duration::from_secs(60);
+        let begun = store
+            .begin_record(&record, &owner, &fingerprint, long)
+            .await;
+        assert_eq!(begun.unwrap(), Begin::Started);
+        let count = |store: &MemoryStore| {
+            let packed = &Packed::from(&record);
+            store.shared.shard(packed).record_waiters(packed)
+        };
+        let timed_out = store
+            .wait_for_record(&record, Duration::from_millis(5))
+            .await;
+        assert!(!timed_out.unwrap());
+        assert_eq!(count(&store), 0, "a waiter that timed out left");
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let (store, record) = (store.clone(), record.clone());
+                tokio::spawn(async move { store.wait_for_record(&record, long).await })
+            })
+            .collect();
+        crate::conformance::eventually(long, "four waiters", || async { count(&store) == 4 }).await;
+        let completed = store
+            .complete_record(&record, &owner, Bytes::new(), long)
+            .await;
+        assert!(completed.unwrap());
+        for waiter in waiters {
+            assert!(waiter.await.unwrap().unwrap(), "woken");
+        }
+        assert_eq!(count(&store), 0);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_release_wakes_one_waiter_and_leaving_waiters_clean_up() {
         let store = MemoryStore::new();
