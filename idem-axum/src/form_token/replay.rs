@@ -239,16 +239,20 @@ fn begin_or_wait<'a, St: Store + Clone>(
             if left.is_zero() {
                 break;
             }
-            if store
-                .wait_for_record(key, remaining.min(left))
-                .await
-                .is_err()
-            {
-                tokio::time::sleep(LOOK_AGAIN.min(left)).await;
-            }
+            // Boxed: a repeat that waits is rare, and the wait's future inline would size
+            // every post's (`layer::tests::the_per_request_futures_stay_small`).
+            Box::pin(wait_for_first(store, key, remaining.min(left))).await;
             began = Record::begin_on(store.clone(), guard, key, fingerprint, kept, request).await;
         }
         began
+    }
+}
+
+/// Waits for the first submission's record to end, for at most `within`; a wait the
+/// store cannot make (an error) is a pause of [`LOOK_AGAIN`] instead.
+async fn wait_for_first<St: Store>(store: &St, key: &Key, within: Duration) {
+    if store.wait_for_record(key, within).await.is_err() {
+        tokio::time::sleep(LOOK_AGAIN.min(within)).await;
     }
 }
 
