@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis::{RedisError, Script, Value};
 
+use idem_core::store::{RELEASE_POLL_INTERVAL, ttl_millis};
 use idem_core::{Begin, Fingerprint, Key, Owner, RecordState, StoreError};
 
-use crate::call::Call;
-use crate::store::{Kind, RedisStore, ScriptAnswer, remaining_from_pttl};
+use crate::store::{Kind, RedisStore, ScriptAnswer, record_script, remaining_from_pttl};
 
 static COMPLETED_REMAINING: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/completed_remaining.lua")));
@@ -40,6 +40,10 @@ static READ_HASH_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/read_hash_record.lua")));
 static RECORD_STATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/record_state.lua")));
+static REMOVE_RECORD: LazyLock<Script> =
+    LazyLock::new(|| record_script(include_str!("scripts/remove_record.lua")));
+static WAIT_FOR_RECORD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/wait_for_record.lua")));
 
 /// The first byte of a record in progress.
 const RUNNING: u8 = b'r';
@@ -242,15 +246,12 @@ impl RedisStore {
         state_of(&fields).ok_or_else(|| StoreError::unexpected("record_state", &fields))
     }
 
-    /// Removes the record `key`, in either layout, with one `DEL`, and the process's copy
-    /// of it; whether a record was there.
+    /// Removes the record `key`, in either layout, with one `DEL` (in a script that also
+    /// wakes its waiters), and the process's copy of it; whether a record was there.
     pub(crate) async fn delete_record(&self, key: &Key) -> Result<bool, StoreError> {
         let record = self.key(key, Kind::Record);
-        let delete = self.query::<i64>(|_| {
-            let mut del = redis::cmd("DEL");
-            del.arg(&record);
-            Call::command(del)
-        });
+        let keys = [record.as_str()];
+        let delete = self.script::<i64>(&REMOVE_RECORD, &keys, &[]);
         let deleted = self.replicated_if(&record, delete, |&deleted| deleted > 0);
         // Forgotten even when the `DEL` failed: it may have been applied all the same.
         let deleted = deleted.await;
@@ -258,6 +259,44 @@ impl RedisStore {
             replays.forget(key);
         }
         Ok(deleted? > 0)
+    }
+}
+
+impl RedisStore {
+    /// [`RecordStore::wait_for_record`](idem_core::RecordStore::wait_for_record): registers
+    /// the waiter with `wait_for_record.lua`, then takes a wake-up from the record's list
+    /// within `within` and the lease's time left.
+    pub(crate) async fn wait_for_record_end(
+        &self,
+        key: &Key,
+        within: Duration,
+    ) -> Result<bool, StoreError> {
+        let (record, waiters) = (
+            self.key(key, Kind::Record),
+            self.key(key, Kind::RecordWaiters),
+        );
+        // The registration must outlast the wait, and the moment its `BLPOP` takes to
+        // reach Redis.
+        let registered_ms = ttl_millis(within.saturating_add(self.timeout())).to_string();
+        let keys = [record.as_str(), waiters.as_str()];
+        let args = [registered_ms.as_bytes()];
+        let registered = self.script::<i64>(&WAIT_FOR_RECORD, &keys, &args);
+        let lease = match registered.await? {
+            // Not in progress: look again at once.
+            -2 => return Ok(true),
+            // A record of an earlier version, whose end signals nobody: a short pause,
+            // then the caller looks again.
+            -3 => {
+                tokio::time::sleep(within.min(RELEASE_POLL_INTERVAL)).await;
+                return Ok(true);
+            }
+            left => remaining_from_pttl(left).unwrap_or_default(),
+        };
+        // The signal list's name: the record's prefix and `record_signal`, as the scripts
+        // spell it.
+        let signal = format!("{}_signal", &record);
+        let woken = self.pop_wake_up(&signal, within.min(lease)).await?;
+        Ok(woken || lease <= within)
     }
 }
 

@@ -44,11 +44,11 @@ static RELEASE_AND_SIGNAL: LazyLock<Script> =
     LazyLock::new(|| fair_script(include_str!("scripts/release_and_signal.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 static COMPLETE_RECORD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/complete_record.lua")));
+    LazyLock::new(|| record_script(include_str!("scripts/complete_record.lua")));
 static RENEW_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew_record.lua")));
 static ABANDON_RECORD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/abandon_record.lua")));
+    LazyLock::new(|| record_script(include_str!("scripts/abandon_record.lua")));
 static PUT_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/put_token.lua")));
 static CONSUME_TOKEN: LazyLock<Script> =
@@ -59,6 +59,12 @@ static HAS_TOKEN: LazyLock<Script> =
 /// A script that uses the fair queue's functions: their definitions, then its body.
 pub(crate) fn fair_script(body: &str) -> Script {
     Script::new(&[include_str!("scripts/fair_prelude.lua"), body].concat())
+}
+
+/// A script that ends a record and wakes its waiters: the prelude's definitions, then its
+/// body.
+pub(crate) fn record_script(body: &str) -> Script {
+    Script::new(&[include_str!("scripts/record_prelude.lua"), body].concat())
 }
 
 /// Buckets the one-time tokens are spread over, each one hash tag (one cluster slot) with
@@ -109,7 +115,9 @@ pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 /// [`acquire_or_register_waiter`](idem_core::LockStore::acquire_or_register_waiter) and were not yet
 /// answered by a release; kept as long as the longest registered wait, plus the timeout),
 /// `idem:{key}:signal` (a list of wake-ups, one per registered waiter a release answered,
-/// kept for 5 s; neither key exists for a lock nobody waits for), `idem:{key}:record` (an
+/// kept for 5 s; neither key exists for a lock nobody waits for),
+/// `idem:{key}:record_waiters` and `idem:{key}:record_signal` (the same for a record's
+/// waiters; see [Waiting for a record](#waiting-for-a-record)), `idem:{key}:record` (an
 /// idempotency record: one string, a byte for its state, `r` in progress or `d` done, the
 /// request's 32-byte fingerprint, then the owner of the attempt in progress or the stored
 /// response; records that earlier versions kept as hashes are still read). One-time
@@ -126,6 +134,20 @@ pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 /// ([`with_max_waiting_connections`](RedisStoreBuilder::with_max_waiting_connections):
 /// a waiter that gets none within its wait returns as timed out); up to 16 are kept open
 /// between waits.
+///
+/// # Waiting for a record
+///
+/// [`wait_for_record`](idem_core::RecordStore::wait_for_record) registers its caller in
+/// one script that sees the record in progress (`idem:{key}:record_waiters` counts the
+/// waiters, for as long as the longest wait plus the timeout), then blocks in `BLPOP` on
+/// `idem:{key}:record_signal` on a waiting connection, as a lock's waiter does, for at
+/// most its bound and the lease's time left. The scripts that complete, abandon and
+/// remove a record push one wake-up per registered waiter there (kept 5 s), so that every
+/// waiter wakes and looks at the record again. A record nobody waits for costs those
+/// scripts one `GET` of a key that does not exist, and no further command: `begin_record`
+/// is unchanged. A record ended by an instance of an earlier version (during a rolling
+/// upgrade) signals nobody: its waiters wait out their bound or the lease; one in the
+/// hash layout of earlier versions is looked at again every 10 ms.
 ///
 /// # Servers
 ///
@@ -201,6 +223,8 @@ pub(crate) enum Kind {
     Places,
     /// The prefix of a fair lock's waiters' wake-up lists, each followed by its owner.
     Turns,
+    /// How many waiters wait for a record to end.
+    RecordWaiters,
 }
 
 impl Kind {
@@ -216,6 +240,7 @@ impl Kind {
             Self::Queue => "queue",
             Self::Places => "places",
             Self::Turns => "turn:",
+            Self::RecordWaiters => "record_waiters",
         }
     }
 }
@@ -919,6 +944,14 @@ impl RecordStore for RedisStore {
     /// [`with_replay_cache`](crate::RedisStoreBuilder::with_replay_cache)).
     async fn remove_record(&self, key: &Key) -> Result<bool, StoreError> {
         self.delete_record(key).await
+    }
+
+    /// One script registers the waiter, atomically with seeing the record in progress
+    /// (`wait_for_record.lua`); then it waits in `BLPOP` on a waiting connection, as a
+    /// lock's waiter does, for at most the lease's time left (see
+    /// [Waiting for a record](RedisStore#waiting-for-a-record)).
+    async fn wait_for_record(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        self.wait_for_record_end(key, within).await
     }
 }
 

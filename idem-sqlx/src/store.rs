@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idem_core::store::{Fencing, FencingToken, Turn};
-use idem_core::store::{bounded, poll_until, ttl_millis};
+use idem_core::store::{RELEASE_POLL_INTERVAL, bounded, ttl_millis};
 use idem_core::{
     Acquire, Begin, FairStore, Fingerprint, Key, LockStore, Owner, RecordState, RecordStore,
     StoreError, TokenStore,
@@ -52,7 +52,13 @@ use crate::wake::{Asked, Subscription, Topic, Waiters};
 ///   never sent (a plain [`release`](idem_core::LockStore::release), an instance of an older version)
 ///   delays it by that much at most, and never past its deadline.
 /// - **SQLite** has no notifications: a waiter asks every 10 ms
-///   ([`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)), a read each.
+///   ([`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)), a read each,
+///   for the changes other processes make. A record's waiter is also woken at once by a
+///   [`complete_record`](idem_core::RecordStore::complete_record),
+///   [`abandon_record`](idem_core::RecordStore::abandon_record) or
+///   [`remove_record`](idem_core::RecordStore::remove_record) of the same store (or a
+///   clone) in its own process. (On PostgreSQL these wake the process's own waiters in the
+///   same way, ahead of the notification.)
 pub struct SqlStore<DB: sqlx::Database> {
     inner: Arc<Inner<DB>>,
 }
@@ -287,9 +293,11 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// the record reported, then call [`begin_record`](idem_core::RecordStore::begin_record) again, which
     /// answers the stored response, or starts the key afresh.
     ///
-    /// On PostgreSQL the completion or abandonment wakes it (see
-    /// [Waiting](Self#waiting)); on SQLite it asks every 10 ms. It takes no connection
-    /// while it sleeps.
+    /// The same as [`RecordStore::wait_for_record`](idem_core::RecordStore::wait_for_record),
+    /// callable without the trait. On PostgreSQL the completion, abandonment or removal
+    /// wakes it (see [Waiting](Self#waiting)); on SQLite one made in the same process
+    /// wakes it, and it asks every 10 ms for those of other processes. It takes no
+    /// connection while it sleeps.
     ///
     /// ```no_run
     /// # #[cfg(feature = "postgres")]
@@ -402,7 +410,20 @@ impl<DB: SqlBackend> SqlStore<DB> {
         Fut: Future<Output = Result<bool, StoreError>>,
     {
         let Some(subscription) = self.subscribe(topic, key) else {
-            return poll_until(within, ready).await;
+            // No listener (SQLite): woken by the changes of this process, and asking every
+            // `RELEASE_POLL_INTERVAL` for those of others.
+            let subscription = self.inner.waiters.subscribe(topic, key);
+            return subscription
+                .wait(RELEASE_POLL_INTERVAL, within, || {
+                    let question = ready();
+                    async move {
+                        Ok(match question.await? {
+                            true => Asked::Ready,
+                            false => Asked::NotYet,
+                        })
+                    }
+                })
+                .await;
         };
         let fallback = self.inner.settings.fallback_poll;
         let registration = Registration::<DB>::new(self, subscription.payload(), within);
@@ -850,7 +871,11 @@ impl<DB: SqlBackend> RecordStore for SqlStore<DB> {
     ) -> Result<bool, StoreError> {
         let pool = On::Pool(&self.inner.pool);
         let completed = complete(pool, key, owner, &response, retention);
-        self.run("complete_record", completed).await
+        let completed = self.run("complete_record", completed).await?;
+        if completed {
+            self.inner.waiters.wake_here(Topic::Record, key);
+        }
+        Ok(completed)
     }
 
     async fn renew_record(
@@ -871,7 +896,11 @@ impl<DB: SqlBackend> RecordStore for SqlStore<DB> {
     async fn abandon_record(&self, key: &Key, owner: &Owner) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
         let live = self.flag("abandon_record", DB::STATEMENTS.abandon_record, &args);
-        Ok(live.await? == Some(true))
+        let abandoned = live.await? == Some(true);
+        if abandoned {
+            self.inner.waiters.wake_here(Topic::Record, key);
+        }
+        Ok(abandoned)
     }
 
     async fn record_state(&self, key: &Key) -> Result<Option<RecordState>, StoreError> {
@@ -885,13 +914,21 @@ impl<DB: SqlBackend> RecordStore for SqlStore<DB> {
             .map_err(|row| StoreError::unexpected("record_state", row))
     }
 
-    /// Deletes the record's row, whoever's; on PostgreSQL, wakes the record's waiters
-    /// (see [Waiting](SqlStore#waiting)), as [`abandon_record`](RecordStore::abandon_record)
+    /// Deletes the record's row, whoever's, and wakes the record's waiters (see
+    /// [Waiting](SqlStore#waiting)), as [`abandon_record`](RecordStore::abandon_record)
     /// does.
     async fn remove_record(&self, key: &Key) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str())];
         let live = self.flag("remove_record", DB::STATEMENTS.remove_record, &args);
-        Ok(live.await? == Some(true))
+        let removed = live.await? == Some(true);
+        self.inner.waiters.wake_here(Topic::Record, key);
+        Ok(removed)
+    }
+
+    /// [`SqlStore::wait_for_record`]: woken by the record's end (see
+    /// [Waiting](SqlStore#waiting)).
+    async fn wait_for_record(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        SqlStore::wait_for_record(self, key, within).await
     }
 }
 

@@ -127,6 +127,20 @@ impl Waiters {
         }
     }
 
+    /// Wakes every waiter of this store subscribed to `key` under `topic`: a change this
+    /// process made, told to its own waiters without a round trip through the database
+    /// (on SQLite, the only wake-up there is). A store nobody waits on takes the map's
+    /// lock and finds it empty.
+    pub(crate) fn wake_here(&self, topic: Topic, key: &Key) {
+        let by_payload = self.lock();
+        if by_payload.is_empty() {
+            return;
+        }
+        if let Some(waiting) = by_payload.get(&topic.payload(key)) {
+            waiting.notify.notify_waiters();
+        }
+    }
+
     /// Wakes every waiter, to ask again: notifications may have been lost.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn wake_all(&self) {

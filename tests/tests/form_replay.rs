@@ -27,6 +27,7 @@ idem_tests::on_every_store!(
     a_double_click_on_a_failing_submission_runs_one_handler_at_a_time,
     a_token_spent_on_one_route_is_refused_on_another,
     a_hook_adjusts_each_form_replay_and_the_submission_runs_once,
+    a_repeat_is_woken_by_the_first_submission_not_polling,
 );
 
 /// On one thread: the outcomes are counted by a subscriber set for this thread only, and a
@@ -374,4 +375,59 @@ impl tracing::Subscriber for Outcomes {
     fn enter(&self, _span: &Id) {}
 
     fn exit(&self, _span: &Id) {}
+}
+
+/// A repeat that waits for its first submission's answer is woken by its completion
+/// rather than looking at the record every 20 ms: two looks (when it arrived, and once
+/// woken), however long the first runs. Polling, it looked about fifteen times in the
+/// 300 ms it waits here.
+async fn a_repeat_is_woken_by_the_first_submission_not_polling<B: Backend>() {
+    let backend = B::start().await;
+    let store = idem_tests::Counting::new(backend.store());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let place = |State(gate): State<Arc<tokio::sync::Semaphore>>| async move {
+        gate.acquire().await.expect("the gate stays open").forget();
+        (StatusCode::SEE_OTHER, [(header::LOCATION, "/orders/1")])
+    };
+    let by_cookie = ClientCookie::new("session");
+    let layer = VerifyFormTokenLayer::new().with_replay(true);
+    let router = Router::new()
+        .route("/form", get(order_form))
+        .route(
+            "/orders",
+            post(place).route_layer(layer).with_state(Arc::clone(&gate)),
+        )
+        .layer(
+            Idem::builder()
+                .with_client_identity(by_cookie)
+                .with_store(store.clone())
+                .build()
+                .layer(),
+        );
+    let browser = Browser(router);
+    let token = browser.load_form().await;
+    let post = || {
+        let (browser, token) = (browser.clone(), token.clone());
+        tokio::spawn(async move { browser.submit("/orders", &token).await })
+    };
+    let long = Duration::from_secs(30);
+    let first = post();
+    idem_tests::eventually(long, "the first began", || async {
+        store.record_begins() == 1
+    })
+    .await;
+    let repeat = post();
+    idem_tests::eventually(long, "the repeat looked", || async {
+        store.record_begins() == 2
+    })
+    .await;
+    // Long enough for a polling repeat to look several times; a woken one does not.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.record_begins(), 2, "no look while the first runs");
+    gate.add_permits(1);
+    let (first, repeat) = (first.await.unwrap(), repeat.await.unwrap());
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert!(replayed(&repeat), "the repeat replays the first's answer");
+    assert_eq!(location(&repeat), "/orders/1");
+    assert_eq!(store.record_begins(), 3, "one look once woken");
 }

@@ -38,7 +38,8 @@ use crate::rejection::{Rejection, RejectionKind};
 /// How long a repeat waits for the first submission of its token to finish.
 const WAIT_FOR_FIRST: Duration = Duration::from_secs(5);
 
-/// How often a waiting repeat looks again.
+/// How long a waiting repeat pauses before it looks again when the store could not wait
+/// for the record (an error).
 const LOOK_AGAIN: Duration = Duration::from_millis(20);
 
 impl<S: Inner, St: Store + Clone> Submission<S, St> {
@@ -210,7 +211,8 @@ impl<S: Inner, St: Store + Clone> First<S, St> {
 }
 
 /// Begins the submission's record, or finds it; while an earlier post of the token
-/// still runs, looks again until it ends or the wait is over.
+/// still runs, waits for its record to end ([`wait_for_record`](idem_core::RecordStore::wait_for_record),
+/// which its completion or failure wakes) and looks again, until the wait is over.
 ///
 /// An `async` block, which holds its arguments once, where an `async fn` would hold them
 /// twice (`layer::tests::the_per_request_futures_stay_small`).
@@ -230,11 +232,27 @@ fn begin_or_wait<'a, St: Store + Clone>(
         let deadline = Instant::now() + WAIT_FOR_FIRST;
         let mut began =
             Record::begin_on(store.clone(), guard, key, fingerprint, kept, request).await;
-        while matches!(began, Ok(Began::InProgress(_))) && Instant::now() < deadline {
-            tokio::time::sleep(LOOK_AGAIN).await;
+        while let Ok(Began::InProgress(remaining)) = began {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            if left.is_zero() {
+                break;
+            }
+            // Boxed: a repeat that waits is rare, and the wait's future inline would size
+            // every post's (`layer::tests::the_per_request_futures_stay_small`).
+            Box::pin(wait_for_first(store, key, remaining.min(left))).await;
             began = Record::begin_on(store.clone(), guard, key, fingerprint, kept, request).await;
         }
         began
+    }
+}
+
+/// Waits for the first submission's record to end, for at most `within`; a wait the
+/// store cannot make (an error) is a pause of [`LOOK_AGAIN`] instead.
+async fn wait_for_first<St: Store>(store: &St, key: &Key, within: Duration) {
+    if store.wait_for_record(key, within).await.is_err() {
+        tokio::time::sleep(LOOK_AGAIN.min(within)).await;
     }
 }
 

@@ -39,8 +39,8 @@
 //! an empty store (a fresh server, database or namespace), or at least one where the
 //! cases' keys are unused.
 //!
-//! The cases are in [`cases`] and [`operator`] (an operator's look at a record and its
-//! removal), each also callable by itself, and the helpers they use,
+//! The cases are in [`cases`], [`operator`] (an operator's look at a record and its
+//! removal) and [`waits`] (waiting for a record to end), each also callable by itself, and the helpers they use,
 //! [`all_at_once`] and [`eventually`], are exported for a store's own tests. A store that
 //! also implements [`FairStore`](crate::FairStore) runs the cases in [`fair`] with
 //! [`fair_store_conformance!`](crate::fair_store_conformance), in the same way.
@@ -48,6 +48,7 @@
 pub mod cases;
 pub mod fair;
 pub mod operator;
+pub mod waits;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -106,7 +107,8 @@ pub(crate) use suite;
 /// [`Backend`](crate::conformance::Backend) given, in the module where it is invoked.
 ///
 /// `store_conformance!(MyBackend)` generates every case, those of
-/// [`cases`](crate::conformance::cases) and of [`operator`](crate::conformance::operator);
+/// [`cases`](crate::conformance::cases), [`operator`](crate::conformance::operator) and
+/// [`waits`](crate::conformance::waits);
 /// `store_conformance!(MyBackend: case, case, …)` only the cases of
 /// [`cases`](crate::conformance::cases) named. Invoke it once per module: the tests are
 /// named after the cases.
@@ -117,6 +119,7 @@ macro_rules! store_conformance {
     ($backend:ty) => {
         $crate::__store_conformance_cases!($crate::store_conformance, $backend:);
         $crate::__operator_conformance_cases!($crate::store_conformance, @tests operator, $backend:);
+        $crate::__wait_conformance_cases!($crate::store_conformance, @tests waits, $backend:);
     };
     ($backend:ty: $($case:ident),+ $(,)?) => {
         $crate::store_conformance!(@tests cases, $backend: $($case),+);

@@ -151,11 +151,6 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// How long a result is kept for later calls, unless set.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// The first pause of a call that waits for another's result; it doubles up to
-/// [`LONGEST_LOOK`].
-const FIRST_LOOK: Duration = Duration::from_millis(10);
-const LONGEST_LOOK: Duration = Duration::from_millis(200);
-
 /// Work run once per key, on a store: see the [module docs](self).
 ///
 /// Cheap to clone: clones share their settings' scope and the background completions
@@ -235,9 +230,13 @@ impl<S: RecordStore + Clone> RunOnce<S> {
     }
 
     /// A call that finds another still running waits for that one's result, for at most
-    /// `bound`, looking at the record again from every 10 ms up to every 200 ms; when
-    /// the other run fails, the waiting call runs the work itself. Past the bound it gets
-    /// [`RunError::InProgress`], as it does at once without this setting.
+    /// `bound`; when the other run fails, the waiting call runs the work itself. Past the
+    /// bound it gets [`RunError::InProgress`], as it does at once without this setting.
+    ///
+    /// It waits with the store's [`wait_for_record`](RecordStore::wait_for_record), which
+    /// the other run's completion or failure wakes (every store of idem's own signals
+    /// it), and then looks at the record again: one look when the wait began and one
+    /// when it ended, rather than a look every few milliseconds.
     #[must_use]
     pub fn wait_while_in_progress(mut self, bound: Duration) -> Self {
         self.wait = Some(bound);
@@ -422,7 +421,6 @@ impl<S: RecordStore + Clone> RunOnce<S> {
         Fut: Future<Output = Result<T, E>>,
     {
         let deadline = self.wait.map(|bound| tokio::time::Instant::now() + bound);
-        let mut pause = FIRST_LOOK;
         loop {
             let began = Record::begin(
                 self.store.clone(),
@@ -443,8 +441,8 @@ impl<S: RecordStore + Clone> RunOnce<S> {
                     let now = tokio::time::Instant::now();
                     match deadline {
                         Some(deadline) if now < deadline => {
-                            tokio::time::sleep_until(deadline.min(now + pause)).await;
-                            pause = (pause * 2).min(LONGEST_LOOK);
+                            let within = remaining.min(deadline - now);
+                            wait_for_record(&self.store, &key, within).await;
                         }
                         _ => return Err(RunError::InProgress { remaining }),
                     }
@@ -515,4 +513,14 @@ fn replay<T: DeserializeOwned, E>(stored: &[u8]) -> Result<T, RunError<E>> {
         return Err(RunError::NotKept);
     }
     serde_json::from_slice(stored).map_err(RunError::Replay)
+}
+
+/// Waits with [`RecordStore::wait_for_record`] for the record `key` to end, for at most
+/// `within`. A wait the store cannot make (an error) is a short pause instead: the next
+/// look at the record tells whether the store answers.
+async fn wait_for_record<S: RecordStore>(store: &S, key: &Key, within: Duration) {
+    if let Err(error) = store.wait_for_record(key, within).await {
+        tracing::debug!(%error, "idem: a wait for a record failed; looking again shortly");
+        tokio::time::sleep(within.min(crate::store::RELEASE_POLL_INTERVAL)).await;
+    }
 }

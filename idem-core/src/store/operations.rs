@@ -75,6 +75,7 @@ macro_rules! store_operations {
                     abandon_record(key: &$crate::Key, owner: &$crate::Owner;) -> bool;
                     record_state(key: &$crate::Key;) -> ::core::option::Option<$crate::RecordState>;
                     remove_record(key: &$crate::Key;) -> bool;
+                    wait_for_record(key: &$crate::Key; within: ::core::time::Duration) -> bool;
                 }
             }
             fair {

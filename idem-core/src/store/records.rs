@@ -2,11 +2,12 @@
 //! one found.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::StoreError;
+use super::{RELEASE_POLL_INTERVAL, StoreError, poll_until};
 #[cfg(doc)]
 use crate::MemoryStore;
 use crate::key::{Fingerprint, Key, Owner};
@@ -125,6 +126,107 @@ pub trait RecordStore: std::fmt::Debug + Send + Sync + 'static {
             operation: "remove_record",
         }))
     }
+
+    /// Waits until the record `key` may have ended — completed, abandoned, removed, or its
+    /// lease run out — or `within` has passed: `true` when the caller should look again,
+    /// `false` when `within` passed with the record, as far as the store saw, still in
+    /// progress.
+    ///
+    /// For a caller that found the record [in progress](Begin::InProgress) and would
+    /// rather wait for the first attempt's answer than refuse: it waits at most the
+    /// `remaining` lease `begin_record` reported (and its own bound), then looks again with
+    /// [`begin_record`](Self::begin_record), which answers the stored response, starts the
+    /// key afresh, or finds it in progress still (then it may wait again):
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
+    /// use std::time::Duration;
+    /// use idem_core::{Begin, Fingerprint, Key, MemoryStore, Owner, RecordStore};
+    /// let store = MemoryStore::new();
+    /// let (key, fingerprint) = (Key::hashed(["POST /orders", "key-7f3a"]), Fingerprint::of(["book"]));
+    /// let (first, lease) = (Owner::random(), Duration::from_secs(30));
+    /// store.begin_record(&key, &first, &fingerprint, lease).await?;
+    /// let winner = store.clone();
+    /// let (k, f) = (key.clone(), first.clone());
+    /// tokio::spawn(async move { winner.complete_record(&k, &f, "201".into(), lease).await });
+    ///
+    /// let mut begun = store.begin_record(&key, &Owner::random(), &fingerprint, lease).await?;
+    /// while let Begin::InProgress { remaining } = begun {
+    ///     store.wait_for_record(&key, remaining.min(Duration::from_secs(5))).await?;
+    ///     begun = store.begin_record(&key, &Owner::random(), &fingerprint, lease).await?;
+    /// }
+    /// assert_eq!(begun, Begin::Completed { response: "201".into() });
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # The contract
+    ///
+    /// - **`true` is a hint**, never an answer: a wake-up may be spurious (a stale signal,
+    ///   a renewal at the end of the lease, another attempt that began the key again at
+    ///   once), and the record's fate is known only from the next `begin_record`.
+    ///   A record that is not in progress when the wait starts (none, completed, or begun
+    ///   for another fingerprint) answers `true` at once.
+    /// - **No wake-up is missed**: an ending after the wait started wakes it, or the
+    ///   store looks at the record often enough to see it (a store that cannot be
+    ///   signalled polls; see each store's docs for how often).
+    /// - **Bounded**: it returns by `within` (give or take one question to the store and
+    ///   the scheduler), and a store that cannot be signalled of a lease running out
+    ///   waits at most the remaining lease.
+    /// - **Nothing on the way of the calls that do not wait**: a store may make
+    ///   [`complete_record`](Self::complete_record),
+    ///   [`abandon_record`](Self::abandon_record) and
+    ///   [`remove_record`](Self::remove_record) signal, but only the keys somebody waits
+    ///   for, and a record nobody waits for costs them no more than a read in the same
+    ///   atomic step. A wait that answers at once sets no timer.
+    ///
+    /// Needs a Tokio runtime with its timer enabled.
+    ///
+    /// By default it polls: it asks [`record_state`](Self::record_state) every
+    /// [`RELEASE_POLL_INTERVAL`](crate::store::RELEASE_POLL_INTERVAL) (and once more at the
+    /// end of `within`) and is `true` once the record is no longer in progress; a store
+    /// that keeps `record_state`'s [`Unsupported`](StoreError::Unsupported) default
+    /// sleeps one such interval (at most `within`) and answers `true`, so that its caller
+    /// polls with `begin_record`. A wrapper store forwards it, or its waiters poll.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot answer.
+    fn wait_for_record(
+        &self,
+        key: &Key,
+        within: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        poll_for_record(self, key, within)
+    }
+}
+
+/// The default [`RecordStore::wait_for_record`]: polls
+/// [`record_state`](RecordStore::record_state), or, where the store does not support it,
+/// sleeps one poll interval and lets the caller look.
+async fn poll_for_record<S: RecordStore + ?Sized>(
+    store: &S,
+    key: &Key,
+    within: Duration,
+) -> Result<bool, StoreError> {
+    let unsupported = AtomicBool::new(false);
+    let ended = poll_until(within, || {
+        let (asked, unsupported) = (store.record_state(key), &unsupported);
+        async move {
+            match asked.await {
+                Ok(state) => Ok(!matches!(state, Some(RecordState::InProgress { .. }))),
+                Err(StoreError::Unsupported { .. }) => {
+                    unsupported.store(true, Ordering::Relaxed);
+                    Ok(true)
+                }
+                Err(error) => Err(error),
+            }
+        }
+    })
+    .await?;
+    if unsupported.load(Ordering::Relaxed) {
+        tokio::time::sleep(within.min(RELEASE_POLL_INTERVAL)).await;
+    }
+    Ok(ended)
 }
 
 /// What a record holds, as [`RecordStore::record_state`] tells an operator.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use idem_core::RecordStore;
 use idem_core::run_once::{RunError, RunOnce, RunOnceLayer, fingerprint_of};
 use idem_core::{Owner, StoreError};
-use idem_tests::{Backend, all_at_once, eventually};
+use idem_tests::{Backend, Counting, all_at_once, eventually};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tower::{ServiceExt, service_fn};
@@ -120,6 +120,62 @@ pub(crate) async fn a_call_while_the_first_runs_is_refused_then_replayed<B: Back
     assert_eq!(after.expect("replayed"), Receipt { run: 1 });
     assert_eq!(runs.count(), 1);
 }
+
+/// A call that waits for the first's result is woken by its completion rather than
+/// looking at the record again and again: two looks (when it began, and once woken),
+/// however long the first runs. Polling every 10 ms up to every 200 ms, it looked about
+/// six times in the 300 ms it waits here.
+pub(crate) async fn a_waiting_call_is_woken_by_the_first_not_polling<B: Backend>() {
+    let backend = B::start().await;
+    let store = Counting::new(backend.store());
+    let once = RunOnce::new(store.clone(), "charge").wait_while_in_progress(LONG_WAIT);
+    let runs = Runs::default();
+    let (finish, finishing) = oneshot::channel::<()>();
+    let first = tokio::spawn({
+        let (once, runs) = (once.clone(), runs.clone());
+        async move {
+            once.run("order-7", &CHARGE, |_| async move {
+                finishing.await.expect("the test finishes the work");
+                Ok::<_, Infallible>(runs.next())
+            })
+            .await
+        }
+    });
+    eventually(LONG_WAIT, "the first began", || async {
+        store.record_begins() == 1
+    })
+    .await;
+    let waiting = tokio::spawn({
+        let (once, runs) = (once.clone(), runs.clone());
+        async move {
+            once.run("order-7", &CHARGE, |_| async move {
+                Ok::<_, Infallible>(runs.next())
+            })
+            .await
+        }
+    });
+    eventually(LONG_WAIT, "the second looked", || async {
+        store.record_begins() == 2
+    })
+    .await;
+    // Long enough for a polling waiter to look several times; a woken one does not.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.record_begins(), 2, "no look while the first runs");
+    finish.send(()).expect("the work waits");
+    assert_eq!(
+        first.await.expect("no panic").expect("ran"),
+        Receipt { run: 1 }
+    );
+    assert_eq!(
+        waiting.await.expect("no panic").expect("replayed"),
+        Receipt { run: 1 }
+    );
+    assert_eq!(store.record_begins(), 3, "one look once woken");
+    assert_eq!(runs.count(), 1);
+}
+
+/// How long a case waits for what must happen.
+const LONG_WAIT: Duration = Duration::from_secs(30);
 
 /// A key sent again with another payload is a mismatch, before and after the first run
 /// completed, and whatever the payload's map order; the work does not run for it.

@@ -15,6 +15,7 @@ macro_rules! on_every_store {
             on_every_store!(@cases $backend:
                 hundreds_of_concurrent_calls_from_two_instances_run_the_work_once,
                 a_call_while_the_first_runs_is_refused_then_replayed,
+                a_waiting_call_is_woken_by_the_first_not_polling,
                 another_payload_under_the_key_is_refused,
                 a_failure_frees_the_key_and_a_kept_one_is_replayed,
                 a_panicked_or_dropped_run_frees_the_key,

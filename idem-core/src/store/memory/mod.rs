@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use self::packed::{Moment, Packed};
 use self::reaper::Reaper;
-use self::shard::{Entries, Full, Shard};
+use self::shard::{Entries, Full, RecordSignal, Shard};
 use super::{
     Acquire, Begin, FairStore, Fencing, FencingToken, LockStore, RecordState, RecordStore,
     StoreError, TokenStore, Turn, ttl_millis,
@@ -63,7 +63,10 @@ const RECLAIM_CHUNK: usize = 256;
 /// shard's mutex, atomically with seeing the key held, and parks on a per-key
 /// [`tokio::sync::Notify`] that exists only while someone waits; a release wakes one
 /// waiter (`notify_one`), and a release nobody waits for finds no `Notify` and signals
-/// nothing.
+/// nothing. Waiting for a record ([`wait_for_record`](RecordStore::wait_for_record)) is
+/// the same, except that its ending (completed, abandoned or removed) wakes every waiter,
+/// each of which then finds the stored response; a lease that runs out wakes nobody, so
+/// a waiter waits at most the lease's remaining time.
 ///
 /// Fencing tokens come from one counter for the whole store, so they grow strictly for
 /// every key, also across expiry, and need no memory per key. The counter starts at the
@@ -255,6 +258,20 @@ struct Waiter<'a> {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         self.shared.shard(self.key).unregister_waiter(self.key);
+    }
+}
+
+/// A waiter registered on a record; unregisters when the wait ends, however it ends.
+struct RecordWaiter<'a> {
+    shared: &'a Shared,
+    key: &'a Packed,
+    signal: Arc<RecordSignal>,
+}
+
+impl Drop for RecordWaiter<'_> {
+    fn drop(&mut self) {
+        let mut shard = self.shared.shard(self.key);
+        shard.unregister_record_waiter(self.key, &self.signal);
     }
 }
 
@@ -458,6 +475,26 @@ impl RecordStore for MemoryStore {
         Ok(self.with_shard(key, |shard, now, entries| {
             shard.remove_record(key, now, entries)
         }))
+    }
+
+    /// Registers the waiter under the shard's mutex, atomically with seeing the record in
+    /// progress, and wakes it when the record is completed, abandoned or removed; a lease
+    /// that runs out signals nothing, so it waits at most the lease's remaining time.
+    async fn wait_for_record(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
+        let key = &Packed::from(key);
+        let registered =
+            self.with_shard(key, |shard, now, _| shard.register_record_waiter(key, now));
+        let Some((signal, remaining)) = registered else {
+            return Ok(true);
+        };
+        let waiter = RecordWaiter {
+            shared: &self.shared,
+            key,
+            signal,
+        };
+        let within = kept(within);
+        let ended = waiter.signal.ended_within(within.min(remaining)).await;
+        Ok(ended || remaining <= within)
     }
 }
 
@@ -813,6 +850,44 @@ mod tests {
     fn waiters(store: &MemoryStore, key: &Key) -> usize {
         let key = &Packed::from(key);
         store.shared.shard(key).waiters(key)
+    }
+
+    /// Waiters of a record leave nothing behind, whether they time out, are dropped or
+    /// are woken; a completion wakes every one still waiting.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn record_waiters_clean_up_and_a_completion_wakes_them_all() {
+        let store = MemoryStore::new();
+        let (record, owner) = (key(1), Owner::random());
+        let fingerprint = Fingerprint::of(["f"]);
+        let long = Duration::from_secs(60);
+        let begun = store
+            .begin_record(&record, &owner, &fingerprint, long)
+            .await;
+        assert_eq!(begun.unwrap(), Begin::Started);
+        let count = |store: &MemoryStore| {
+            let packed = &Packed::from(&record);
+            store.shared.shard(packed).record_waiters(packed)
+        };
+        let timed_out = store
+            .wait_for_record(&record, Duration::from_millis(5))
+            .await;
+        assert!(!timed_out.unwrap());
+        assert_eq!(count(&store), 0, "a waiter that timed out left");
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let (store, record) = (store.clone(), record.clone());
+                tokio::spawn(async move { store.wait_for_record(&record, long).await })
+            })
+            .collect();
+        crate::conformance::eventually(long, "four waiters", || async { count(&store) == 4 }).await;
+        let completed = store
+            .complete_record(&record, &owner, Bytes::new(), long)
+            .await;
+        assert!(completed.unwrap());
+        for waiter in waiters {
+            assert!(waiter.await.unwrap().unwrap(), "woken");
+        }
+        assert_eq!(count(&store), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -231,12 +231,43 @@ struct Signal {
     waiters: usize,
 }
 
+/// Where the waiters on one record in progress are all woken when it ends. It exists only
+/// while someone waits, and is taken out of the map when it fires: waiters that come
+/// later wait on a fresh one.
+#[derive(Debug, Default)]
+pub(super) struct RecordSignal {
+    notify: Notify,
+    /// Set, before the wake-up, when the record ended: a waiter that registered but was
+    /// not listening yet sees it.
+    ended: AtomicBool,
+}
+
+impl RecordSignal {
+    /// Waits until the record ends, for at most `within`: whether it did.
+    pub(super) async fn ended_within(&self, within: Duration) -> bool {
+        let notified = self.notify.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        if self.ended.load(AtomicOrdering::SeqCst) {
+            return true;
+        }
+        tokio::time::timeout(within, notified).await.is_ok()
+    }
+}
+
+#[derive(Debug)]
+struct RecordWaiting {
+    signal: Arc<RecordSignal>,
+    waiters: usize,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Shard {
     locks: Map<Lock>,
     tokens: Tokens,
     records: Map<Record>,
     signals: Map<Signal>,
+    record_waits: Map<RecordWaiting>,
     queues: Queues,
     due: Reminders,
 }
@@ -318,6 +349,7 @@ impl Shard {
         self.tokens.shrink();
         shrink_if_sparse(&mut self.records);
         shrink_if_sparse(&mut self.signals);
+        shrink_if_sparse(&mut self.record_waits);
         self.due.shrink();
     }
 
@@ -608,6 +640,7 @@ impl Shard {
         record.state = Progress::Completed { response };
         record.expires_at = expires_at;
         self.remind(retention, expires_at, Space::Record, key);
+        self.end_record_waits(key);
         Ok(true)
     }
 
@@ -639,6 +672,7 @@ impl Shard {
         }
         self.records.remove(key);
         entries.remove(1, ENTRY_BYTES);
+        self.end_record_waits(key);
         true
     }
 
@@ -664,7 +698,66 @@ impl Shard {
             return false;
         };
         entries.remove(1, removed.bytes());
+        self.end_record_waits(key);
         removed.expires_at > now
+    }
+
+    /// Registers a waiter on the record `key` while it is in progress: where it is woken,
+    /// and how long the lease has left; `None` when the record is not in progress.
+    /// Deciding that under the shard's mutex is what keeps an ending just before the wait
+    /// from being missed.
+    pub(super) fn register_record_waiter(
+        &mut self,
+        key: &Packed,
+        now: Moment,
+    ) -> Option<(Arc<RecordSignal>, Duration)> {
+        let record = live(&mut self.records, key, now)?;
+        if !matches!(record.state, Progress::InProgress { .. }) {
+            return None;
+        }
+        let remaining = record.expires_at.since(now);
+        let waiting = self
+            .record_waits
+            .entry(key.clone())
+            .or_insert_with(|| RecordWaiting {
+                signal: Arc::default(),
+                waiters: 0,
+            });
+        waiting.waiters += 1;
+        Some((Arc::clone(&waiting.signal), remaining))
+    }
+
+    /// Undoes [`register_record_waiter`](Self::register_record_waiter), unless the record
+    /// ended since (its signal is gone); the last waiter to leave removes the entry.
+    pub(super) fn unregister_record_waiter(&mut self, key: &Packed, signal: &Arc<RecordSignal>) {
+        if let Entry::Occupied(mut occupied) = self.record_waits.entry(key.clone())
+            && Arc::ptr_eq(&occupied.get().signal, signal)
+        {
+            occupied.get_mut().waiters -= 1;
+            if occupied.get().waiters == 0 {
+                occupied.remove();
+            }
+        }
+    }
+
+    /// Wakes every waiter on the record `key`, which just ended. A record nobody waits
+    /// for finds an empty map.
+    fn end_record_waits(&mut self, key: &Packed) {
+        if self.record_waits.is_empty() {
+            return;
+        }
+        if let Some(waiting) = self.record_waits.remove(key) {
+            waiting.signal.ended.store(true, AtomicOrdering::SeqCst);
+            waiting.signal.notify.notify_waiters();
+        }
+    }
+
+    /// Waiters registered on the record `key`.
+    #[cfg(test)]
+    pub(super) fn record_waiters(&self, key: &Packed) -> usize {
+        self.record_waits
+            .get(key)
+            .map_or(0, |waiting| waiting.waiters)
     }
 }
 
