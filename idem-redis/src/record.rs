@@ -47,6 +47,9 @@ static WAIT_FOR_RECORD: LazyLock<Script> =
 
 /// The first byte of a record in progress.
 const RUNNING: u8 = b'r';
+/// The first byte of a record in progress that a waiter waits for
+/// (`wait_for_record.lua`): its ending wakes the waiters. Read as [`RUNNING`].
+const WAITED: u8 = b'w';
 /// The first byte of a completed record.
 const DONE: u8 = b'd';
 /// Where the owner or the response starts: after the state and the fingerprint.
@@ -91,12 +94,12 @@ impl Found {
     pub(crate) fn read(value: &Bytes, fingerprint: &Fingerprint) -> Option<Self> {
         let (&state, rest) = value.split_first()?;
         let theirs = rest.get(..AFTER_FINGERPRINT - 1)?;
-        if !matches!(state, RUNNING | DONE) {
+        if !matches!(state, RUNNING | WAITED | DONE) {
             return None;
         }
         Some(if theirs != fingerprint.as_bytes() {
             Self::Mismatch
-        } else if state == RUNNING {
+        } else if state != DONE {
             Self::Running
         } else {
             Self::Done(value.slice(AFTER_FINGERPRINT..))
@@ -320,7 +323,7 @@ fn state_of(fields: &[Value]) -> Option<Option<RecordState>> {
             let fingerprint = rest.get(..AFTER_FINGERPRINT - 1)?;
             let response = &value[AFTER_FINGERPRINT..];
             match state {
-                RUNNING => (false, fingerprint, None),
+                RUNNING | WAITED => (false, fingerprint, None),
                 DONE => (true, fingerprint, Some(response)),
                 _ => return None,
             }
@@ -393,6 +396,12 @@ mod tests {
         let running = Bytes::copy_from_slice(Running::new(&ours, &owner).as_bytes());
         assert_eq!(Found::read(&running, &ours), Some(Found::Running));
         assert_eq!(Found::read(&running, &theirs), Some(Found::Mismatch));
+        // Marked as waited for by a waiter's registration: still running.
+        let mut waited = running.to_vec();
+        waited[0] = WAITED;
+        let waited = Bytes::from(waited);
+        assert_eq!(Found::read(&waited, &ours), Some(Found::Running));
+        assert_eq!(Found::read(&waited, &theirs), Some(Found::Mismatch));
 
         let done = Bytes::from([b"d", &[1; 32][..], b"200 ok"].concat());
         let response = Bytes::from_static(b"200 ok");

@@ -143,11 +143,16 @@ pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 /// `idem:{key}:record_signal` on a waiting connection, as a lock's waiter does, for at
 /// most its bound and the lease's time left. The scripts that complete, abandon and
 /// remove a record push one wake-up per registered waiter there (kept 5 s), so that every
-/// waiter wakes and looks at the record again. A record nobody waits for costs those
-/// scripts one `GET` of a key that does not exist, and no further command: `begin_record`
-/// is unchanged. A record ended by an instance of an earlier version (during a rolling
-/// upgrade) signals nobody: its waiters wait out their bound or the lease; one in the
-/// hash layout of earlier versions is looked at again every 10 ms.
+/// waiter wakes and looks at the record again. The registration marks the record as
+/// waited for (its first byte `w` rather than `r`), and the scripts that complete and
+/// abandon a record wake waiters only for a record so marked: one nobody waits for costs
+/// them no command more, and `begin_record` is unchanged (measured by `INFO
+/// commandstats`, a completion's script takes the time it took before waits were woken,
+/// where reading the waiter count took 1.9 µs more). During a rolling upgrade, a record
+/// ended by an instance of an earlier version signals nobody (its waiters wait out their
+/// bound or the lease), and one marked as waited for is of no layout an earlier version
+/// reads (its request for that key meets a store error) until the record ends; one in
+/// the hash layout of earlier versions is looked at again every 10 ms.
 ///
 /// # Servers
 ///

@@ -5,12 +5,15 @@
 -- ARGV[1] owner, ARGV[2] response, ARGV[3] retention in milliseconds
 -- Returns 1 if stored, else 0. `pcall`, because a key of another type (the hash that
 -- earlier versions wrote) is nobody's here, not an error.
--- Then wakes the record's waiters (record_prelude.lua).
+-- Then wakes the record's waiters (record_prelude.lua), if it is marked as waited for:
+-- `w…` rather than `r…` (wait_for_record.lua); one nobody waits for costs nothing more.
 local record = redis.pcall('GET', KEYS[1])
-if type(record) ~= 'string' or string.sub(record, 1, 1) ~= 'r'
-    or string.sub(record, 34) ~= ARGV[1] then
+local state = type(record) == 'string' and string.sub(record, 1, 1)
+if (state ~= 'r' and state ~= 'w') or string.sub(record, 34) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], 'd' .. string.sub(record, 2, 33) .. ARGV[2], 'PX', ARGV[3])
-wake_record_waiters(KEYS[1])
+if state == 'w' then
+  wake_record_waiters(KEYS[1])
+end
 return 1

@@ -4,8 +4,9 @@
 -- Wakes the waiters of the record `record` (`namespace:{key}:record`) that
 -- wait_for_record.lua counted under the record's prefix (`namespace:{key}:`, the same hash
 -- tag): one element of its wake-up list per waiter, so that each `BLPOP` takes one, kept
--- 5 s (`SIGNAL_KEPT_MS`) for a waiter whose `BLPOP` has not reached the server yet. A
--- record nobody waits for costs one `GET` of a key that does not exist.
+-- 5 s (`SIGNAL_KEPT_MS`) for a waiter whose `BLPOP` has not reached the server yet.
+-- complete_record.lua and abandon_record.lua call it only for a record marked as waited
+-- for (`w…`); remove_record.lua, an operator's, always.
 local function wake_record_waiters(record)
   local prefix = string.sub(record, 1, -7)
   local waiters = prefix .. 'record_waiters'
