@@ -109,7 +109,7 @@
 //! utoipa is the OpenAPI crate most axum services use: a document derived from
 //! annotations on the handlers, and utoipa-axum's `OpenApiRouter`, which builds the
 //! router and the document from one list of routes — the place where a guard can be
-//! described by the layer that guards (utoipa 5, with utoipa-axum 0.2 on axum 0.8).
+//! described by the layer that guards (utoipa 6, with utoipa-axum 0.3 on axum 0.8).
 //! aide, the other one, derives the document from the handlers' types through its own
 //! router and its own OpenAPI types. It is not covered:
 //! a second integration would double this module for the smaller share of services. An

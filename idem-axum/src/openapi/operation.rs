@@ -180,7 +180,7 @@ fn mark_replays(operation: &mut Operation, replay: &Replay, stored: &[String]) {
 }
 
 /// The advertised retention's header.
-fn retention_header(seconds: u64) -> Header {
+fn retention_header(seconds: u64) -> RefOr<Header> {
     header(
         Type::Integer,
         &format!(
@@ -190,10 +190,10 @@ fn retention_header(seconds: u64) -> Header {
     )
 }
 
-fn header(schema_type: Type, description: &str) -> Header {
+fn header(schema_type: Type, description: &str) -> RefOr<Header> {
     let mut header = Header::new(ObjectBuilder::new().schema_type(schema_type));
     header.description = Some(description.to_owned());
-    header
+    RefOr::T(header)
 }
 
 /// Adds the problem of `kind` to `response`: its title to the description, its type URL
@@ -209,19 +209,20 @@ fn add_refusal(response: &mut Response, kind: RejectionKind) {
         .content
         .entry("text/html".to_owned())
         .or_insert_with(|| {
-            Content::new(Some(
+            RefOr::T(Content::new(Some(
                 ObjectBuilder::new()
                     .schema_type(Type::String)
                     .description(Some(
                         "The refusal as a page, to a client that prefers HTML (a browser)",
                     )),
-            ))
+            )))
         });
     let content = response
         .content
         .entry(PROBLEM_JSON.to_owned())
-        .or_insert_with(|| Content::new(Some(problem_schema(kind.status()))));
-    if let Some(RefOr::T(Schema::Object(problem))) = &mut content.schema
+        .or_insert_with(|| RefOr::T(Content::new(Some(problem_schema(kind.status())))));
+    if let RefOr::T(content) = content
+        && let Some(RefOr::T(Schema::Object(problem))) = &mut content.schema
         && let Some(RefOr::T(Schema::Object(type_uri))) = problem.properties.get_mut("type")
     {
         let values = type_uri.enum_values.get_or_insert_with(Vec::new);
@@ -300,28 +301,39 @@ fn form_token_header(form: &FormTokenField) -> Parameter {
 /// Adds `parameter`, unless the operation has one of its name and place already.
 fn add_parameter(operation: &mut Operation, parameter: Parameter) {
     let parameters = operation.parameters.get_or_insert_with(Vec::new);
-    let same = |p: &Parameter| {
-        p.name.eq_ignore_ascii_case(&parameter.name) && p.parameter_in == parameter.parameter_in
+    let same = |p: &RefOr<Parameter>| {
+        matches!(p, RefOr::T(p) if p.name.eq_ignore_ascii_case(&parameter.name)
+            && p.parameter_in == parameter.parameter_in)
     };
     if !parameters.iter().any(same) {
-        parameters.push(parameter);
+        parameters.push(RefOr::T(parameter));
     }
 }
 
 /// Adds the token field to the form bodies of the operation, or, if it documents none, an
 /// urlencoded body with the field.
 fn add_form_field(operation: &mut Operation, field: &str) {
-    let body = operation.request_body.get_or_insert_with(RequestBody::new);
+    let body = operation
+        .request_body
+        .get_or_insert_with(|| RefOr::T(RequestBody::new()));
+    // A body by reference is the document's own: left as it is.
+    let RefOr::T(body) = body else {
+        return;
+    };
     if !body
         .content
         .keys()
         .any(|media| FORM_TYPES.contains(&media.as_str()))
     {
-        body.content
-            .insert(FORM_TYPES[0].to_owned(), Content::new(None::<Schema>));
+        body.content.insert(
+            FORM_TYPES[0].to_owned(),
+            RefOr::T(Content::new(None::<Schema>)),
+        );
     }
     for (media, content) in &mut body.content {
-        if FORM_TYPES.contains(&media.as_str()) {
+        if let RefOr::T(content) = content
+            && FORM_TYPES.contains(&media.as_str())
+        {
             content.schema = Some(with_field(content.schema.take(), field));
         }
     }
