@@ -48,7 +48,9 @@
 //! let app: axum::Router = router.layer(idem.layer());
 //!
 //! let pay = api.paths.paths["/payments"].post.as_ref().unwrap();
-//! let key = &pay.parameters.as_ref().unwrap()[0];
+//! let utoipa::openapi::RefOr::T(key) = &pay.parameters.as_ref().unwrap()[0] else {
+//!     panic!("the key header, described in place");
+//! };
 //! assert_eq!(key.name, "idempotency-key");
 //! assert!(matches!(key.required, utoipa::openapi::Required::True));
 //! let paid = serde_json::to_value(&pay.responses.responses["201"]).unwrap();
