@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderName, Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use tower::{Layer, Service, ServiceExt};
@@ -147,12 +147,14 @@ where
     }
     let uri = head.uri.to_string();
     ensure_key(&head.method, &uri, &mut head.headers, &head.extensions);
+    let retention = policy.retention_header().cloned();
     keep_trying(&policy, move || {
         let attempt = Request::from_parts(copy_head(&head), Full::new(body.clone()));
         let sent = inner.clone().oneshot(attempt);
+        let retention = retention.clone();
         async move {
             match sent.await {
-                Ok(response) => judge(response).await,
+                Ok(response) => judge(response, retention.as_ref()).await,
                 Err(error) => Judged::Failed(error.into()),
             }
         }
@@ -162,13 +164,17 @@ where
 }
 
 /// Judges `response` by the policy, reading a `409` problem's body to learn its `type`
-/// (a body that cannot be read is as good as no answer).
-async fn judge<B>(response: Response<B>) -> Judged<Response<ResponseBody<B>>, BoxError>
+/// (a body that cannot be read is as good as no answer); the key's retention is read
+/// from the header `retention`.
+async fn judge<B>(
+    response: Response<B>,
+    retention: Option<&HeaderName>,
+) -> Judged<Response<ResponseBody<B>>, BoxError>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
-    match verdict(response.status(), response.headers()) {
+    match verdict(response.status(), response.headers(), retention) {
         Verdict::Final => Judged::Final(response.map(Either::Left)),
         Verdict::Retry(after) => Judged::Retry(response.map(Either::Left), after),
         Verdict::ReadProblem => {
@@ -180,7 +186,7 @@ where
             let in_progress = in_progress_problem(&body);
             let response = Response::from_parts(parts, Either::Right(Full::new(body)));
             if in_progress {
-                let asked = Asked::by(response.headers(), SystemTime::now());
+                let asked = Asked::by(response.headers(), SystemTime::now(), retention);
                 Judged::Retry(response, asked)
             } else {
                 Judged::Final(response)

@@ -39,7 +39,8 @@
 //! jitter", so many clients refused at once do not come back at once); they stop at
 //! [`RetryPolicy::with_max_attempts`] attempts, at [`RetryPolicy::with_max_elapsed`]
 //! (a wait that would end later is not begun) or sooner at the key's retention when an
-//! answer to retry advertises it (`Idempotency-TTL`, as idem-axum sends it: past it the
+//! answer to retry advertises it (`Idempotency-TTL`, as idem-axum sends it, or [the
+//! header a server renamed it to](RetryPolicy::with_retention_header): past it the
 //! server may have forgotten the key), and when the [retry
 //! budget](RetryPolicy::with_budget) is spent. What is left then is returned: the last
 //! answer, or [`Error::Transport`]. Requests of other methods pass through, sent once.

@@ -53,6 +53,7 @@ pub struct RetryPolicy {
     max_delay: Duration,
     max_body: usize,
     budget: Arc<dyn Budget + Send + Sync>,
+    retention_header: Option<HeaderName>,
 }
 
 impl RetryPolicy {
@@ -66,6 +67,7 @@ impl RetryPolicy {
             max_delay: Duration::from_secs(5),
             max_body: 1024 * 1024,
             budget: Arc::new(TpsBudget::default()),
+            retention_header: Some(IDEMPOTENCY_TTL),
         }
     }
 
@@ -139,6 +141,26 @@ impl RetryPolicy {
         self
     }
 
+    /// The header in which the server says how long it keeps a key, in whole seconds
+    /// (default `Idempotency-TTL`, as idem-axum's `IdempotencyLayer` sends it), or `None`
+    /// to read none: for a server whose layer renamed it (its `with_retention_header`).
+    /// What it advertises shortens the [time allowed](Self::with_max_elapsed).
+    ///
+    /// ```
+    /// let policy = idem_client::RetryPolicy::new()
+    ///     .with_retention_header(Some(http::HeaderName::from_static("x-idempotency-ttl")));
+    /// # let _ = policy;
+    /// ```
+    pub fn with_retention_header(mut self, name: Option<HeaderName>) -> Self {
+        self.retention_header = name;
+        self
+    }
+
+    /// The header the retention is read from, if any.
+    pub(crate) fn retention_header(&self) -> Option<&HeaderName> {
+        self.retention_header.as_ref()
+    }
+
     /// The retry budget, shared by every clone of this policy (default: tower's
     /// [`TpsBudget::default`]): every keyed request deposits, every retry withdraws, and a
     /// retry the budget refuses is not made. It keeps a failing downstream from being
@@ -204,6 +226,7 @@ impl fmt::Debug for RetryPolicy {
             .field("base_delay", &self.base_delay)
             .field("max_delay", &self.max_delay)
             .field("max_body", &self.max_body)
+            .field("retention_header", &self.retention_header)
             .finish_non_exhaustive()
     }
 }
@@ -313,13 +336,16 @@ pub(crate) enum Verdict {
 /// of that `type`, or a `409` that is not a problem document and carries `Retry-After`
 /// (the answer the Idempotency-Key draft gives a concurrent request); any other answer is
 /// final.
-pub(crate) fn verdict(status: StatusCode, headers: &HeaderMap) -> Verdict {
+pub(crate) fn verdict(
+    status: StatusCode,
+    headers: &HeaderMap,
+    retention: Option<&HeaderName>,
+) -> Verdict {
+    let asked = || Asked::by(headers, SystemTime::now(), retention);
     match status {
-        StatusCode::SERVICE_UNAVAILABLE => Verdict::Retry(Asked::by(headers, SystemTime::now())),
+        StatusCode::SERVICE_UNAVAILABLE => Verdict::Retry(asked()),
         StatusCode::CONFLICT if is_problem(headers) => Verdict::ReadProblem,
-        StatusCode::CONFLICT if headers.contains_key(RETRY_AFTER) => {
-            Verdict::Retry(Asked::by(headers, SystemTime::now()))
-        }
+        StatusCode::CONFLICT if headers.contains_key(RETRY_AFTER) => Verdict::Retry(asked()),
         _ => Verdict::Final,
     }
 }
@@ -361,16 +387,19 @@ fn is_problem(headers: &HeaderMap) -> bool {
 pub(crate) struct Asked {
     /// The wait `Retry-After` asks for.
     pub(crate) wait: Option<Duration>,
-    /// The key's retention the server advertised (`Idempotency-TTL`).
+    /// The key's retention the server advertised (`Idempotency-TTL`, or the policy's
+    /// [header](RetryPolicy::with_retention_header)).
     pub(crate) retention: Option<Duration>,
 }
 
 impl Asked {
-    /// What an answer with `headers` asks at `now`.
-    pub(crate) fn by(headers: &HeaderMap, now: SystemTime) -> Self {
+    /// What an answer with `headers` asks at `now`, its retention read from `retention`.
+    pub(crate) fn by(headers: &HeaderMap, now: SystemTime, retention: Option<&HeaderName>) -> Self {
         Self {
             wait: retry_after(headers, now),
-            retention: seconds(headers, &IDEMPOTENCY_TTL).map(Duration::from_secs),
+            retention: retention
+                .and_then(|name| seconds(headers, name))
+                .map(Duration::from_secs),
         }
     }
 }
@@ -428,7 +457,11 @@ mod tests {
     fn only_503_and_a_409_in_progress_are_retried() {
         let none = HeaderMap::new();
         assert_eq!(
-            verdict(StatusCode::SERVICE_UNAVAILABLE, &none),
+            verdict(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &none,
+                Some(&IDEMPOTENCY_TTL)
+            ),
             Verdict::Retry(Asked::default())
         );
         for status in [
@@ -439,11 +472,15 @@ mod tests {
             StatusCode::UNPROCESSABLE_ENTITY,
             StatusCode::CONFLICT,
         ] {
-            assert_eq!(verdict(status, &none), Verdict::Final, "{status}");
+            assert_eq!(
+                verdict(status, &none, Some(&IDEMPOTENCY_TTL)),
+                Verdict::Final,
+                "{status}"
+            );
         }
         let plain = headers(&[("retry-after", "2")]);
         assert_eq!(
-            verdict(StatusCode::CONFLICT, &plain),
+            verdict(StatusCode::CONFLICT, &plain, Some(&IDEMPOTENCY_TTL)),
             Verdict::Retry(Asked {
                 wait: Some(Duration::from_secs(2)),
                 retention: None
@@ -454,7 +491,7 @@ mod tests {
             ("retry-after", "1"),
         ]);
         assert_eq!(
-            verdict(StatusCode::CONFLICT, &problem),
+            verdict(StatusCode::CONFLICT, &problem, Some(&IDEMPOTENCY_TTL)),
             Verdict::ReadProblem
         );
     }
@@ -553,6 +590,7 @@ mod tests {
         let asked = Asked::by(
             &headers(&[("retry-after", "1"), ("idempotency-ttl", " 2 ")]),
             SystemTime::now(),
+            Some(&IDEMPOTENCY_TTL),
         );
         assert_eq!(asked.retention, Some(Duration::from_secs(2)));
         let policy = RetryPolicy::new().with_backoff(Duration::ZERO, Duration::ZERO);
@@ -567,11 +605,38 @@ mod tests {
         let long = headers(&[("retry-after", "31"), ("idempotency-ttl", "86400")]);
         let mut attempts = policy.attempts();
         assert_eq!(
-            attempts.next_delay(Asked::by(&long, SystemTime::now())),
+            attempts.next_delay(Asked::by(&long, SystemTime::now(), Some(&IDEMPOTENCY_TTL))),
             None
         );
         // Unreadable: ignored.
         let odd = headers(&[("idempotency-ttl", "a day")]);
-        assert_eq!(Asked::by(&odd, SystemTime::now()).retention, None);
+        assert_eq!(
+            Asked::by(&odd, SystemTime::now(), Some(&IDEMPOTENCY_TTL)).retention,
+            None
+        );
+    }
+
+    /// A policy reads the retention from the header it is told, and from that one only;
+    /// told none, it reads none.
+    #[test]
+    fn the_retention_is_read_from_the_policys_header() {
+        let renamed = HeaderName::from_static("x-idempotency-ttl");
+        let policy = RetryPolicy::new().with_retention_header(Some(renamed.clone()));
+        let answer = headers(&[("x-idempotency-ttl", "2"), ("idempotency-ttl", "9")]);
+        let asked = verdict(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &answer,
+            policy.retention_header(),
+        );
+        let Verdict::Retry(asked) = asked else {
+            panic!("a 503 is retried: {asked:?}");
+        };
+        assert_eq!(asked.retention, Some(Duration::from_secs(2)));
+        let deaf = RetryPolicy::new().with_retention_header(None);
+        let asked = Asked::by(&answer, SystemTime::now(), deaf.retention_header());
+        assert_eq!(asked.retention, None);
+        let default = RetryPolicy::new();
+        let asked = Asked::by(&answer, SystemTime::now(), default.retention_header());
+        assert_eq!(asked.retention, Some(Duration::from_secs(9)));
     }
 }

@@ -1,7 +1,7 @@
 //! [`IdempotentRetryMiddleware`]: the policy as a `reqwest-middleware` middleware.
 
 use bytes::{Bytes, BytesMut};
-use http::Extensions;
+use http::{Extensions, HeaderName};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
@@ -68,6 +68,7 @@ impl Middleware for IdempotentRetryMiddleware {
             ));
         }
         let extensions = &*extensions;
+        let retention = self.policy.retention_header();
         keep_trying(&self.policy, || {
             let attempt = request.try_clone();
             let (next, mut extensions) = (next.clone(), extensions.clone());
@@ -78,7 +79,7 @@ impl Middleware for IdempotentRetryMiddleware {
                     )));
                 };
                 match next.run(attempt, &mut extensions).await {
-                    Ok(response) => judge(response).await,
+                    Ok(response) => judge(response, retention).await,
                     Err(error) => Judged::Failed(error),
                 }
             }
@@ -89,11 +90,13 @@ impl Middleware for IdempotentRetryMiddleware {
     }
 }
 
-/// Judges `response` by the policy, reading a `409` problem's body to learn its `type`.
+/// Judges `response` by the policy, reading a `409` problem's body to learn its `type`;
+/// the key's retention is read from the header `retention`.
 async fn judge(
     response: Response,
+    retention: Option<&HeaderName>,
 ) -> Judged<reqwest_middleware::Result<Response>, reqwest_middleware::Error> {
-    match verdict(response.status(), response.headers()) {
+    match verdict(response.status(), response.headers(), retention) {
         Verdict::Final => Judged::Final(Ok(response)),
         Verdict::Retry(after) => Judged::Retry(Ok(response), after),
         Verdict::ReadProblem => {
@@ -106,7 +109,7 @@ async fn judge(
                 Err(error) => return Judged::Failed(error),
             };
             let in_progress = in_progress_problem(&body);
-            let asked = Asked::by(head.headers(), std::time::SystemTime::now());
+            let asked = Asked::by(head.headers(), std::time::SystemTime::now(), retention);
             let response = Response::from(head.map(|()| body));
             if in_progress {
                 Judged::Retry(Ok(response), asked)
