@@ -42,6 +42,18 @@ pub(crate) fn read_whole(request: Request<Body>, limit: Option<usize>) -> (Parts
     (parts, Unread(Some((body, limit))))
 }
 
+/// Reads the body of `request` whole within `limit`, as [`read_whole`] does, and puts the
+/// same bytes back: for a guard that reads the body before the handler does.
+pub(crate) async fn read_back(
+    request: &mut Request<Body>,
+    limit: Option<usize>,
+) -> Result<Bytes, Rejection> {
+    let (parts, unread) = read_whole(std::mem::take(request), limit);
+    let body = unread.read().await?;
+    *request = Request::from_parts(parts, Body::from(body.clone()));
+    Ok(body)
+}
+
 /// A request body not read yet, with the limit it is read within.
 pub(crate) struct Unread(Option<(Body, usize)>);
 

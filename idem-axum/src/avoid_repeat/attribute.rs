@@ -23,12 +23,13 @@ use http::request::Parts;
 use idem_core::store::sharing_one_timer;
 use idem_core::{Key, Store};
 
-use super::window::{in_window, key_for, payload_fingerprint, read_payload};
+use super::window::{in_window, key_for, payload_fingerprint};
 use super::{Release, RepeatBy, Settings};
 use crate::guard::GuardContext;
 use crate::idem::OnStore;
 use crate::identity::{ClientId, ClientRequest};
 use crate::rejection::Rejection;
+use crate::request_body::read_back;
 use idem_core::payload::PayloadFingerprint;
 
 /// One annotated handler's settings, a `static` in the expansion.
@@ -134,7 +135,7 @@ impl AvoidRepeatContext {
     /// back unchanged.
     async fn with_payload(mut request: Request) -> Result<(Self, Request, ReadPayload), Response> {
         let context = Self::new(ClientRequest::from_request(&request));
-        match read_payload(&mut request).await {
+        match read_back(&mut request, None).await {
             Ok(body) => {
                 let uri = request.uri().clone();
                 Ok((context, request, ReadPayload { uri, body }))

@@ -7,10 +7,8 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
-use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use bytes::Bytes;
 use http::Uri;
 use idem_core::payload::PayloadFingerprint;
 use idem_core::store::Fencing;
@@ -23,7 +21,7 @@ use crate::idem::handlers::Running;
 use crate::identity::ClientId;
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
-use crate::request_body::read_whole;
+use crate::request_body::read_back;
 
 /// Runs the handler `start` starts under the key `key`, or answers for it. The handler is
 /// not started (a tower service not even called) unless the key was taken.
@@ -135,16 +133,8 @@ pub(crate) async fn fingerprint_payload(
     request: &mut Request,
     counted: &PayloadFingerprint,
 ) -> Result<Fingerprint, Rejection> {
-    let body = read_payload(request).await?;
+    let body = read_back(request, None).await?;
     Ok(payload_fingerprint(request.uri(), &body, counted))
-}
-
-/// Reads the body of `request` whole and puts the same bytes back.
-pub(crate) async fn read_payload(request: &mut Request) -> Result<Bytes, Rejection> {
-    let (parts, unread) = read_whole(std::mem::take(request), None);
-    let body = unread.read().await?;
-    *request = Request::from_parts(parts, Body::from(body.clone()));
-    Ok(body)
 }
 
 /// The fingerprint of a request's query and body: what of the body `counted` says counts.

@@ -26,7 +26,7 @@ use crate::idempotency;
 use crate::identity::{ClientId, ClientRequest};
 use crate::outcome::{self, Guard, Outcome};
 use crate::rejection::{Rejection, RejectionKind};
-use crate::request_body::read_whole;
+use crate::request_body::{read_back, read_whole};
 
 /// Verifies the one-time form token of every request to the routes it guards; see the
 /// [module docs](crate::form_token).
@@ -104,10 +104,10 @@ impl Settings {
         };
         let limit = self.body_limit;
         Submitted::Read(Box::pin(async move {
-            let (parts, reading) = read_whole(request, limit);
-            let body = reading.read().await?;
+            let mut request = request;
+            let body = read_back(&mut request, limit).await?;
             let fingerprint = Fingerprint::of([SUBMITTED, &payload.counted(&body)]);
-            Ok((Request::from_parts(parts, Body::from(body)), fingerprint))
+            Ok((request, fingerprint))
         }))
     }
 }
