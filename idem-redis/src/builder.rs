@@ -200,6 +200,7 @@ pub struct RedisStoreBuilder {
     pub(crate) max_waiting_connections: usize,
     pub(crate) script_acquire: bool,
     pub(crate) token_capacity: usize,
+    pub(crate) token_buckets: usize,
     pub(crate) replica_acks: Option<ReplicaAcks>,
     pub(crate) replay_cache_bytes: usize,
     lazy: bool,
@@ -214,6 +215,7 @@ impl Default for RedisStoreBuilder {
             max_waiting_connections: 64,
             script_acquire: false,
             token_capacity: 250_000,
+            token_buckets: crate::token_buckets::DEFAULT_BUCKETS,
             replica_acks: None,
             replay_cache_bytes: 16 << 20,
             lazy: false,
@@ -257,7 +259,7 @@ impl RedisStoreBuilder {
     }
 
     /// The most one-time tokens held at once (default 250,000), rounded up to a multiple
-    /// of the 64 buckets they are spread over. Past a bucket's share, the tokens that
+    /// of the [buckets](Self::with_token_buckets) they are spread over. Past a bucket's share, the tokens that
     /// expire soonest are evicted, so a flood of form pages never fills Redis: give
     /// `maxmemory` room for about 300 bytes per token besides what your guards need.
     ///
@@ -266,6 +268,32 @@ impl RedisStoreBuilder {
     /// ```
     pub fn with_token_capacity(mut self, tokens: usize) -> Self {
         self.token_capacity = tokens;
+        self
+    }
+
+    /// How many buckets the one-time tokens are spread over (default 64, from 1 to
+    /// 1,024): in a Redis Cluster, the slots their traffic reaches. Each bucket is one hash
+    /// tag, placed on a slot of its own at an even spacing, so with the slots split evenly
+    /// over `m` masters (as `redis-cli --cluster create` splits them) a master holds at
+    /// most `⌈buckets / m⌉` buckets, and its share of token traffic is at most
+    /// `⌈buckets / m⌉ · m / buckets` of an even share: 1 for the default and 2, 4, 8, 16,
+    /// 32 or 64 masters, at most 1.25 whenever `buckets` is a multiple of the masters or
+    /// at least four times as many. A client's tokens stay in one bucket, so its budget
+    /// of newest tokens is exact; each bucket holds its share of the
+    /// [token capacity](Self::with_token_capacity).
+    ///
+    /// Every instance on the same Redis must have the same number: a token is looked for
+    /// in its client's bucket, so tokens put with another number are not found (their
+    /// users reload the form). Tokens put by versions before the buckets were placed (the
+    /// 64 tags `tokens/0` … `tokens/63`) are still found and spent, at one more script
+    /// for a token that is not in its bucket.
+    ///
+    /// ```
+    /// // A cluster of 48 masters: 192 buckets, four on each.
+    /// let builder = idem_redis::RedisStore::builder().with_token_buckets(192);
+    /// ```
+    pub fn with_token_buckets(mut self, buckets: usize) -> Self {
+        self.token_buckets = buckets;
         self
     }
 

@@ -57,6 +57,7 @@ mod record;
 mod replay_cache;
 mod server;
 mod store;
+mod token_buckets;
 
 pub use builder::{RedisServer, RedisStoreBuilder};
 pub use error::{RedisSetupError, ReplicasBehind};

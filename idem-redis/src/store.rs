@@ -30,6 +30,7 @@ tokio::task_local! {
 }
 use crate::replay_cache::ReplayCache;
 use crate::server::{AcquireCommand, Checks};
+use crate::token_buckets::TokenBuckets;
 use crate::{RedisSetupError, ReplicasBehind};
 
 static ACQUIRE: LazyLock<Script> =
@@ -66,11 +67,6 @@ pub(crate) fn fair_script(body: &str) -> Script {
 pub(crate) fn record_script(body: &str) -> Script {
     Script::new(&[include_str!("scripts/record_prelude.lua"), body].concat())
 }
-
-/// Buckets the one-time tokens are spread over, each one hash tag (one cluster slot) with
-/// its share of the token budget: enough to spread them over a cluster's nodes, few
-/// enough that each bucket's share is a useful number.
-const TOKEN_BUCKETS: u32 = 64;
 
 /// How long a release's wake-up stays in Redis for a waiter to take. It must cover the
 /// moment between a waiter registering and its `BLPOP` reaching Redis (a round trip,
@@ -121,9 +117,12 @@ pub(crate) const SIGNAL_KEPT_MS: &str = "5000";
 /// idempotency record: one string, a byte for its state, `r` in progress or `d` done, the
 /// request's 32-byte fingerprint, then the owner of the attempt in progress or the stored
 /// response; records that earlier versions kept as hashes are still read). One-time
-/// tokens are spread over 64 buckets by their scope: `idem:{tokens/N}:all` (the bucket's tokens, by expiry) and
-/// `idem:{tokens/N}:scope:<scope>` (one scope's), so a put or a spend is one script in one
-/// slot. Each bucket holds its share of the
+/// tokens are spread over [64 buckets](RedisStoreBuilder::with_token_buckets) by their
+/// scope: `idem:{tokens/N/J}:all` (the bucket's tokens, by expiry) and
+/// `idem:{tokens/N/J}:scope:<scope>` (one scope's), so a put or a spend is one script in
+/// one slot; bucket `N`'s tag, with the first `J` that does it, is on a slot of its own at
+/// an even spacing, so the buckets spread evenly over a cluster's masters. Each bucket
+/// holds its share of the
 /// [token capacity](RedisStoreBuilder::with_token_capacity) and evicts the tokens that
 /// expire soonest past it; a scope keeps only its newest few. Tokens are timed by the
 /// server's clock (`TIME`), not the instances'.
@@ -198,8 +197,8 @@ struct Inner {
     waiting: WaitingConnections,
     namespace: String,
     timeout: Duration,
-    /// Tokens one bucket holds at most.
-    token_budget: usize,
+    /// Where tokens live, and how many a bucket holds.
+    tokens: TokenBuckets,
     /// Replicas that must acknowledge a decisive write, and how long to wait for them.
     replica_acks: Option<ReplicaAcks>,
     /// Copies of the completed records replayed here, unless turned off.
@@ -263,12 +262,13 @@ impl RedisStore {
                         script_acquire: builder.script_acquire,
                     },
                 ),
+                tokens: TokenBuckets::new(
+                    &builder.namespace,
+                    builder.token_buckets,
+                    builder.token_capacity,
+                ),
                 namespace: builder.namespace,
                 timeout: builder.timeout,
-                token_budget: builder
-                    .token_capacity
-                    .div_ceil(TOKEN_BUCKETS as usize)
-                    .max(1),
                 replica_acks: builder.replica_acks,
                 replays: ReplayCache::new(builder.replay_cache_bytes),
             }),
@@ -325,19 +325,14 @@ impl RedisStore {
         format!("{}{}", self.key(key, Kind::Turns), owner.as_str())
     }
 
-    /// The keys of `scope`'s tokens: its bucket's set and its own, under one hash tag.
-    fn token_keys(&self, scope: &Key) -> (String, String) {
-        // FNV-1a: stable across processes and releases, as every instance must agree.
-        let hash = scope.as_str().bytes().fold(0x811c_9dc5_u32, |hash, byte| {
-            (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
-        });
-        let bucket = format!(
-            "{}:{{tokens/{}}}",
-            self.inner.namespace,
-            hash % TOKEN_BUCKETS
-        );
-        let scope = format!("{bucket}:scope:{}", scope.as_str());
-        (format!("{bucket}:all"), scope)
+    /// Spends `token` from the bucket's set and the scope's set `keys`, waiting for the
+    /// replicas the store asks for when it was there.
+    async fn consume_in(&self, keys: (String, String), token: &Key) -> Result<bool, StoreError> {
+        let (bucket, scope) = keys;
+        let (keys, args) = ([bucket.as_str(), &scope], [token.as_str().as_bytes()]);
+        let consume = self.flag(&CONSUME_TOKEN, &keys, &args);
+        self.replicated_if(&scope, consume, |&consumed| consumed)
+            .await
     }
 
     /// The shared connection, and how the next one is opened.
@@ -829,9 +824,9 @@ impl TokenStore for RedisStore {
         ttl: Duration,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let (bucket, scope) = self.token_keys(scope);
+        let (bucket, scope) = self.inner.tokens.keys(scope.as_str());
         let (bucket, scope, token) = (bucket.as_str(), scope.as_str(), token.as_str());
-        let (millis, keep, budget) = (ttl_millis(ttl), keep.max(1), self.inner.token_budget);
+        let (millis, keep, budget) = (ttl_millis(ttl), keep.max(1), self.inner.tokens.budget());
         let (millis, keep, budget) = (millis.to_string(), keep.to_string(), budget.to_string());
         self.query::<()>(|conn| {
             // `PEXPIRE … GT` came with 7.0, as `SET … NX … GET` did.
@@ -852,17 +847,25 @@ impl TokenStore for RedisStore {
     }
 
     async fn consume_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
-        let (bucket, scope) = self.token_keys(scope);
-        let (keys, args) = ([bucket.as_str(), &scope], [token.as_str().as_bytes()]);
-        let consume = self.flag(&CONSUME_TOKEN, &keys, &args);
-        self.replicated_if(&scope, consume, |&consumed| consumed)
+        let tokens = &self.inner.tokens;
+        if self.consume_in(tokens.keys(scope.as_str()), token).await? {
+            return Ok(true);
+        }
+        // A token put before the buckets were placed is where that release put it; a token
+        // is in one place or the other, so this spends it once as well.
+        self.consume_in(tokens.earlier_keys(scope.as_str()), token)
             .await
     }
 
     async fn has_token(&self, scope: &Key, token: &Key) -> Result<bool, StoreError> {
-        let (_, scope) = self.token_keys(scope);
-        self.flag(&HAS_TOKEN, &[&scope], &[token.as_str().as_bytes()])
-            .await
+        let tokens = &self.inner.tokens;
+        let (_, placed) = tokens.keys(scope.as_str());
+        let token = [token.as_str().as_bytes()];
+        if self.flag(&HAS_TOKEN, &[&placed], &token).await? {
+            return Ok(true);
+        }
+        let (_, earlier) = tokens.earlier_keys(scope.as_str());
+        self.flag(&HAS_TOKEN, &[&earlier], &token).await
     }
 }
 

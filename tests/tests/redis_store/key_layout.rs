@@ -155,3 +155,86 @@ async fn token_sets_live_as_long_as_their_longest_token() {
         }
     }
 }
+
+/// Tokens spread over a cluster's masters: with the default 64 buckets placed on evenly
+/// spaced slots, the 3 masters of the test cluster (slots split evenly) hold 21 or 22
+/// buckets each, and many clients' tokens reach every master in about equal parts.
+#[tokio::test]
+async fn in_a_cluster_tokens_spread_over_every_master() {
+    let cluster = RedisCluster::start();
+    let store = cluster.store();
+    let clients = 600;
+    for i in 0..clients {
+        let client = key(&format!("client-{i}"));
+        store.put_token(&client, &client, LONG, 16).await.unwrap();
+    }
+    let mut scopes_on: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut buckets_on: BTreeMap<u16, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for (port, redis_key) in cluster.keys_by_node() {
+        if redis_key.contains(":scope:") {
+            *scopes_on.entry(port).or_default() += 1;
+        } else if let Some(bucket) = redis_key.strip_suffix(":all") {
+            buckets_on
+                .entry(port)
+                .or_default()
+                .insert(bucket.to_owned());
+        }
+    }
+    assert_eq!(scopes_on.values().sum::<usize>(), clients);
+    assert_eq!(
+        scopes_on.len(),
+        3,
+        "every master holds tokens: {scopes_on:?}"
+    );
+    for (port, buckets) in &buckets_on {
+        assert!(
+            (21..=22).contains(&buckets.len()),
+            "master {port} holds {} buckets",
+            buckets.len()
+        );
+    }
+    for (port, scopes) in &scopes_on {
+        // An even share is 200; by chance alone a master's share of 600 hashed clients
+        // strays far less than this.
+        assert!(
+            (140..=260).contains(scopes),
+            "master {port} holds {scopes} clients"
+        );
+    }
+}
+
+/// A token an earlier version put, in its 64 buckets tagged `tokens/N`, is still spent
+/// once after an upgrade, and seen before it is: those buckets are where such tokens are
+/// looked for when a client's bucket does not hold them.
+#[tokio::test]
+async fn a_token_put_by_an_earlier_version_is_spent_once() {
+    let server = RedisServer::start();
+    let store = server.store();
+    let (client, token) = (key("client-7"), key("token-7"));
+    let expiry = (std::time::SystemTime::now() + LONG)
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    // Where the earlier release put it depends on a hash of the client: put it in each of
+    // the 64 scopes it might be in, as that version's script did in one.
+    for bucket in 0..64 {
+        let tag = format!("idem:{{tokens/{bucket}}}");
+        let scope = format!("{tag}:scope:client-7");
+        server.command(&["ZADD", &scope, &expiry, "token-7"]);
+        let member = format!("{scope}\ntoken-7");
+        server.command(&["ZADD", &format!("{tag}:all"), &expiry, &member]);
+    }
+    assert!(store.has_token(&client, &token).await.unwrap());
+    assert!(store.consume_token(&client, &token).await.unwrap());
+    assert!(!store.consume_token(&client, &token).await.unwrap());
+    let members: usize = (0..64)
+        .map(|bucket| server.query::<usize>(&["ZCARD", &format!("idem:{{tokens/{bucket}}}:all")]))
+        .sum();
+    assert_eq!(members, 63, "the spend left its own bucket's set too");
+    // A token put now is in the client's placed bucket, and spent from there.
+    let fresh = key("token-8");
+    store.put_token(&client, &fresh, LONG, 16).await.unwrap();
+    assert!(store.consume_token(&client, &fresh).await.unwrap());
+    assert!(!store.has_token(&client, &fresh).await.unwrap());
+}
