@@ -103,8 +103,15 @@
 //!   describe it with [`VerifyFormTokenLayer::guard_doc_with`](crate::VerifyFormTokenLayer::guard_doc_with).
 //! - `#[avoid_repeat]` is inside its handler, where no router sees it: a route whose
 //!   window belongs in the document takes [`AvoidRepeatLayer`](crate::AvoidRepeatLayer).
-//! - A [custom responder](crate::IdemBuilder::with_responder) replaces the problem JSON;
-//!   the document still says problem JSON.
+//! - A [custom responder](crate::IdemBuilder::with_responder) replaces the problem JSON
+//!   for the whole runtime, out of any layer's sight: describe what it answers once for
+//!   the whole document with [`RefusalContent`], after the guards.
+//!
+//! No guard answers 429, so no operation gains one. The refusal for a server busy with
+//! earlier requests ([`busy`](crate::guide::refusals#busy)) is a 503 with `Retry-After`:
+//! it is this instance's own backlog of handlers still running for clients that went
+//! away, not the rate of the client refused, which is what a 429 tells a client (and what
+//! a client's rate limiter in front of the guards documents for itself).
 //!
 //! # Why utoipa
 //!
@@ -119,6 +126,7 @@
 //! its parameters and responses over.
 
 mod operation;
+mod refusal_content;
 
 use std::convert::Infallible;
 use std::fmt;
@@ -136,6 +144,7 @@ use utoipa::openapi::path::{Operation, PathItem, Paths};
 use utoipa_axum::router::UtoipaMethodRouter;
 
 pub(crate) use self::operation::{FormTokenField, KeyParameter, OperationGuard, Replay};
+pub use self::refusal_content::RefusalContent;
 
 use crate::RejectionKind;
 

@@ -15,7 +15,11 @@ use crate::RejectionKind;
 pub(crate) const EXTENSION: &str = "x-idem-guards";
 
 /// The media type of every refusal a guard renders by default.
-const PROBLEM_JSON: &str = "application/problem+json";
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The description of a refusal's HTML page, which a browser is given.
+pub(crate) const REFUSAL_PAGE: &str =
+    "The refusal as a page, to a client that prefers HTML (a browser)";
 
 /// The media types a form is posted in, the two a form token is read from.
 const FORM_TYPES: [&str; 2] = ["application/x-www-form-urlencoded", "multipart/form-data"];
@@ -212,9 +216,7 @@ fn add_refusal(response: &mut Response, kind: RejectionKind) {
             RefOr::T(Content::new(Some(
                 ObjectBuilder::new()
                     .schema_type(Type::String)
-                    .description(Some(
-                        "The refusal as a page, to a client that prefers HTML (a browser)",
-                    )),
+                    .description(Some(REFUSAL_PAGE)),
             )))
         });
     let content = response
