@@ -14,6 +14,11 @@
 # Under valgrind SHA-256 runs without the CPU's SHA instructions, so its instructions count
 # far more than on the machine (a 64-byte block about 4,000 in software): the sha256 column
 # says how much of each case that is, to read the rest apart from it.
+#
+# IDEM_COUNTS_KINDS narrows the counts ("allocations", "instructions allocations", ...);
+# IDEM_COUNTS_FEATURES builds the driver with features of idem-bench ("metrics": idem's
+# metrics on, into an installed Prometheus recorder); IDEM_COUNTS_PROFILE=dev counts a
+# debug build (the same allocations as release, far more instructions; no release build).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -27,8 +32,11 @@ guarded=(layered_bare avoid_repeat avoid_repeat_layer avoid_repeat_finish form f
 source "$root/bench/tools.sh"
 require valgrind=valgrind strace=strace perf=linux-perf
 
-nice -n 19 cargo build --release --quiet -p idem-bench --bin guard_requests
-bin=${CARGO_TARGET_DIR:-$root/target}/release/guard_requests
+profile=${IDEM_COUNTS_PROFILE:-release}
+nice -n 19 cargo build --profile "$profile" --quiet -p idem-bench --bin guard_requests \
+    --features "${IDEM_COUNTS_FEATURES:-}"
+[[ $profile == dev ]] && profile=debug
+bin=${CARGO_TARGET_DIR:-$root/target}/$profile/guard_requests
 
 cases=()
 for case in "${guarded[@]}"; do
@@ -77,7 +85,7 @@ count() {
     esac
 }
 
-kinds=(instructions sha256 allocations syscalls futex switches)
+read -ra kinds <<<"${IDEM_COUNTS_KINDS:-instructions sha256 allocations syscalls futex switches}"
 printf 'case' >"$work/table"
 printf '\t%s' "${kinds[@]}" >>"$work/table"
 printf '\n' >>"$work/table"
@@ -97,7 +105,7 @@ mkdir -p "$(dirname "$report")"
 {
     echo "# Counts per request, in-process, MemoryStore"
     echo
-    echo "\`bash bench/counts.sh\` at \`$(git rev-parse --short HEAD)\`$(git diff --quiet HEAD || echo ' (with uncommitted changes)'), $(date -u '+%Y-%m-%d %H:%M UTC'), N = $n: (count(2N) − count(N)) / N."
+    echo "\`bash bench/counts.sh\`${IDEM_COUNTS_FEATURES:+ (features: $IDEM_COUNTS_FEATURES)}${IDEM_COUNTS_PROFILE:+ (profile: $IDEM_COUNTS_PROFILE)} at \`$(git rev-parse --short HEAD)\`$(git diff --quiet HEAD || echo ' (with uncommitted changes)'), $(date -u '+%Y-%m-%d %H:%M UTC'), N = $n: (count(2N) − count(N)) / N."
     echo
     awk -F'\t' 'NR == 1 {printf "|"; for (i = 1; i <= NF; i++) printf " %s |", $i; printf "\n|---|"; for (i = 2; i <= NF; i++) printf "---:|"; printf "\n"; next}
         {printf "|"; for (i = 1; i <= NF; i++) printf " %s |", $i; printf "\n"}' "$work/table"

@@ -27,6 +27,9 @@
 //! | `run_once_replay` | `RunOnce::run` with one key already run: its result decoded, the work not called |
 //!
 //! The replays' first request (which stores the response) runs before the `n`.
+//!
+//! Built with the feature `metrics`, idem's metrics are on and counted into a Prometheus
+//! recorder (never rendered), installed before the first request.
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -235,6 +238,10 @@ fn main() {
         eprintln!("{usage}");
         std::process::exit(2);
     };
+    #[cfg(feature = "metrics")]
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder");
     // Room for every key of a long run: the store refusing new keys is not what is measured.
     let store = MemoryStore::builder()
         .with_capacity(20_000_000)
