@@ -30,10 +30,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use axum::extract::MatchedPath;
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::identity::ClientId;
+use crate::identity::{ClientId, ClientRequest};
 
 /// The guard that decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,21 +90,161 @@ impl Outcome {
     }
 }
 
-/// The span of one request to `guard` on `route`, for `client` (hashed: the span names
-/// no one). Its `idem.outcome` and `idem.store_us` are recorded as the guard decides.
-pub(crate) fn span(guard: Guard, route: &str, client: Option<&ClientId>) -> Span {
-    let span = tracing::info_span!(
-        "idem",
-        idem.guard = guard.as_str(),
-        idem.route = route,
-        idem.client = Empty,
-        idem.outcome = Empty,
-        idem.store_us = Empty,
-    );
-    if let Some(client) = client {
-        record_client(&span, client);
+/// The `route` label of a request that matched no route: a layer around a whole `Router`
+/// runs before routing, so it sees none. Installed with `Router::route_layer`, or on each
+/// route, the layer sees the route's pattern.
+#[cfg(feature = "metrics")]
+pub(crate) const UNMATCHED: &str = "unmatched";
+
+/// The `route` label of the routes past the first [`MAX_ROUTES`] distinct ones.
+#[cfg(feature = "metrics")]
+pub(crate) const OTHER: &str = "other";
+
+/// How many distinct routes are labelled as they are; the rest are counted as [`OTHER`].
+#[cfg(feature = "metrics")]
+pub(crate) const MAX_ROUTES: usize = 1000;
+
+/// The route a request matched, bounded as a metric label must be: a gRPC call's method
+/// path (`/shop.Orders/Place`), else the path pattern of the router's route
+/// (`/orders/{id}`, in full under `nest`); `None` before routing. Never the path requested,
+/// of which there are as many as there are ids.
+pub(crate) fn matched_route<'a>(request: &ClientRequest<'a>) -> Option<&'a str> {
+    #[cfg(feature = "grpc")]
+    if let Some(path) = crate::grpc::method_path(request.headers(), request.uri().path()) {
+        return Some(path);
     }
-    span
+    request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str)
+}
+
+/// The guard and the route one request's outcomes are reported under: made where the
+/// request's span is, and asked for each of its reports. Without the feature `metrics` it
+/// is the guard alone.
+#[derive(Debug, Clone)]
+pub(crate) struct Reporter {
+    guard: Guard,
+    /// The `route` label, shared, not copied, by every report ([`route_label`]).
+    #[cfg(feature = "metrics")]
+    route: metrics::SharedString,
+}
+
+impl Reporter {
+    /// The reporter of a request to `guard`, under the route it matched
+    /// ([`matched_route`]), or [`UNMATCHED`].
+    pub(crate) fn of(guard: Guard, request: &ClientRequest<'_>) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = request;
+        Self {
+            guard,
+            #[cfg(feature = "metrics")]
+            route: route_label(matched_route(request)),
+        }
+    }
+
+    /// The reporter of a request to `guard` under `route`, a name the code fixed: an
+    /// annotated handler's.
+    pub(crate) fn named(guard: Guard, route: &'static str) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = route;
+        Self {
+            guard,
+            #[cfg(feature = "metrics")]
+            route: metrics::SharedString::const_str(route),
+        }
+    }
+
+    /// The span of the request on `route` (as the span names it: it may be the path
+    /// requested, which the metrics never name), for `client` (hashed: the span names no
+    /// one). Its `idem.outcome` and `idem.store_us` are recorded as the guard decides.
+    pub(crate) fn span(&self, route: &str, client: Option<&ClientId>) -> Span {
+        let span = tracing::info_span!(
+            "idem",
+            idem.guard = self.guard.as_str(),
+            idem.route = route,
+            idem.client = Empty,
+            idem.outcome = Empty,
+            idem.store_us = Empty,
+        );
+        if let Some(client) = client {
+            record_client(&span, client);
+        }
+        span
+    }
+
+    /// Reports `outcome`: a repeat, a replay, a conflict or a mismatch at `info` (they are
+    /// what an operator looks for), the rest at `debug`.
+    pub(crate) fn report(&self, outcome: Outcome) {
+        let (guard_name, outcome_name) = (self.guard.as_str(), outcome.as_str());
+        match outcome {
+            Outcome::Duplicate | Outcome::Replayed | Outcome::Conflict | Outcome::Mismatch => {
+                tracing::info!(
+                    idem.guard = guard_name,
+                    idem.outcome = outcome_name,
+                    "idem: {guard_name}: {outcome_name}"
+                );
+            }
+            _ => tracing::debug!(
+                idem.guard = guard_name,
+                idem.outcome = outcome_name,
+                "idem: {guard_name}: {outcome_name}"
+            ),
+        }
+        Span::current().record("idem.outcome", outcome_name);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "idem_outcomes_total",
+            "guard" => guard_name,
+            "route" => self.route.clone(),
+            "outcome" => outcome_name
+        )
+        .increment(1);
+    }
+
+    /// Reports how long the guard's decisive store operation took. By guard alone: the
+    /// store answers every route alike, and a histogram per route would multiply its
+    /// bucket series by the routes.
+    pub(crate) fn store_latency(&self, took: Duration) {
+        Span::current().record(
+            "idem.store_us",
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+        );
+        #[cfg(feature = "metrics")]
+        metrics::histogram!("idem_store_seconds", "guard" => self.guard.as_str())
+            .record(took.as_secs_f64());
+    }
+}
+
+/// The `route` label of `route`, without copying its text per request: each distinct
+/// route's text is kept once, for the process, and shared by every label of it. `None`
+/// (no route matched) is [`UNMATCHED`]; a route past the first [`MAX_ROUTES`] is
+/// [`OTHER`], so that the series stay bounded whatever routes a service has.
+#[cfg(feature = "metrics")]
+fn route_label(route: Option<&str>) -> metrics::SharedString {
+    use std::collections::HashSet;
+    use std::sync::{Arc, LazyLock, PoisonError, RwLock};
+
+    static ROUTES: LazyLock<RwLock<HashSet<Arc<str>>>> = LazyLock::new(RwLock::default);
+
+    let Some(route) = route else {
+        return metrics::SharedString::const_str(UNMATCHED);
+    };
+    let known = ROUTES.read().unwrap_or_else(PoisonError::into_inner);
+    if let Some(label) = known.get(route) {
+        return Arc::clone(label).into();
+    }
+    drop(known);
+    let mut routes = ROUTES.write().unwrap_or_else(PoisonError::into_inner);
+    if let Some(label) = routes.get(route) {
+        return Arc::clone(label).into();
+    }
+    if routes.len() >= MAX_ROUTES {
+        return metrics::SharedString::const_str(OTHER);
+    }
+    let label: Arc<str> = route.into();
+    routes.insert(Arc::clone(&label));
+    label.into()
 }
 
 /// Records `client` on `span`, hashed: the span names no one.
@@ -121,42 +262,6 @@ impl fmt::Display for Hashed<'_> {
         let hashed = hashed.as_str();
         f.write_str(&hashed[..12.min(hashed.len())])
     }
-}
-
-/// Reports `outcome` of `guard`: a repeat, a replay, a conflict or a mismatch at `info`
-/// (they are what an operator looks for), the rest at `debug`.
-pub(crate) fn report(guard: Guard, outcome: Outcome) {
-    let (guard_name, outcome_name) = (guard.as_str(), outcome.as_str());
-    match outcome {
-        Outcome::Duplicate | Outcome::Replayed | Outcome::Conflict | Outcome::Mismatch => {
-            tracing::info!(
-                idem.guard = guard_name,
-                idem.outcome = outcome_name,
-                "idem: {guard_name}: {outcome_name}"
-            );
-        }
-        _ => tracing::debug!(
-            idem.guard = guard_name,
-            idem.outcome = outcome_name,
-            "idem: {guard_name}: {outcome_name}"
-        ),
-    }
-    Span::current().record("idem.outcome", outcome_name);
-    #[cfg(feature = "metrics")]
-    metrics::counter!("idem_outcomes_total", "guard" => guard_name, "outcome" => outcome_name)
-        .increment(1);
-}
-
-/// Reports how long `guard`'s decisive store operation took.
-pub(crate) fn store_latency(guard: Guard, took: Duration) {
-    Span::current().record(
-        "idem.store_us",
-        u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
-    );
-    #[cfg(feature = "metrics")]
-    metrics::histogram!("idem_store_seconds", "guard" => guard.as_str()).record(took.as_secs_f64());
-    #[cfg(not(feature = "metrics"))]
-    let _ = guard;
 }
 
 /// Reports a guarded request the runtime did not let in, for `reason`: `busy` (more

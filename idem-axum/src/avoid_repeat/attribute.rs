@@ -23,11 +23,12 @@ use http::request::Parts;
 use idem_core::store::sharing_one_timer;
 use idem_core::{Key, Store};
 
-use super::window::{in_window, key_for, payload_fingerprint};
+use super::window::{Handler, in_window, key_for, payload_fingerprint};
 use super::{Release, RepeatBy, Settings};
 use crate::guard::GuardContext;
 use crate::idem::OnStore;
 use crate::identity::{ClientId, ClientRequest};
+use crate::outcome::{Guard, Reporter};
 use crate::rejection::Rejection;
 use crate::request_body::read_back;
 use idem_core::payload::PayloadFingerprint;
@@ -303,7 +304,11 @@ where
         let window = async move {
             let start = || async move { Ok::<_, Infallible>(handler.await.into_response()) };
             let settings = &spec.settings;
-            match in_window(store, &guard, settings, spec.handler, &client, key, start).await {
+            let handler = Handler {
+                id: spec.handler,
+                reporter: Reporter::named(Guard::AvoidRepeat, spec.handler),
+            };
+            match in_window(store, &guard, settings, handler, &client, key, start).await {
                 Ok(response) => response,
                 Err(never) => match never {},
             }

@@ -19,7 +19,7 @@ use crate::detached::run_to_completion;
 use crate::guard::GuardContext;
 use crate::idem::handlers::Running;
 use crate::identity::ClientId;
-use crate::outcome::{self, Guard, Outcome};
+use crate::outcome::{Outcome, Reporter};
 use crate::rejection::{Rejection, RejectionKind};
 use crate::request_body::read_back;
 
@@ -41,7 +41,7 @@ pub(crate) fn in_window<'a, St, F, E>(
     store: St,
     guard: &'a GuardContext,
     settings: &'a Settings,
-    handler_id: &'a str,
+    handler: Handler<'a>,
     client: &ClientId,
     key: Key,
     start: impl FnOnce() -> F + 'a,
@@ -51,17 +51,18 @@ where
     F: Future<Output = Result<Response, E>> + Send + 'static,
     E: Send + 'static,
 {
-    let span = outcome::span(Guard::AvoidRepeat, handler_id, Some(client));
+    let Handler { id, reporter } = handler;
+    let span = reporter.span(id, Some(client));
     async move {
         let owner = Owner::random();
         let started = Instant::now();
         let acquired = store
             .acquire(&key, &owner, settings.timeout, Fencing::Off)
             .await;
-        outcome::store_latency(Guard::AvoidRepeat, started.elapsed());
+        reporter.store_latency(started.elapsed());
         let permit = match acquired {
             Ok(Acquire::Acquired { .. }) => {
-                outcome::report(Guard::AvoidRepeat, Outcome::Accepted);
+                reporter.report(Outcome::Accepted);
                 Permit {
                     store,
                     key,
@@ -71,12 +72,12 @@ where
             }
             // A fresh random owner cannot re-enter: `Reentered` is as good as `Held`.
             Ok(Acquire::Held { remaining } | Acquire::Reentered { remaining, .. }) => {
-                outcome::report(Guard::AvoidRepeat, Outcome::Duplicate);
+                reporter.report(Outcome::Duplicate);
                 let duplicate = Rejection::new(RejectionKind::Duplicate, settings.message())
                     .with_retry_after(remaining);
                 return Ok(guard.refuse(duplicate));
             }
-            Err(error) => match guard.on_store_error(&error, handler_id) {
+            Err(error) => match guard.on_store_error(&error, id) {
                 Err(refusal) => return Ok(refusal),
                 // Failing open: nothing is held, so nothing needs the handler to finish.
                 // Boxed: inline, the handler's future would size every request's future
@@ -95,6 +96,14 @@ where
         run_to_completion(Running::start(guard.idem()), work).await
     }
     .instrument(span)
+}
+
+/// The handler a window guards, as a request to it names it.
+pub(crate) struct Handler<'a> {
+    /// Its identity: the key's, the span's route, what a store failure names.
+    pub(crate) id: &'a str,
+    /// The guard and the route its outcomes are reported under.
+    pub(crate) reporter: Reporter,
 }
 
 /// Whether an answer keeps the window: only a success (1xx–3xx) does.

@@ -14,7 +14,7 @@ use idem_core::{Key, TokenStore, throttled};
 use super::FormTokenConfig;
 use crate::guard::GuardContext;
 use crate::identity::{ClientId, ClientRequest};
-use crate::outcome::{self, Guard, Outcome};
+use crate::outcome::{Guard, Outcome, Reporter};
 use crate::rejection::{Rejection, RejectionKind, escape_html};
 
 /// Random bytes in a token: 128 bits, as many as a version 4 UUID has and then some.
@@ -116,10 +116,11 @@ impl<S: Send + Sync> FromRequestParts<S> for FormToken {
         if let Some(token) = parts.extensions.get::<Self>() {
             return Ok(token.clone());
         }
-        let (guard, client) =
-            GuardContext::open(&ClientRequest::from_parts(parts)).map_err(FormTokenRejection)?;
+        let view = ClientRequest::from_parts(parts);
+        let (guard, client) = GuardContext::open(&view).map_err(FormTokenRejection)?;
+        let reporter = Reporter::of(Guard::FormToken, &view);
         let config = FormTokenConfig::from_extensions(&parts.extensions);
-        let token = issue(&guard, &client, &config)
+        let token = issue(&guard, &client, &reporter, &config)
             .await
             .map_err(|rejection| FormTokenRejection(guard.refuse(rejection)))?;
         parts.extensions.insert(token.clone());
@@ -131,6 +132,7 @@ impl<S: Send + Sync> FromRequestParts<S> for FormToken {
 pub(super) async fn issue(
     guard: &GuardContext,
     client: &ClientId,
+    reporter: &Reporter,
     config: &FormTokenConfig,
 ) -> Result<FormToken, Rejection> {
     let mut bytes = [0; TOKEN_BYTES];
@@ -150,7 +152,7 @@ pub(super) async fn issue(
         config.tokens_per_client(),
     );
     match stored.await {
-        Ok(()) => outcome::report(Guard::FormToken, Outcome::Issued),
+        Ok(()) => reporter.report(Outcome::Issued),
         Err(error) => guard.store_failed(&error, "form token not stored")?,
     }
     Ok(FormToken {
@@ -267,8 +269,9 @@ mod tests {
         let guard = GuardContext::new(Idem::builder().build(), false);
         let client = ClientId::new("alice");
         let config = FormTokenConfig::new();
-        let a = issue(&guard, &client, &config).await.unwrap();
-        let b = issue(&guard, &client, &config).await.unwrap();
+        let reporter = Reporter::named(Guard::FormToken, "/form");
+        let a = issue(&guard, &client, &reporter, &config).await.unwrap();
+        let b = issue(&guard, &client, &reporter, &config).await.unwrap();
         assert_ne!(a.value(), b.value());
         assert_eq!(a.value().len(), TOKEN_LEN);
         assert_eq!(TOKEN_LEN, 22);

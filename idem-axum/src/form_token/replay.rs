@@ -32,7 +32,7 @@ use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::idempotency::{self, Began, Record, Spending, record_key, replay, tag};
 use crate::identity::ClientRequest;
-use crate::outcome::{self, Guard, Outcome};
+use crate::outcome::{Outcome, Reporter};
 use crate::rejection::{Rejection, RejectionKind};
 
 /// How long a repeat waits for the first submission of its token to finish.
@@ -91,19 +91,33 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
             },
         };
         let headers = request.headers();
-        let begun = begin_or_wait(&self.store, &self.guard, &key, &fingerprint, &kept, headers);
+        let begun = begin_or_wait(
+            &self.store,
+            &self.guard,
+            &self.reporter,
+            &key,
+            &fingerprint,
+            &kept,
+            headers,
+        );
         let record = match begun.await {
             Ok(Began::First(record)) => record,
             Ok(Began::Completed(stored)) => {
-                let replayed = replay(&self.guard, &kept, &stored, request.headers());
+                let replayed = replay(
+                    &self.guard,
+                    &kept,
+                    &self.reporter,
+                    &stored,
+                    request.headers(),
+                );
                 return Decided::Answered(replayed);
             }
             Ok(Began::InProgress(remaining)) => {
-                outcome::report(Guard::FormToken, Outcome::Conflict);
+                self.reporter.report(Outcome::Conflict);
                 return Decided::Answered(self.guard.refuse(still_running(remaining)));
             }
             Ok(Began::Mismatch) => {
-                outcome::report(Guard::FormToken, Outcome::Mismatch);
+                self.reporter.report(Outcome::Mismatch);
                 return Decided::Answered(self.guard.refuse(submitted_otherwise()));
             }
             // A post whose record the store could not begin: refused, or, failing open,
@@ -123,7 +137,7 @@ impl<S: Inner, St: Store + Clone> Submission<S, St> {
             false => Check::Spend,
         };
         let keys = TokenKeys::of_posted(&self.guard, &self.client, &token);
-        let checked = check(&self.store, &self.guard, keys.as_ref(), how).await;
+        let checked = check(&self.store, &self.guard, &self.reporter, keys.as_ref(), how).await;
         // Decided before the record is abandoned, so that what the check gave is not
         // held while it is.
         let refusal = match (checked, keys) {
@@ -198,12 +212,14 @@ impl<S: Inner, St: Store + Clone> First<S, St> {
             let Submission {
                 guard,
                 client,
+                reporter,
                 config,
                 settings,
                 inner,
                 ..
             } = submission;
-            let (request, rotated) = rotate(&guard, &client, &config, &settings, request).await;
+            let (request, rotated) =
+                rotate(&guard, &client, &reporter, &config, &settings, request).await;
             let response = record.run_in_place(inner, request).await?;
             Ok(with_rotated(response, &config, rotated))
         }))
@@ -223,6 +239,7 @@ impl<S: Inner, St: Store + Clone> First<S, St> {
 fn begin_or_wait<'a, St: Store + Clone>(
     store: &'a St,
     guard: &'a GuardContext,
+    reporter: &'a Reporter,
     key: &'a Key,
     fingerprint: &'a Fingerprint,
     kept: &'a Arc<idempotency::Settings>,
@@ -230,8 +247,16 @@ fn begin_or_wait<'a, St: Store + Clone>(
 ) -> impl Future<Output = Result<Began<St>, StoreError>> + 'a {
     async move {
         let deadline = Instant::now() + WAIT_FOR_FIRST;
-        let mut began =
-            Record::begin_on(store.clone(), guard, key, fingerprint, kept, request).await;
+        let mut began = Record::begin_on(
+            store.clone(),
+            guard,
+            reporter,
+            key,
+            fingerprint,
+            kept,
+            request,
+        )
+        .await;
         while let Ok(Began::InProgress(remaining)) = began {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
@@ -242,7 +267,16 @@ fn begin_or_wait<'a, St: Store + Clone>(
             // Boxed: a repeat that waits is rare, and the wait's future inline would size
             // every post's (`layer::tests::the_per_request_futures_stay_small`).
             Box::pin(wait_for_first(store, key, remaining.min(left))).await;
-            began = Record::begin_on(store.clone(), guard, key, fingerprint, kept, request).await;
+            began = Record::begin_on(
+                store.clone(),
+                guard,
+                reporter,
+                key,
+                fingerprint,
+                kept,
+                request,
+            )
+            .await;
         }
         began
     }

@@ -42,6 +42,7 @@ use crate::detached::run_to_completion;
 use crate::future::Inner;
 use crate::guard::GuardContext;
 use crate::idem::handlers::Running;
+use crate::outcome::Reporter;
 use crate::rejection::{Rejection, RejectionKind};
 
 /// What beginning a record came to.
@@ -63,6 +64,8 @@ pub(crate) enum Began<St: Store = IdemStore> {
 pub(crate) struct FirstRun {
     guard: GuardContext,
     settings: Arc<Settings>,
+    /// The guard and route of the request, for the replay of a winner's answer.
+    reporter: Reporter,
     handle: IdempotencyRecord,
     /// The request's `Accept-Encoding`: the request itself goes to the handler, and an
     /// attempt that loses its key answers with the winner's response, which must be
@@ -129,6 +132,7 @@ impl<St: Store + Clone> Record<St> {
     pub(crate) fn begin_on(
         store: St,
         guard: &GuardContext,
+        reporter: &Reporter,
         key: &Key,
         fingerprint: &Fingerprint,
         settings: &Arc<Settings>,
@@ -137,6 +141,7 @@ impl<St: Store + Clone> Record<St> {
         let host = |key: &Key, owner: &Owner| FirstRun {
             guard: guard.clone(),
             settings: Arc::clone(settings),
+            reporter: reporter.clone(),
             handle: IdempotencyRecord::new(key.clone(), owner.clone(), settings),
             accept_encoding: content_coding::accepted(request),
         };
@@ -192,7 +197,8 @@ impl<St: Store + Clone> Record<St> {
         match stored {
             Some(stored) => {
                 let request = content_coding::accepting(self.host().accept_encoding.as_ref());
-                super::replay(self.guard(), self.settings(), stored, &request)
+                let reporter = &self.host().reporter;
+                super::replay(self.guard(), self.settings(), reporter, stored, &request)
             }
             None => self.guard().refuse(
                 Rejection::new(
@@ -379,6 +385,7 @@ mod tests {
 
     use super::*;
     use crate::IdempotencyLayer;
+    use crate::outcome::Guard;
 
     /// The work of a first attempt, boxed per first request, is measured with
     /// `size_of_val` in a debug build with a `Router` as the inner service: 728 bytes as
@@ -398,6 +405,7 @@ mod tests {
         let began = Record::begin_on(
             MemoryStore::new(),
             &guard,
+            &Reporter::named(Guard::Idempotency, "/orders"),
             &key,
             &fingerprint,
             &settings,

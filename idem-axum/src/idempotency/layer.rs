@@ -13,7 +13,6 @@ use super::answer::answer;
 use super::on_replay::{ReplayHook, Replayed};
 use super::retention::AdvertisedRetention;
 use super::{KeySource, RecordScope, Required, Settings, key_header, stored_response};
-use crate::outcome::Guard;
 
 /// Makes the requests of the routes below it idempotent with the `Idempotency-Key`
 /// header; see the [module docs](crate::idempotency).
@@ -67,7 +66,6 @@ impl IdempotencyLayer {
                 missing_key_message: None,
                 key_header: key_header::IDEMPOTENCY_KEY.clone(),
                 replayed_header: stored_response::IDEMPOTENT_REPLAYED.clone(),
-                guard: Guard::Idempotency,
                 #[cfg(feature = "grpc")]
                 grpc_methods: crate::grpc::GrpcMethods::NONE,
                 #[cfg(feature = "grpc")]

@@ -264,8 +264,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 
-use crate::outcome::Guard;
-
 pub(crate) use self::answer::{record_key, replay};
 pub use self::do_not_keep::DoNotKeep;
 pub(crate) use self::first_run::{Began, Record, Spending};
@@ -333,8 +331,6 @@ pub(crate) struct Settings {
     missing_key_message: Option<Cow<'static, str>>,
     key_header: HeaderName,
     replayed_header: HeaderName,
-    /// The guard whose outcomes these records are reported under.
-    guard: Guard,
     /// The gRPC methods guarded; other gRPC calls pass through.
     #[cfg(feature = "grpc")]
     grpc_methods: crate::grpc::GrpcMethods,
@@ -365,7 +361,6 @@ impl Settings {
         if let Some(lease) = lease {
             form.lease = lease;
         }
-        form.guard = Guard::FormToken;
         settings
     }
 
