@@ -90,9 +90,11 @@ impl Outcome {
     }
 }
 
-/// The `route` label of a request that matched no route: a layer around a whole `Router`
-/// runs before routing, so it sees none. Installed with `Router::route_layer`, or on each
-/// route, the layer sees the route's pattern.
+/// The `route` label of a request that matched no route: a layer wrapped around a router
+/// as a service (`Layer::layer(router)`, a `ServiceBuilder`, a router's fallback service)
+/// runs before routing, so it sees none. Installed with `Router::route_layer`,
+/// `Router::layer` or on a route's method router, it runs after routing and sees the
+/// route's pattern.
 #[cfg(feature = "metrics")]
 pub(crate) const UNMATCHED: &str = "unmatched";
 
