@@ -9,14 +9,32 @@
 //!
 //! | name | kind | labels |
 //! |---|---|---|
-//! | `idem_outcomes_total` | counter | `guard` (`avoid_repeat`, `form_token`, `idempotency`), `outcome` |
-//! | `idem_store_seconds` | histogram | `guard`: the decisive store operation's latency |
+//! | `idem_outcomes_total` | counter | `guard` (`avoid_repeat`, `form_token`, `idempotency`), `route`, `outcome` |
+//! | `idem_store_seconds` | histogram | `guard`: the decisive store operation's latency (not by route: the store answers every route alike, and per route the histogram's bucket series would multiply) |
 //! | `idem_store_errors_total` | counter | `policy` (`fail_closed`, `fail_open`) |
 //! | `idem_unadmitted_total` | counter | `reason` (`busy`, `shutting_down`): guarded requests the runtime did not let in |
 //! | `idem_detached_handlers` | gauge | —: guarded handlers running on after their client went away |
 //! | `idem_lock_waits_total`, `idem_lock_handoffs_total` | counter | — (from `idem-core`, its own feature `metrics`) |
 //! | `idem_lock_losses_total` | counter | `reason` (`not_held`, `expired`): held locks whose watchdog found them lost (`idem-core`) |
 //! | `idem_replay_cache_hits_total` | counter | —: replays a `RedisStore` answered from its in-process copy (`idem-redis`, its own feature `metrics`, on with this one) |
+//!
+//! The `route` label has a bounded set of values, never the path a request asked for
+//! (`/orders/1`, `/orders/2`, ...: as many as there are ids):
+//!
+//! - the path pattern of the route the request matched, as axum's `MatchedPath` has it:
+//!   `/orders/{id}`, in full under `nest` (`/api/orders/{id}`);
+//! - for a gRPC call, its method path (`/shop.Orders/Place`);
+//! - for `#[avoid_repeat]`, the handler's name (`shop::orders::place`), which its window
+//!   is keyed by;
+//! - `unmatched` for a request that matched no route yet: a layer wrapped around a router
+//!   as a service (`Layer::layer(router)`, a `ServiceBuilder`, a fallback service) runs
+//!   before routing. Install the layer with `Router::route_layer`, `Router::layer` or on
+//!   the route's method router to have its routes;
+//! - `other` past the first 1,000 distinct routes of the process, so that a service with
+//!   unbounded method paths cannot multiply the series.
+//!
+//! Each route's text is kept once for the process and shared by its labels: a report
+//! allocates nothing for it.
 //!
 //! Building the runtime registers the counters of rare events (store errors, refused
 //! admissions, the lock's) and the gauge at zero, so that they are exported before the

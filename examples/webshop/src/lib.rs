@@ -28,7 +28,7 @@
 //! | `POST /api/vouchers/{id}/seckill` | `X-User-Id`: `201` bought, `409` bought already or in progress, `410` sold out |
 //! | `GET /api/vouchers/{id}` | JSON `{id, stock, sold}` |
 //! | `GET /openapi.json` | the OpenAPI document of every route above, each guarded operation described by the layer that guards it (idem-axum's feature `openapi`): its key header, its refusals, its replay headers, the form's token field |
-//! | `GET /metrics` | Prometheus text: idem's `idem_outcomes_total{guard,outcome}`, `idem_store_seconds{guard}` (a histogram: `_bucket{le}`, `_sum`, `_count`), `idem_store_errors_total{policy}`, and the rest of idem's (the production guide's dashboard, `ops/grafana/idem.json`, shows them; `tests/dashboard.rs` checks its names against this) |
+//! | `GET /metrics` | Prometheus text: idem's `idem_outcomes_total{guard,route,outcome}`, `idem_store_seconds{guard}` (a histogram: `_bucket{le}`, `_sum`, `_count`), `idem_store_errors_total{policy}`, and the rest of idem's (the production guide's dashboard, `ops/grafana/idem.json`, shows them; `tests/dashboard.rs` checks its names against this) |
 //!
 //! Unknown products, orders, accounts, tickets and vouchers are `404`; malformed input is
 //! a `4xx` that changes nothing. Seed data: three products, account 1 with balance 1000,
