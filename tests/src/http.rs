@@ -8,13 +8,32 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::ConnectInfo;
-use axum::http::{self, HeaderMap, Request, StatusCode};
+use axum::http::{self, HeaderMap, HeaderName, Request, StatusCode};
 use axum::response::Response;
 use axum::{Extension, Router};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::{Backend, eventually};
+
+/// The header the suites that name their clients tell them apart by
+/// (`ClientHeader::new(CLIENT)`).
+pub const CLIENT: HeaderName = HeaderName::from_static("x-client");
+
+/// An empty `POST path` from `client` (in [`CLIENT`]), with `key` as its `Idempotency-Key`
+/// when there is one.
+///
+/// # Panics
+///
+/// When `path`, `client` or `key` cannot be in a request.
+pub fn post_as(path: &str, client: &str, key: Option<&str>) -> Request<Body> {
+    let request = Request::post(path).header(CLIENT, client);
+    let request = match key {
+        Some(key) => request.header("idempotency-key", key),
+        None => request,
+    };
+    request.body(Body::empty()).expect("a valid request")
+}
 
 /// Sends `request` through `app`.
 ///

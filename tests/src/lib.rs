@@ -43,9 +43,9 @@ pub use forwarder::Forwarder;
 pub use held_lock::hold_fenced;
 pub use helper_process::{run_helper_process, spawn_piped};
 pub use http::{
-    Answer, Shop, answer, assert_created_or_in_progress, assert_ran_once, assert_refused_page,
-    body_text, count, form_token_in, from_loopback, problem_code, refusal_code, send, shop_on,
-    shop_on_two_instances, u64_field,
+    Answer, CLIENT, Shop, answer, assert_created_or_in_progress, assert_ran_once,
+    assert_refused_page, body_text, count, form_token_in, from_loopback, post_as, problem_code,
+    refusal_code, send, shop_on, shop_on_two_instances, u64_field,
 };
 pub use idem_core::conformance::{Backend, all_at_once, eventually};
 pub use postgres_server::{PostgresServer, postgres_bin_dir, postgres_url};

@@ -6,15 +6,12 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{HeaderName, Request, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::post;
 use idem_axum::identity::ClientHeader;
 use idem_axum::{AvoidRepeatLayer, Idem, IdempotencyLayer};
-use idem_tests::send;
+use idem_tests::{CLIENT, post_as, send};
 use tracing_subscriber::fmt::MakeWriter;
-
-const CLIENT: HeaderName = HeaderName::from_static("x-client");
 
 /// Everything the subscriber writes, kept for the test to read.
 #[derive(Clone, Default)]
@@ -43,15 +40,6 @@ impl<'a> MakeWriter<'a> for Captured {
     fn make_writer(&'a self) -> Self {
         self.clone()
     }
-}
-
-fn post_as(path: &str, client: &str, key: Option<&str>) -> Request<Body> {
-    let request = Request::post(path).header(CLIENT, client);
-    let request = match key {
-        Some(key) => request.header("idempotency-key", key),
-        None => request,
-    };
-    request.body(Body::empty()).unwrap()
 }
 
 #[tokio::test]

@@ -5,25 +5,14 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderName, Request, StatusCode};
+use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use idem_axum::identity::ClientHeader;
 use idem_axum::{
     AvoidRepeatLayer, FormToken, Idem, IdempotencyLayer, VerifyFormTokenLayer, avoid_repeat,
 };
-use idem_tests::{answer, send};
+use idem_tests::{CLIENT, answer, post_as, send};
 use tower::Layer;
-
-const CLIENT: HeaderName = HeaderName::from_static("x-client");
-
-fn post_as(path: &str, client: &str, key: Option<&str>) -> Request<Body> {
-    let request = Request::post(path).header(CLIENT, client);
-    let request = match key {
-        Some(key) => request.header("idempotency-key", key),
-        None => request,
-    };
-    request.body(Body::empty()).unwrap()
-}
 
 #[avoid_repeat(timeout = "30s")]
 async fn place_order() -> StatusCode {

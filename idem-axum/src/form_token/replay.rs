@@ -255,27 +255,8 @@ fn begin_or_wait<'a, St: Store + Clone>(
 ) -> impl Future<Output = Result<Began<St>, StoreError>> + 'a {
     async move {
         let deadline = Instant::now() + WAIT_FOR_FIRST;
-        let mut began = Record::begin_on(
-            store.clone(),
-            guard,
-            reporter,
-            key,
-            fingerprint,
-            kept,
-            request,
-        )
-        .await;
-        while let Ok(Began::InProgress(remaining)) = began {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                break;
-            };
-            if left.is_zero() {
-                break;
-            }
-            // Boxed: a repeat that waits is rare, and the wait's future inline would size
-            // every post's (`layer::tests::the_per_request_futures_stay_small`).
-            Box::pin(wait_for_first(store, key, remaining.min(left))).await;
-            began = Record::begin_on(
+        loop {
+            let began = Record::begin_on(
                 store.clone(),
                 guard,
                 reporter,
@@ -285,8 +266,19 @@ fn begin_or_wait<'a, St: Store + Clone>(
                 request,
             )
             .await;
+            let Ok(Began::InProgress(remaining)) = began else {
+                return began;
+            };
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return began;
+            };
+            if left.is_zero() {
+                return began;
+            }
+            // Boxed: a repeat that waits is rare, and the wait's future inline would size
+            // every post's (`layer::tests::the_per_request_futures_stay_small`).
+            Box::pin(wait_for_first(store, key, remaining.min(left))).await;
         }
-        began
     }
 }
 
