@@ -133,3 +133,36 @@ async fn outcomes_are_counted_by_route_pattern_never_by_path() {
         "no path requested in a label: {scrape}"
     );
 }
+
+/// A gRPC call counts under its method's path, whose methods a service declares, even where
+/// its guard runs before routing.
+#[tokio::test]
+async fn a_grpc_call_counts_under_its_method_path() {
+    const PAY: &str = "/bank.Bank/Pay";
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let scrape = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let idem = Idem::builder()
+        .with_client_identity(ClientHeader::new(CLIENT))
+        .build();
+    let bank = Router::new().route(PAY, post(|| async { StatusCode::OK }));
+    let around = IdempotencyLayer::new().with_grpc_methods([PAY]).layer(bank);
+    let app = Router::new().fallback_service(around).layer(idem.layer());
+    for key in ["k-1", "k-2"] {
+        let call = Request::post(PAY)
+            .header(CLIENT, "alice")
+            .header(CONTENT_TYPE, "application/grpc")
+            .header("idempotency-key", key)
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(send(&app, call).await.status(), StatusCode::OK);
+    }
+
+    let scrape = scrape.render();
+    assert_eq!(
+        outcomes_by_route(&scrape, "idempotency", "accepted"),
+        [(PAY.to_owned(), 2)],
+        "{scrape}"
+    );
+}
