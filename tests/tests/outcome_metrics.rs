@@ -12,11 +12,22 @@ use idem_axum::{
     AvoidRepeatLayer, FormToken, Idem, IdempotencyLayer, VerifyFormTokenLayer, avoid_repeat,
 };
 use idem_tests::{CLIENT, answer, post_as, send};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use tower::Layer;
 
 #[avoid_repeat(timeout = "30s")]
 async fn place_order() -> StatusCode {
     StatusCode::CREATED
+}
+
+/// A Prometheus recorder of the test's own (to be its thread's, so that the tests of this
+/// file count apart), and a runtime that tells clients apart by [`CLIENT`].
+fn recorder_and_runtime() -> (PrometheusRecorder, Idem) {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let idem = Idem::builder()
+        .with_client_identity(ClientHeader::new(CLIENT))
+        .build();
+    (recorder, idem)
 }
 
 /// The samples of `idem_outcomes_total` for `guard` and `outcome` in a Prometheus scrape:
@@ -41,13 +52,9 @@ fn outcomes_by_route(scrape: &str, guard: &str, outcome: &str) -> Vec<(String, u
 /// `#[avoid_repeat]` under its handler's name.
 #[tokio::test]
 async fn outcomes_are_counted_by_route_pattern_never_by_path() {
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let (recorder, idem) = recorder_and_runtime();
     let scrape = recorder.handle();
     let _local = metrics::set_default_local_recorder(&recorder);
-
-    let idem = Idem::builder()
-        .with_client_identity(ClientHeader::new(CLIENT))
-        .build();
     let created = || async { StatusCode::CREATED };
     let api = Router::new().route(
         "/refunds/{id}",
@@ -139,13 +146,9 @@ async fn outcomes_are_counted_by_route_pattern_never_by_path() {
 #[tokio::test]
 async fn a_grpc_call_counts_under_its_method_path() {
     const PAY: &str = "/bank.Bank/Pay";
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let (recorder, idem) = recorder_and_runtime();
     let scrape = recorder.handle();
     let _local = metrics::set_default_local_recorder(&recorder);
-
-    let idem = Idem::builder()
-        .with_client_identity(ClientHeader::new(CLIENT))
-        .build();
     let bank = Router::new().route(PAY, post(|| async { StatusCode::OK }));
     let around = IdempotencyLayer::new().with_grpc_methods([PAY]).layer(bank);
     let app = Router::new().fallback_service(around).layer(idem.layer());
