@@ -202,31 +202,19 @@ pub struct Migration {
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 macro_rules! migrations {
     ($dialect:literal) => {
-        &[
-            $crate::backend::Migration {
-                version: 1,
-                name: "idem_schema",
-                sql: include_str!(concat!("../migrations/", $dialect, "/0001_idem_schema.sql")),
-            },
-            $crate::backend::Migration {
-                version: 2,
-                name: "idem_fair_queue",
-                sql: include_str!(concat!(
-                    "../migrations/",
-                    $dialect,
-                    "/0002_idem_fair_queue.sql"
-                )),
-            },
-            $crate::backend::Migration {
-                version: 3,
-                name: "idem_waiters",
-                sql: include_str!(concat!(
-                    "../migrations/",
-                    $dialect,
-                    "/0003_idem_waiters.sql"
-                )),
-            },
-        ]
+        $crate::backend::migrations!($dialect:
+            1 "idem_schema" "0001_idem_schema.sql",
+            2 "idem_fair_queue" "0002_idem_fair_queue.sql",
+            3 "idem_waiters" "0003_idem_waiters.sql",
+            4 "idem_wake_changed" "0004_idem_wake_changed.sql",
+        )
+    };
+    ($dialect:literal: $($version:literal $name:literal $file:literal,)*) => {
+        &[$($crate::backend::Migration {
+            version: $version,
+            name: $name,
+            sql: include_str!(concat!("../migrations/", $dialect, "/", $file)),
+        },)*]
     };
 }
 #[cfg(any(feature = "postgres", feature = "sqlite"))]

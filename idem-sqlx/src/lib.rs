@@ -161,7 +161,8 @@
 //! `idem_fence` (and `idem_token_issued`, which orders tokens, and `idem_queue_arrival`,
 //! which orders waiters) or SQLite's one-row table `idem_fence` with the two triggers that
 //! move it. PostgreSQL also has `idem_waiters` (who waits for what, while they wait) and
-//! the function `idem_wake`, which notifies a change when somebody waits for it. [`SqlStore::migrate`] creates them; an application
+//! the functions `idem_wake` and `idem_wake_changed`, which notify a change when somebody
+//! waits for it. [`SqlStore::migrate`] creates them; an application
 //! may instead copy the files of the crate's `migrations/postgres` or
 //! `migrations/sqlite` folder into its own migrations. The store never creates or
 //! changes anything else.
@@ -173,9 +174,9 @@
 //! |---|---|---|
 //! | `acquire` | 1: `INSERT … ON CONFLICT DO UPDATE … WHERE <expired>` in a `WITH` that also reports the row it met (+1 `SELECT`) | 1 upsert when the key was free; 2 when held (the upsert, then a `SELECT` of the holder) |
 //! | `release`, `consume_token` | 1 `DELETE … RETURNING` | 1 |
-//! | `release_and_signal`, `abandon_record` | 1 `DELETE … RETURNING` in a `WITH` that also calls `idem_wake` on the key, which `pg_notify`s only when a waiter is registered for it (see below) | 1 `DELETE … RETURNING` |
+//! | `release_and_signal`, `abandon_record` | 1 `DELETE … RETURNING` in a `WITH` that also calls `idem_wake_changed` on the key, which `pg_notify`s only when a waiter is registered for it (see below) | 1 `DELETE … RETURNING` |
 //! | `renew`, `renew_record` | 1 `UPDATE … RETURNING` | 1 |
-//! | `complete_record` | 1 `UPDATE … RETURNING` in a `WITH` that also calls `idem_wake` | 1 `UPDATE … RETURNING` |
+//! | `complete_record` | 1 `UPDATE … RETURNING` in a `WITH` that also calls `idem_wake_changed` | 1 `UPDATE … RETURNING` |
 //! | `remaining`, `has_token` | 1 `SELECT` | 1 |
 //! | [`consume_token_in`](SqlStore::consume_token_in), [`complete_record_in`](SqlStore::complete_record_in) | `consume_token`'s and `complete_record`'s, in the caller's transaction | the same |
 //! | `put_token` | 1: the upsert and the `DELETE` of the scope's lapsed tokens in one `WITH` | a `BEGIN IMMEDIATE` transaction of 2 (`REPLACE`, `DELETE`) |
@@ -189,13 +190,18 @@
 //! | [`purge`](SqlStore::purge) | 6 `DELETE`s of at most a batch each (the sixth: expired rows of `idem_waiters`) | 5 |
 //!
 //! A waiter's `INSERT` into `idem_waiters` commits asynchronously (`synchronous_commit`
-//! off for that transaction: the row is worth a fallback poll at most), and tries an
-//! advisory lock on the key that `idem_wake` takes shared until its transaction commits:
-//! a waiter therefore registers either before a change looks for waiters (and is
-//! notified) or after the change committed (and its question sees it). When the lock is
-//! taken (a change is committing, say in an application's transaction around
+//! off for that transaction: the row is worth a fallback poll at most), and only while it
+//! holds, taken without waiting, a `FOR SHARE` lock on the lock's or the record's row (or
+//! there is none), which the statements that release, complete, abandon or remove take
+//! before `idem_wake_changed` looks; and an advisory lock on the key, which `idem_wake`
+//! takes shared for a place given up in a fair lock's queue. A waiter therefore registers
+//! either before a change looks for waiters (and is notified) or after the change
+//! committed (and its question sees it). When a lock is taken (a change is committing, say
+//! in an application's transaction around
 //! [`complete_record_in`](SqlStore::complete_record_in)) the waiter is not registered, and
-//! asks again every 10 ms until it is. A waiter that dies leaves its row until its wait
+//! asks again every 10 ms until it is. The notifying statements themselves take no lock
+//! beyond their row's: an advisory lock in each cost a first idempotent request about a
+//! tenth of its rate. A waiter that dies leaves its row until its wait
 //! would have ended (its `within` and the store's timeout), then the purge deletes it.
 //!
 //! Fencing tokens come from a sequence (PostgreSQL `idem_fence`; SQLite the `idem_fence`

@@ -19,7 +19,8 @@ use crate::task::Background;
 use crate::wake::Waiters;
 
 /// The channel the statements notify and the listener listens on; also in the SQL of the
-/// function `idem_wake` (migration 3), as `pg_notify`'s first argument.
+/// functions `idem_wake` (migration 3) and `idem_wake_changed` (migration 4), as
+/// `pg_notify`'s first argument.
 pub(crate) const CHANNEL: &str = "idem_wake";
 
 /// The first pause before connecting again after the listener's connection failed; each

@@ -138,19 +138,42 @@ macro_rules! in_ms {
 }
 
 /// Wakes the waiters of each row of `$rows` (which has the key as `key`): a `FROM` clause
-/// that calls the function `idem_wake` (migration 3) with the payload `<$topic>:<key>`,
-/// which notifies the listener's channel, delivered when the statement's transaction
-/// commits, only when a waiter is registered for that payload (see [`WAITERS`]).
+/// that calls a function with the payload `<$topic>:<key>`, which notifies the listener's
+/// channel, delivered when the statement's transaction commits, only when a waiter is
+/// registered for that payload (see [`WAITERS`]). By default `idem_wake_changed`
+/// (migration 4), for a statement that changed the row the waiters wait on, whose lock
+/// orders it with their registrations; `idem_wake` (migration 3), which takes an advisory
+/// lock for that, for a change of a row that waiters do not lock.
 macro_rules! notify_each {
     ($rows:literal, $topic:literal) => {
+        notify_each!($rows, $topic, "idem_wake_changed")
+    };
+    ($rows:literal, $topic:literal, $function:literal) => {
         concat!(
             " FROM ",
             $rows,
-            " CROSS JOIN LATERAL (SELECT idem_wake('",
+            " CROSS JOIN LATERAL (SELECT ",
+            $function,
+            "('",
             $topic,
             ":' || ",
             $rows,
             ".key)) AS woken"
+        )
+    };
+}
+
+/// Whether the row a waiter of `$1` (`l:<key>`, `r:<key>`) waits on in `$table` is absent,
+/// or locked `FOR SHARE` by this statement: taken without waiting, so `false` while a
+/// statement that changes the row holds it.
+macro_rules! row_absent_or_shared {
+    ($table:literal) => {
+        concat!(
+            "(SELECT count(*) FROM ",
+            $table,
+            " WHERE key = substr($1, 3)) = (SELECT count(*) FROM (SELECT FROM ",
+            $table,
+            " WHERE key = substr($1, 3) FOR SHARE SKIP LOCKED) AS shared)"
         )
     };
 }
@@ -171,21 +194,26 @@ macro_rules! wake_lock {
 /// the change decides whether to notify before its transaction commits: a waiter
 /// [subscribes](crate::wake::Waiters::subscribe) to the payload in its store, then
 /// registers, then asks the database, and asks again when a notification wakes it. The
-/// registration takes the advisory lock of its payload exclusively, in the same statement
-/// (committed asynchronously: a registration lost to a crash of the database costs a
-/// fallback poll, as a lost notification does), and `idem_wake` takes it shared, and only
-/// then looks for registrations, with a snapshot taken after the lock (a `VOLATILE`
-/// function's statement, in READ COMMITTED). The two cannot overlap, so:
+/// registration (committed asynchronously: a registration lost to a crash of the database
+/// costs a fallback poll, as a lost notification does) is ordered with the statements that
+/// look for it in one of two ways, and takes both:
 ///
-/// - the registration committed before `idem_wake` took the lock: `idem_wake` sees it and
-///   notifies, at the commit, and the waiter's store listens already;
-/// - or `idem_wake` took the lock first: the registration could not take it until that
-///   transaction had ended (committed, its change visible, or rolled back), and the
-///   waiter's question, which follows the registration, sees the change.
+/// - **The row waited on.** It locks the lock's or the record's row `FOR SHARE` until it
+///   commits (or finds none), and the statements that change that row (a release, a
+///   record completed, abandoned or removed) lock the row before their function,
+///   `idem_wake_changed`, looks for registrations with a snapshot taken after (a
+///   `VOLATILE` function's statement, in READ COMMITTED). So either the registration
+///   committed before the change took the row, and the look sees it and notifies at the
+///   commit, while the waiter's store listens already; or the change holds the row, the
+///   registration skips it and does not register, and the waiter asks again.
+/// - **An advisory lock** of its payload, taken exclusively, for the one change of a row
+///   no waiter locks (a place given up in a fair lock's queue): that statement's
+///   `idem_wake` takes the lock shared before it looks, so the two cannot overlap, and
+///   whichever comes second sees the other's work.
 ///
-/// The registration only *tries* the lock, so that a waiter never waits for a transaction
-/// of the application's (around [`complete_record_in`](SqlStore::complete_record_in)) to
-/// end: when it fails, no row is inserted, and the waiter asks, then tries again after
+/// The registration only *tries* both locks, so that a waiter never waits for a
+/// transaction of the application's (around [`complete_record_in`](SqlStore::complete_record_in))
+/// to end: when it fails, no row is inserted, and the waiter asks, then tries again after
 /// [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (10 ms), polling as
 /// a SQLite waiter does until it is registered. The fallback poll stays, for a notification
 /// lost while the listener reconnects.
@@ -198,6 +226,11 @@ const WAITERS: WaiterStatements = WaiterStatements {
         WHERE pg_try_advisory_xact_lock(",
         wake_lock!("$1"),
         ")
+            AND CASE left($1, 2) WHEN 'r:' THEN ",
+        row_absent_or_shared!("idem_records"),
+        " ELSE ",
+        row_absent_or_shared!("idem_locks"),
+        " END
             AND set_config('synchronous_commit', 'off', true) IS NOT NULL
         ON CONFLICT (payload, waiter) DO UPDATE SET expires_at = excluded.expires_at
         RETURNING true"
@@ -362,7 +395,7 @@ impl Dialect for Postgres {
         give_up_place: concat!(
             "WITH gone AS (DELETE FROM idem_queue WHERE key = $1 AND owner = $2 RETURNING key)
             SELECT true",
-            notify_each!("gone", "l")
+            notify_each!("gone", "l", "idem_wake")
         ),
         is_turn: "SELECT NOT EXISTS (SELECT 1 FROM idem_queue WHERE key = $1 AND owner = $2)
             OR (NOT EXISTS (
@@ -415,40 +448,45 @@ mod tests {
     #[test]
     fn the_statements_that_let_waiters_go_wake_the_registered_ones_on_the_listeners_channel() {
         let sql = &Postgres::STATEMENTS;
-        let wakes = |statement: &str| statement.contains("idem_wake('");
+        let wakes = |statement: &str, function: &str| statement.contains(&format!("{function}('"));
+        // The changes of a row its waiters lock look without an advisory lock.
         for statement in [
             sql.release_and_signal,
-            sql.give_up_place,
             sql.complete_record,
             sql.abandon_record,
             sql.remove_record,
         ] {
-            assert!(wakes(statement), "{statement}");
+            assert!(wakes(statement, "idem_wake_changed"), "{statement}");
+            assert!(!wakes(statement, "idem_wake"), "{statement}");
             assert!(!statement.contains("pg_notify"), "{statement}");
         }
+        assert!(wakes(sql.give_up_place, "idem_wake"));
         // A plain release (the anti-repeat path) and a fair attempt taking its own place
         // out wake nobody.
         for statement in [sql.release, sql.leave_queue] {
-            assert!(!wakes(statement), "{statement}");
+            assert!(!statement.contains("idem_wake"), "{statement}");
         }
-        // `idem_wake` notifies the channel the listener listens on, and takes the lock a
-        // registration tries.
-        let migration = Postgres::MIGRATIONS
-            .iter()
-            .find(|migration| migration.name == "idem_waiters")
-            .expect("the waiters' migration");
-        let notify = format!("pg_notify('{}', $1)", listener::CHANNEL);
-        assert!(migration.sql.contains(&notify), "{}", migration.sql);
-        let lock = wake_lock!("$1");
-        assert!(
-            migration
+        // Both functions notify the channel the listener listens on; `idem_wake` takes the
+        // lock a registration tries, `idem_wake_changed` none, and a registration locks the
+        // row of either kind it waits on.
+        let migration = |name: &str| {
+            Postgres::MIGRATIONS
+                .iter()
+                .find(|migration| migration.name == name)
+                .expect("the migration")
                 .sql
-                .contains(&format!("pg_advisory_xact_lock_shared({lock})"))
-        );
-        assert!(
-            WAITERS
-                .register
-                .contains(&format!("pg_try_advisory_xact_lock({lock})"))
-        );
+        };
+        let notify = format!("pg_notify('{}', $1)", listener::CHANNEL);
+        let lock = wake_lock!("$1");
+        let (waiters, changed) = (migration("idem_waiters"), migration("idem_wake_changed"));
+        assert!(waiters.contains(&notify) && changed.contains(&notify));
+        assert!(waiters.contains(&format!("pg_advisory_xact_lock_shared({lock})")));
+        assert!(!changed.contains("pg_advisory"));
+        let register = WAITERS.register;
+        assert!(register.contains(&format!("pg_try_advisory_xact_lock({lock})")));
+        for table in ["idem_records", "idem_locks"] {
+            let shared = format!("FROM {table} WHERE key = substr($1, 3) FOR SHARE SKIP LOCKED");
+            assert!(register.contains(&shared), "{register}");
+        }
     }
 }

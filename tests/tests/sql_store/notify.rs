@@ -481,3 +481,47 @@ async fn a_registration_lasts_its_wait_and_a_dead_waiters_is_purged() {
     assert!(store.release_and_signal(&name, &holder).await.unwrap());
     assert_eq!(notifications.so_far().await, Vec::<String>::new());
 }
+
+/// The changes of a row its waiters lock (a lock's release, a record completed or
+/// abandoned) look for waiters without the advisory lock a registration tries: their order
+/// with a registration comes from the row's own lock. With another session holding that
+/// advisory lock for the key, each still answers at once, where a statement that waited
+/// for it would run into the store's timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_changes_of_a_locked_row_take_no_advisory_lock() {
+    let on = Instances::start().await;
+    let pool = on.db.pool().await;
+    let mut blocker = pool.begin().await.expect("a transaction");
+    for payload in ["l:released", "r:completed", "r:abandoned"] {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idem_wake'), hashtext($1))")
+            .bind(payload)
+            .execute(&mut *blocker)
+            .await
+            .expect("the waiters' advisory lock, held");
+    }
+    let (released, owner) = (key("released"), Owner::random());
+    hold(&on.holder, &released, &owner).await;
+    assert!(
+        on.holder
+            .release_and_signal(&released, &owner)
+            .await
+            .unwrap()
+    );
+    let fp = Fingerprint::of(["order"]);
+    for (name, complete) in [("completed", true), ("abandoned", false)] {
+        let record = key(name);
+        let begun = on.holder.begin_record(&record, &owner, &fp, LONG).await;
+        assert_eq!(begun.unwrap(), Begin::Started);
+        if complete {
+            let response = Bytes::from_static(b"done");
+            let completed = on.holder.complete_record(&record, &owner, response, LONG);
+            assert!(completed.await.unwrap(), "{name}");
+        } else {
+            assert!(
+                on.holder.abandon_record(&record, &owner).await.unwrap(),
+                "{name}"
+            );
+        }
+    }
+    blocker.rollback().await.expect("rollback");
+}

@@ -1,0 +1,6 @@
+-- Who waits, looked up without a lock of its own, in SQLite: nothing to change. SQLite
+-- sends no notifications; PostgreSQL's migration of the same number adds the function that
+-- notifies a changed row's waiters without an advisory lock.
+--
+-- Safe to run more than once. An application may copy this file into its own migrations
+-- instead of calling `migrate()`.
