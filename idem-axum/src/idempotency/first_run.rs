@@ -200,15 +200,21 @@ impl<St: Store + Clone> Record<St> {
                 let reporter = &self.host().reporter;
                 super::replay(self.guard(), self.settings(), reporter, stored, &request)
             }
-            None => self.guard().refuse(
-                Rejection::new(
-                    RejectionKind::IdempotentRequestInProgress,
-                    "this request lost its idempotency key to a retry while the server could \
-                     not reach its store, and the retry is still being processed; retry \
-                     to get its answer",
-                )
-                .with_retry_after(Duration::from_secs(1)),
-            ),
+            None => {
+                let mut refused = self.guard().refuse(
+                    Rejection::new(
+                        RejectionKind::IdempotentRequestInProgress,
+                        "this request lost its idempotency key to a retry while the server \
+                         could not reach its store, and the retry is still being processed; \
+                         retry to get its answer",
+                    )
+                    .with_retry_after(Duration::from_secs(1)),
+                );
+                // As on the 409 of a retry that meets its first attempt running: the client
+                // learns how long its key is kept.
+                self.settings().advertise_retention(refused.headers_mut());
+                refused
+            }
         }
     }
 }

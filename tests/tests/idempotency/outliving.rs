@@ -105,6 +105,7 @@ macro_rules! on_two_instances {
 on_two_instances!(
     an_attempt_that_lost_its_key_answers_with_the_winners_response,
     an_attempt_that_lost_its_key_answers_with_the_winners_response_in_its_own_coding,
+    an_attempt_that_lost_its_key_to_a_running_retry_answers_409_with_the_retention,
     after_an_outage_longer_than_the_lease_the_key_is_claimed_again,
 );
 
@@ -213,6 +214,9 @@ fn instance(store: impl Store, shop: &Shop, handler: axum::routing::MethodRouter
             "/gated-gzip",
             handler.layer(CompressionLayer::new().compress_when(always)),
         )
+        // Gated on both instances: the shop's gate lets their handlers through one at a
+        // time, in the order they came to it.
+        .route("/both-gated", post(gated))
         .route_layer(guarded)
         .with_state(shop.clone())
         .layer(idem.layer())
@@ -272,6 +276,36 @@ async fn an_attempt_that_lost_its_key_answers_with_the_winners_response_in_its_o
     };
     let winner = lost_to_a_retry(&two, request, "in the coding its client accepts").await;
     assert_eq!(winner.header("content-encoding"), Some(b"gzip".as_slice()));
+}
+
+/// As above, but the retry that took the key still runs when the first attempt ends:
+/// its client gets the 409 of a request in progress, as a retry of its own would, with
+/// when to try again and how long the key is kept (`Idempotency-TTL`), the one refusal a
+/// client retries under its key. Then the retry's answer is the key's.
+async fn an_attempt_that_lost_its_key_to_a_running_retry_answers_409_with_the_retention(
+    two: TwoInstances,
+) {
+    let request = || crate::request("/both-gated", "alice", Some("lost-3"), BODY);
+    let first = two.first_past_its_lease(request()).await;
+    let winner = tokio::spawn({
+        let (app, request) = (two.other_one.clone(), request());
+        async move { Seen::of(send(&app, request).await).await }
+    });
+    two.shop.until_runs(2).await;
+    two.store_is_back();
+    // The first attempt's handler came to the gate first: it alone goes through.
+    two.shop.open_gate();
+    let first = first.await.expect("the first attempt answers");
+    assert_eq!(first.status, StatusCode::CONFLICT, "{first:?}");
+    assert!(first.header("retry-after").is_some(), "{first:?}");
+    assert_eq!(first.header("idempotency-ttl"), Some(b"86400".as_slice()));
+    two.shop.open_gate();
+    let winner = winner.await.expect("the retry answers");
+    assert_eq!(winner.status, StatusCode::CREATED);
+    assert_eq!(winner.header("idempotency-ttl"), Some(b"86400".as_slice()));
+    let replay = answered(post_key(&two.stalled_one, "/both-gated", "lost-3")).await;
+    assert_eq!(replay.unmarked(), winner);
+    assert_eq!(two.shop.runs(), 2);
 }
 
 /// The first attempt's store is out of reach for longer than the lease, and nobody
