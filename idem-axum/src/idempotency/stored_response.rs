@@ -146,6 +146,11 @@ const KNOWN_NAMES: [&str; 24] = [
 ];
 
 impl<'a> Name<'a> {
+    /// A field of a response, as the compact record keeps it.
+    fn field((name, value): (&'a HeaderName, &'a HeaderValue)) -> (Self, Raw<'a>) {
+        (Self::of(name), Raw(value.as_bytes()))
+    }
+
     fn of(name: &'a HeaderName) -> Self {
         let text = name.as_str();
         match KNOWN_NAMES.iter().position(|known| *known == text) {
@@ -246,17 +251,11 @@ pub(crate) fn encode_response(
         .filter(|(name, _)| {
             !((shared && *name == SET_COOKIE) || is_hop_by_hop(name, &parts.headers))
         })
-        .map(|(name, value)| (Name::of(name), Raw(value.as_bytes())))
+        .map(Name::field)
         .collect();
-    let trailers: Option<Vec<_>> =
-        trailers
-            .filter(|trailers| !trailers.is_empty())
-            .map(|trailers| {
-                trailers
-                    .iter()
-                    .map(|(name, value)| (Name::of(name), Raw(value.as_bytes())))
-                    .collect()
-            });
+    let trailers: Option<Vec<_>> = trailers
+        .filter(|trailers| !trailers.is_empty())
+        .map(|trailers| trailers.iter().map(Name::field).collect());
     let fields = |fields: &[(Name<'_>, Raw<'_>)]| -> usize {
         fields
             .iter()
