@@ -171,18 +171,21 @@ pub struct Statements {
     pub record_migration: &'static str,
 }
 
-/// The statements of the registry of waiters, where the database notifies them
-/// (PostgreSQL): a waiter registers before it first asks, so that the statements that let
-/// waiters go notify only what somebody waits for (see [`Waiters`]).
+/// The statements of waiters that announce themselves, where the database notifies them
+/// (PostgreSQL): a waiter flags the row it waits on before it asks, so that the statements
+/// that let waiters go notify only what somebody waits for (see [`Waiters`]).
 #[derive(Debug)]
 pub struct WaiterStatements {
-    /// `$1 payload, $2 waiter, $3 ttl ms` → a row when the waiter is registered (until
-    /// `ttl` from now); no row when a change of the payload may be committing, and the
-    /// waiter must ask again shortly instead.
+    /// `$1 payload, $2 what to answer when no live row matches` → `true` when the waiter
+    /// is announced: the live row it waits on is flagged (by this statement or before);
+    /// `false` when a change of the row may be committing, and the waiter must ask again
+    /// shortly instead.
     pub register: &'static str,
-    /// `$1 payload, $2 waiter`: deletes the registration.
-    pub unregister: &'static str,
-    /// `$1 batch`: deletes at most `batch` expired registrations.
+    /// `$1 key, $2 owner`, in a fair attempt's transaction that took the lock: flags the
+    /// lock's row when other owners hold live places in its queue.
+    pub flag_queued: &'static str,
+    /// `$1 batch`: deletes at most `batch` expired rows of the registry of earlier
+    /// versions.
     pub purge: &'static str,
 }
 
@@ -207,6 +210,7 @@ macro_rules! migrations {
             2 "idem_fair_queue" "0002_idem_fair_queue.sql",
             3 "idem_waiters" "0003_idem_waiters.sql",
             4 "idem_wake_changed" "0004_idem_wake_changed.sql",
+            5 "idem_waited" "0005_idem_waited.sql",
         )
     };
     ($dialect:literal: $($version:literal $name:literal $file:literal,)*) => {
@@ -248,8 +252,8 @@ pub(crate) mod sealed {
         /// Error codes that mean the database gave up waiting (a lock, a statement
         /// timeout), reported as [`idem_core::StoreError::Timeout`].
         const TIMEOUT_CODES: &'static [&'static str];
-        /// The registry of waiters, where the database notifies them only when one is
-        /// registered (PostgreSQL); `None` where waiters poll (SQLite).
+        /// How waiters announce themselves, where the database notifies them only when
+        /// one waits (PostgreSQL); `None` where waiters poll (SQLite).
         const WAITERS: Option<WaiterStatements> = None;
 
         /// Starts the task that wakes `waiters` on the database's notifications of
@@ -489,6 +493,10 @@ pub(crate) mod sealed {
                         Ok(drawn) => {
                             if at_head {
                                 run(&mut *tx, sql.leave_queue, &on_place).await?;
+                            }
+                            // The places behind wait for this hold's release.
+                            if let Some(waiters) = DB::WAITERS {
+                                run(&mut *tx, waiters.flag_queued, &on_place).await?;
                             }
                             tx.commit().await?;
                             return Ok(InTurn::Acquired(drawn));

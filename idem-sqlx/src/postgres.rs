@@ -137,106 +137,111 @@ macro_rules! in_ms {
     };
 }
 
-/// Wakes the waiters of each row of `$rows` (which has the key as `key`): a `FROM` clause
-/// that calls a function with the payload `<$topic>:<key>`, which notifies the listener's
-/// channel, delivered when the statement's transaction commits, only when a waiter is
-/// registered for that payload (see [`WAITERS`]). By default `idem_wake_changed`
-/// (migration 4), for a statement that changed the row the waiters wait on, whose lock
-/// orders it with their registrations; `idem_wake` (migration 3), which takes an advisory
-/// lock for that, for a change of a row that waiters do not lock.
-macro_rules! notify_each {
-    ($rows:literal, $topic:literal) => {
-        notify_each!($rows, $topic, "idem_wake_changed")
-    };
-    ($rows:literal, $topic:literal, $function:literal) => {
+/// Notifies `<$topic>:<key>` for each row of `$rows` (which has the key as `key`) for
+/// which `$when` holds: a `FROM` clause, on the listener's channel, delivered when the
+/// statement's transaction commits. Each row is answered, notified or not.
+macro_rules! notify_when {
+    ($rows:literal, $topic:literal, $when:expr) => {
         concat!(
             " FROM ",
             $rows,
-            " CROSS JOIN LATERAL (SELECT ",
-            $function,
-            "('",
+            " LEFT JOIN LATERAL (SELECT pg_notify('idem_wake', '",
             $topic,
             ":' || ",
             $rows,
-            ".key)) AS woken"
+            ".key) WHERE ",
+            $when,
+            ") AS woken ON true"
         )
     };
 }
 
-/// Whether the row a waiter of `$1` (`l:<key>`, `r:<key>`) waits on in `$table` is absent,
-/// or locked `FOR SHARE` by this statement: taken without waiting, so `false` while a
-/// statement that changes the row holds it.
-macro_rules! row_absent_or_shared {
-    ($table:literal) => {
+/// Notifies the rows of `$rows` that a waiter flagged (their `waited`, as the change
+/// found it): see [`WAITERS`].
+macro_rules! notify_flagged {
+    ($rows:literal, $topic:literal) => {
+        notify_when!($rows, $topic, concat!($rows, ".waited"))
+    };
+}
+
+/// Whether the row a waiter of `$1` (`l:<key>`, `r:<key>`) waits on in `$table` is live
+/// (where `$live` also holds), as the statement's snapshot has it.
+macro_rules! waited_row {
+    ($table:literal, $prefix:literal, $live:literal) => {
         concat!(
-            "(SELECT count(*) FROM ",
+            "SELECT key, waited FROM ",
             $table,
-            " WHERE key = substr($1, 3)) = (SELECT count(*) FROM (SELECT FROM ",
-            $table,
-            " WHERE key = substr($1, 3) FOR SHARE SKIP LOCKED) AS shared)"
+            " WHERE key = substr($1, 3) AND left($1, 2) = '",
+            $prefix,
+            "' AND expires_at > clock_timestamp()",
+            $live
         )
     };
 }
 
-/// The advisory lock that orders a waiter's registration and `idem_wake`'s look at the
-/// registrations: the class `hashtext('idem_wake')`, the payload's hash. `idem_wake` takes
-/// it shared until its transaction ends; a registration tries to take it exclusively.
-macro_rules! wake_lock {
-    ($payload:literal) => {
-        concat!("hashtext('idem_wake'), hashtext(", $payload, ")")
+/// Flags the row of [`waited_row!`] `waited`, unless it is already, or a statement that
+/// changes it holds its lock (taken without waiting, `SKIP LOCKED`).
+macro_rules! flag_row {
+    ($table:literal, $prefix:literal, $live:literal) => {
+        concat!(
+            "UPDATE ",
+            $table,
+            " SET waited = true WHERE key IN (SELECT key FROM (",
+            waited_row!($table, $prefix, $live),
+            " AND NOT waited FOR NO KEY UPDATE SKIP LOCKED) AS free) RETURNING true"
+        )
     };
 }
 
-/// The registry of waiters (the table `idem_waiters`, migration 3): the statements that
-/// let waiters go notify only the payloads a waiter is registered for.
+/// Where a waiter announces itself (the column `waited` of the locks and the records,
+/// migration 5): the statements that let waiters go notify only the rows a waiter flagged.
 ///
 /// Why no waiter sleeps past the change it waits for, although the statement that makes
 /// the change decides whether to notify before its transaction commits: a waiter
-/// [subscribes](crate::wake::Waiters::subscribe) to the payload in its store, then
-/// registers, then asks the database, and asks again when a notification wakes it. The
-/// registration (committed asynchronously: a registration lost to a crash of the database
-/// costs a fallback poll, as a lost notification does) is ordered with the statements that
-/// look for it in one of two ways, and takes both:
+/// [subscribes](crate::wake::Waiters::subscribe) to the payload in its store, then, before
+/// each question, flags the live row it waits on (a lock, or a record in progress), then
+/// asks the database, and asks again when a notification wakes it. The flag and the change
+/// are ordered by the row's own lock: the flag's `UPDATE` takes it without waiting (`SKIP
+/// LOCKED`), and the statements that change the row (a release, a record completed,
+/// abandoned or removed) take it before they read the flag they return. So either the flag
+/// committed before the change took the row, and the change sees it and notifies at its
+/// commit, while the waiter's store listens already; or the change holds the row, the flag
+/// skips it, and the waiter asks again after
+/// [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (10 ms) instead of
+/// sleeping, until it can flag the row or sees the change. A row already flagged (by
+/// another waiter) needs no write. The flag stays with the row: a lock's row goes with its
+/// release, and a record's next change after its completion is rare.
 ///
-/// - **The row waited on.** It locks the lock's or the record's row `FOR SHARE` until it
-///   commits (or finds none), and the statements that change that row (a release, a
-///   record completed, abandoned or removed) lock the row before their function,
-///   `idem_wake_changed`, looks for registrations with a snapshot taken after (a
-///   `VOLATILE` function's statement, in READ COMMITTED). So either the registration
-///   committed before the change took the row, and the look sees it and notifies at the
-///   commit, while the waiter's store listens already; or the change holds the row, the
-///   registration skips it and does not register, and the waiter asks again.
-/// - **An advisory lock** of its payload, taken exclusively, for the one change of a row
-///   no waiter locks (a place given up in a fair lock's queue): that statement's
-///   `idem_wake` takes the lock shared before it looks, so the two cannot overlap, and
-///   whichever comes second sees the other's work.
+/// A waiter finds no live row to flag when what it waits for has come (its question then
+/// says so), or when it was taken again in between: it asks again shortly, and flags the
+/// new row. A fair lock's waiter whose lock is free waits for the head of its queue instead:
+/// its place in the queue announces it, since a fair attempt that takes the lock while
+/// others hold places flags the lock's row itself, and a place given up notifies while
+/// other places remain.
 ///
-/// The registration only *tries* both locks, so that a waiter never waits for a
-/// transaction of the application's (around [`complete_record_in`](SqlStore::complete_record_in))
-/// to end: when it fails, no row is inserted, and the waiter asks, then tries again after
-/// [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (10 ms), polling as
-/// a SQLite waiter does until it is registered. The fallback poll stays, for a notification
-/// lost while the listener reconnects.
+/// The flag's `UPDATE` commits asynchronously (a flag lost to a crash of the database
+/// costs a fallback poll, as a lost notification does). The registry of earlier versions
+/// (`idem_waiters`, its functions `idem_wake` and `idem_wake_changed`) is no longer
+/// written nor read, only purged.
 const WAITERS: WaiterStatements = WaiterStatements {
     register: concat!(
-        "INSERT INTO idem_waiters (payload, waiter, expires_at)
-        SELECT $1, $2, ",
-        in_ms!("$3"),
-        "
-        WHERE pg_try_advisory_xact_lock(",
-        wake_lock!("$1"),
+        "WITH live AS (",
+        waited_row!("idem_locks", "l:", ""),
+        " UNION ALL ",
+        waited_row!("idem_records", "r:", " AND owner IS NOT NULL"),
+        "), flagged AS (",
+        flag_row!("idem_locks", "l:", ""),
+        "), flagged_record AS (",
+        flag_row!("idem_records", "r:", " AND owner IS NOT NULL"),
         ")
-            AND CASE left($1, 2) WHEN 'r:' THEN ",
-        row_absent_or_shared!("idem_records"),
-        " ELSE ",
-        row_absent_or_shared!("idem_locks"),
-        " END
-            AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-        ON CONFLICT (payload, waiter) DO UPDATE SET expires_at = excluded.expires_at
-        RETURNING true"
+        SELECT CASE WHEN NOT EXISTS (SELECT FROM live) THEN $2
+            ELSE NOT EXISTS (SELECT FROM live WHERE NOT waited)
+                OR EXISTS (SELECT FROM flagged) OR EXISTS (SELECT FROM flagged_record) END
+        WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL"
     ),
-    unregister: "DELETE FROM idem_waiters WHERE payload = $1 AND waiter = $2
-        AND set_config('synchronous_commit', 'off', true) IS NOT NULL",
+    flag_queued: "UPDATE idem_locks SET waited = true
+        WHERE key = $1 AND NOT waited AND EXISTS (SELECT FROM idem_queue
+            WHERE key = $1 AND owner <> $2 AND lapses_at > clock_timestamp())",
     purge: "DELETE FROM idem_waiters WHERE (payload, waiter) IN (
         SELECT payload, waiter FROM idem_waiters WHERE expires_at <= clock_timestamp()
         ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
@@ -250,9 +255,9 @@ macro_rules! delete_and_notify {
             "WITH gone AS (DELETE FROM ",
             $table,
             " WHERE key = $1 AND owner = $2
-                RETURNING key, expires_at > clock_timestamp() AS live)
+                RETURNING key, waited, expires_at > clock_timestamp() AS live)
             SELECT live",
-            notify_each!("gone", $topic)
+            notify_flagged!("gone", $topic)
         )
     };
 }
@@ -334,9 +339,10 @@ impl Dialect for Postgres {
         complete_record: concat!(
             "WITH done AS (UPDATE idem_records SET owner = NULL, response = $3, expires_at = ",
             in_ms!("$4"),
-            " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING key)
+            " WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+                RETURNING key, waited)
             SELECT true",
-            notify_each!("done", "r")
+            notify_flagged!("done", "r")
         ),
         renew_record: concat!(
             "UPDATE idem_records SET expires_at = ",
@@ -353,9 +359,9 @@ impl Dialect for Postgres {
         ),
         remove_record: concat!(
             "WITH gone AS (DELETE FROM idem_records WHERE key = $1
-                RETURNING key, expires_at > clock_timestamp() AS live)
+                RETURNING key, waited, expires_at > clock_timestamp() AS live)
             SELECT live",
-            notify_each!("gone", "r")
+            notify_flagged!("gone", "r")
         ),
         // SKIP LOCKED: instances purging at once share the work instead of queueing, and
         // never wait on a row a request holds.
@@ -395,7 +401,12 @@ impl Dialect for Postgres {
         give_up_place: concat!(
             "WITH gone AS (DELETE FROM idem_queue WHERE key = $1 AND owner = $2 RETURNING key)
             SELECT true",
-            notify_each!("gone", "l", "idem_wake")
+            notify_when!(
+                "gone",
+                "l",
+                "EXISTS (SELECT FROM idem_queue AS behind WHERE behind.key = gone.key
+                    AND behind.owner <> $2 AND behind.lapses_at > clock_timestamp())"
+            )
         ),
         is_turn: "SELECT NOT EXISTS (SELECT 1 FROM idem_queue WHERE key = $1 AND owner = $2)
             OR (NOT EXISTS (
@@ -446,47 +457,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_statements_that_let_waiters_go_wake_the_registered_ones_on_the_listeners_channel() {
+    fn the_statements_that_let_waiters_go_notify_the_rows_a_waiter_flagged() {
         let sql = &Postgres::STATEMENTS;
-        let wakes = |statement: &str, function: &str| statement.contains(&format!("{function}('"));
-        // The changes of a row its waiters lock look without an advisory lock.
+        let notify = format!("pg_notify('{}', '", listener::CHANNEL);
+        // The changes of a row its waiters flag notify when the row they changed was
+        // flagged, with no function and no look elsewhere.
         for statement in [
             sql.release_and_signal,
             sql.complete_record,
             sql.abandon_record,
             sql.remove_record,
         ] {
-            assert!(wakes(statement, "idem_wake_changed"), "{statement}");
-            assert!(!wakes(statement, "idem_wake"), "{statement}");
-            assert!(!statement.contains("pg_notify"), "{statement}");
+            assert!(statement.contains(&notify), "{statement}");
+            assert!(statement.contains("RETURNING key, waited"), "{statement}");
+            assert!(
+                statement.contains("WHERE gone.waited") || statement.contains("WHERE done.waited")
+            );
+            assert!(!statement.contains("idem_wake("), "{statement}");
+            assert!(!statement.contains("idem_wake_changed"), "{statement}");
         }
-        assert!(wakes(sql.give_up_place, "idem_wake"));
+        // A place given up notifies the places behind it.
+        assert!(sql.give_up_place.contains(&notify));
+        assert!(sql.give_up_place.contains("FROM idem_queue AS behind"));
         // A plain release (the anti-repeat path) and a fair attempt taking its own place
         // out wake nobody.
         for statement in [sql.release, sql.leave_queue] {
-            assert!(!statement.contains("idem_wake"), "{statement}");
+            assert!(!statement.contains("pg_notify"), "{statement}");
         }
-        // Both functions notify the channel the listener listens on; `idem_wake` takes the
-        // lock a registration tries, `idem_wake_changed` none, and a registration locks the
-        // row of either kind it waits on.
-        let migration = |name: &str| {
-            Postgres::MIGRATIONS
-                .iter()
-                .find(|migration| migration.name == name)
-                .expect("the migration")
-                .sql
-        };
-        let notify = format!("pg_notify('{}', $1)", listener::CHANNEL);
-        let lock = wake_lock!("$1");
-        let (waiters, changed) = (migration("idem_waiters"), migration("idem_wake_changed"));
-        assert!(waiters.contains(&notify) && changed.contains(&notify));
-        assert!(waiters.contains(&format!("pg_advisory_xact_lock_shared({lock})")));
-        assert!(!changed.contains("pg_advisory"));
+        // A waiter flags the row of either kind it waits on, without waiting for its lock.
         let register = WAITERS.register;
-        assert!(register.contains(&format!("pg_try_advisory_xact_lock({lock})")));
         for table in ["idem_records", "idem_locks"] {
-            let shared = format!("FROM {table} WHERE key = substr($1, 3) FOR SHARE SKIP LOCKED");
-            assert!(register.contains(&shared), "{register}");
+            assert!(register.contains(&format!("UPDATE {table} SET waited = true")));
         }
+        assert_eq!(register.matches("FOR NO KEY UPDATE SKIP LOCKED").count(), 2);
+        assert!(!register.contains("idem_waiters") && !register.contains("pg_advisory"));
     }
 }

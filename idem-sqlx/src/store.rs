@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -320,9 +319,13 @@ impl<DB: SqlBackend> SqlStore<DB> {
     pub async fn wait_for_record(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str())];
         let sql = DB::STATEMENTS.record_in_progress;
-        self.wait_for("wait_for_record", Topic::Record, key, within, || async {
-            Ok(self.flag("wait_for_record", sql, &args).await? == Some(false))
-        })
+        self.wait_for(
+            "wait_for_record",
+            (Topic::Record, false),
+            key,
+            within,
+            || async { Ok(self.flag("wait_for_record", sql, &args).await? == Some(false)) },
+        )
         .await
     }
 
@@ -393,14 +396,16 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// listens, every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL)
     /// where it does not.
     ///
-    /// Where the database notifies only registered waiters (PostgreSQL), the wait
-    /// registers before its first question ([`Registration`]), and asks every
-    /// `RELEASE_POLL_INTERVAL` until it is registered; why no change can then slip between
-    /// the registration and the question is told with PostgreSQL's statements.
+    /// Where the database notifies only the rows a waiter flagged (PostgreSQL), the wait
+    /// flags the row it waits on before each question ([`WaiterStatements::register`]),
+    /// and asks again after `RELEASE_POLL_INTERVAL` when it could not; why no change can
+    /// then slip between the flag and the question is told with PostgreSQL's statements.
+    /// `queued`: the waiter holds a place in the key's fair queue, which announces it when
+    /// there is no row to flag.
     async fn wait_for<F, Fut>(
         &self,
         operation: &'static str,
-        topic: Topic,
+        (topic, queued): (Topic, bool),
         key: &Key,
         within: Duration,
         mut ready: F,
@@ -426,14 +431,16 @@ impl<DB: SqlBackend> SqlStore<DB> {
                 .await;
         };
         let fallback = self.inner.settings.fallback_poll;
-        let registration = Registration::<DB>::new(self, subscription.payload(), within);
-        let registration = &registration;
+        let payload = subscription.payload();
         let asked = subscription.wait(fallback, within, || {
-            // Made first, run after the registration.
+            // Made first, run after the flag.
             let question = ready();
             async move {
-                let announced = match registration {
-                    Some(registration) => registration.register(self, operation).await?,
+                let announced = match DB::WAITERS {
+                    Some(waiters) => {
+                        let args = [Arg::Text(payload), Arg::Bool(queued)];
+                        self.flag(operation, waiters.register, &args).await? == Some(true)
+                    }
                     None => true,
                 };
                 Ok(match question.await? {
@@ -466,102 +473,6 @@ impl<DB: SqlBackend> SqlStore<DB> {
                 return Ok(row);
             }
         }
-    }
-}
-
-/// How long after its wait a waiter's registration is deleted.
-const UNREGISTER_AFTER: Duration = Duration::from_millis(20);
-
-/// One wait's row in the registry of waiters (PostgreSQL's `idem_waiters`), which makes the
-/// statements that let waiters go notify its payload: inserted before the wait's first
-/// question (and tried again before each question until it is), deleted when the
-/// registration is dropped, in a task of its own so that the waiter goes on at once. It
-/// lasts the wait and the store's timeout: a row left by a waiter that died (or a deletion
-/// that failed) counts no longer once that has passed, and the purge deletes it.
-///
-/// The deletion waits [`UNREGISTER_AFTER`] first: a hand-off's next statement (the waiter
-/// taking the lock it waited for) then runs alone, and a change of the key in between only
-/// notifies once more.
-struct Registration<DB: SqlBackend> {
-    pool: Pool<DB>,
-    payload: String,
-    waiter: String,
-    ttl: i64,
-    timeout: Duration,
-    registered: AtomicBool,
-}
-
-impl<DB: SqlBackend> Registration<DB> {
-    /// The registration of a wait for `payload` of at most `within`, not made yet; `None`
-    /// where the database has no registry (it notifies every change, or none).
-    fn new(store: &SqlStore<DB>, payload: &str, within: Duration) -> Option<Self> {
-        DB::WAITERS?;
-        let timeout = store.inner.settings.timeout;
-        Some(Self {
-            pool: store.inner.pool.clone(),
-            payload: payload.to_owned(),
-            waiter: Owner::random().as_str().to_owned(),
-            ttl: millis(within.saturating_add(timeout)),
-            timeout,
-            registered: AtomicBool::new(false),
-        })
-    }
-
-    /// Registers the wait unless it is already: whether it is now. `false` when a change
-    /// of the payload may be committing, unannounced to this waiter (see PostgreSQL's
-    /// statements).
-    async fn register(
-        &self,
-        store: &SqlStore<DB>,
-        operation: &'static str,
-    ) -> Result<bool, StoreError> {
-        let Some(registry) = DB::WAITERS else {
-            return Ok(true);
-        };
-        if self.registered.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        let args = [
-            Arg::Text(&self.payload),
-            Arg::Text(&self.waiter),
-            Arg::Int(self.ttl),
-        ];
-        let registered = store.flag(operation, registry.register, &args).await? == Some(true);
-        if registered {
-            self.registered.store(true, Ordering::Release);
-        }
-        Ok(registered)
-    }
-}
-
-impl<DB: SqlBackend> Drop for Registration<DB> {
-    fn drop(&mut self) {
-        // A registration whose statement was cancelled may have been made all the same:
-        // it expires.
-        let (true, Some(registry)) = (*self.registered.get_mut(), DB::WAITERS) else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (pool, timeout) = (self.pool.clone(), self.timeout);
-        let (payload, waiter) = (
-            std::mem::take(&mut self.payload),
-            std::mem::take(&mut self.waiter),
-        );
-        runtime.spawn(async move {
-            // After the statement a waiter runs when its wait ends (its acquisition, say),
-            // rather than beside it.
-            tokio::time::sleep(UNREGISTER_AFTER).await;
-            let args = [Arg::Text(&payload), Arg::Text(&waiter)];
-            let deleted = async {
-                let deleted = DB::execute(&pool, registry.unregister, &args).await;
-                deleted.map_err(StoreError::backend)
-            };
-            if let Err(error) = bounded(timeout, deleted).await {
-                tracing::debug!(%error, "idem: a waiter's registration is left to expire");
-            }
-        });
     }
 }
 
@@ -778,9 +689,13 @@ impl<DB: SqlBackend> LockStore for SqlStore<DB> {
     /// [`acquire_or_register_waiter`](idem_core::LockStore::acquire_or_register_waiter) suits it: the wait
     /// subscribes to notifications before it first asks, so none between the two is lost.
     async fn wait_for_release(&self, key: &Key, within: Duration) -> Result<bool, StoreError> {
-        self.wait_for("wait_for_release", Topic::Lock, key, within, || async {
-            Ok(self.remaining(key).await?.is_none())
-        })
+        self.wait_for(
+            "wait_for_release",
+            (Topic::Lock, false),
+            key,
+            within,
+            || async { Ok(self.remaining(key).await?.is_none()) },
+        )
         .await
     }
 
@@ -975,10 +890,16 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
         within: Duration,
     ) -> Result<bool, StoreError> {
         let args = [Arg::Text(key.as_str()), Arg::Text(owner.as_str())];
-        self.wait_for("wait_for_turn", Topic::Lock, key, within, || async {
-            let turn = self.flag("wait_for_turn", DB::STATEMENTS.is_turn, &args);
-            Ok(turn.await? == Some(true))
-        })
+        self.wait_for(
+            "wait_for_turn",
+            (Topic::Lock, true),
+            key,
+            within,
+            || async {
+                let turn = self.flag("wait_for_turn", DB::STATEMENTS.is_turn, &args);
+                Ok(turn.await? == Some(true))
+            },
+        )
         .await
     }
 

@@ -178,8 +178,8 @@ async fn migrations_run_twice_and_from_several_instances_at_once<D: SqlDatabase>
     db.store().migrate().await.expect("and once more");
     assert_eq!(
         db.count("idem_migrations").await,
-        4,
-        "each of the four migrations once"
+        5,
+        "each of the five migrations once"
     );
     // The migrated tables take a fenced lock.
     hold_fenced(&db.store(), "after").await;

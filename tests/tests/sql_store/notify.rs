@@ -2,11 +2,11 @@
 //! longer than the case may take, and lets go only once the waiter has asked and its
 //! store's listener listens: from then on only a notification can wake it in time.
 //!
-//! It notifies only what a waiter is registered for (`idem_waiters`): the cases of
-//! [`Notifications`] read what was notified on the channel, from a connection of their
-//! own, and check that a change nobody waits for sends nothing, also when a registration
-//! has expired, and that a waiter that comes while a change is committing is not left to
-//! sleep.
+//! It notifies only the rows a waiter flagged (their `waited` column), and a place given
+//! up in a fair queue only while other places remain: the cases of [`Notifications`] read
+//! what was notified on the channel, from a connection of their own, and check that a
+//! change nobody waits for sends nothing, that a flag goes with its row, and that a waiter
+//! that comes while a change is committing is not left to sleep.
 
 use sqlx::postgres::PgListener;
 
@@ -309,25 +309,31 @@ impl Notifications {
     }
 }
 
-/// The live registrations for `payload`.
-async fn registered(db: &PostgresBackend, payload: &str) -> i64 {
+/// Whether a waiter flagged the row of `key` in `table` (`None`: no row).
+async fn flagged(db: &PostgresBackend, table: &str, key: &Key) -> Option<bool> {
     let sql = format!(
-        "SELECT count(*)::text FROM idem_waiters
-        WHERE payload = '{payload}' AND expires_at > clock_timestamp()"
+        "SELECT waited::text FROM {table} WHERE key = '{}'",
+        key.as_str()
     );
-    let count = ask(db, &sql).await.expect("a count");
-    count.parse().expect("a number")
+    ask(db, &sql).await.map(|flag| flag == "true")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_change_nobody_waits_for_notifies_nobody() {
     let on = Instances::start().await;
     let mut notifications = Notifications::listen(&on.db).await;
-    // Each case's change, with its waiter queued (the fair cases) but not waiting.
+    // Each case's change, with its waiter queued (the fair cases) but not waiting. A place
+    // given up is the one change that notifies all the same: the place behind it announces
+    // a waiter, with no row to flag while the lock is free.
     for case in Case::ALL {
         let (name, holder, waiter) = (key(&format!("{case:?}")), Owner::random(), Owner::random());
         case.hold(&on, &name, &holder, &waiter).await;
         case.let_go(&on, &name, &holder).await;
+        let expected: &[String] = match case {
+            Case::FairPlaceGivenUp => &[format!("l:{}", name.as_str())],
+            _ => &[],
+        };
+        assert_eq!(notifications.so_far().await, expected, "{case:?}");
     }
     // Completed inside a transaction of the application's.
     let (record, owner) = (key("in-transaction"), Owner::random());
@@ -356,10 +362,11 @@ async fn only_the_key_a_waiter_waits_for_is_notified_while_it_waits() {
         (woken.expect("the wait"), started.elapsed())
     };
     let letting_go = async {
-        eventually(WOKEN_WITHIN, "the waiter registers", || async {
-            registered(&on.db, "l:awaited").await == 1
+        eventually(WOKEN_WITHIN, "the waiter flags the lock", || async {
+            flagged(&on.db, "idem_locks", &awaited).await == Some(true)
         })
         .await;
+        assert_eq!(flagged(&on.db, "idem_locks", &other).await, Some(false));
         assert!(on.holder.release_and_signal(&other, &holder).await.unwrap());
         assert!(
             on.holder
@@ -371,14 +378,14 @@ async fn only_the_key_a_waiter_waits_for_is_notified_while_it_waits() {
     let ((woken, waited), ()) = tokio::join!(waiting, letting_go);
     assert!(woken, "woken");
     assert!(waited < WOKEN_WITHIN, "woken after {waited:?}");
-    assert_eq!(notifications.so_far().await, ["l:awaited"]);
-    // The wait is over: its registration goes, and the key's next release notifies
-    // nobody.
-    eventually(WOKEN_WITHIN, "the registration is deleted", || async {
-        on.db.count("idem_waiters").await == 0
-    })
-    .await;
+    assert_eq!(
+        notifications.so_far().await,
+        [format!("l:{}", awaited.as_str())]
+    );
+    // The flag went with the released row: the key's next hold is not flagged, and its
+    // release notifies nobody.
     hold(&on.holder, &awaited, &holder).await;
+    assert_eq!(flagged(&on.db, "idem_locks", &awaited).await, Some(false));
     assert!(
         on.holder
             .release_and_signal(&awaited, &holder)
@@ -420,9 +427,9 @@ async fn a_waiter_that_comes_while_a_completion_commits_is_not_left_asleep() {
     let committing = async {
         on.asked("idem_records", &since).await;
         assert_eq!(
-            registered(&on.db, "r:committing").await,
-            0,
-            "not registered while the completion commits"
+            flagged(&on.db, "idem_records", &record).await,
+            Some(false),
+            "not flagged while the completion commits"
         );
         tx.commit().await.expect("commit");
     };
@@ -432,54 +439,66 @@ async fn a_waiter_that_comes_while_a_completion_commits_is_not_left_asleep() {
     assert_eq!(notifications.so_far().await, Vec::<String>::new());
 }
 
-/// A registration whose waiter never deletes it (the waiter's process died) wakes the key
-/// until it expires, then nobody, and the purge deletes it; a cancelled wait deletes its
-/// own.
+/// A flag whose waiter died (or whose wait ended) wakes the row's next change only: it goes
+/// with the row. The rows an earlier version registered in `idem_waiters` are purged once
+/// expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_registration_lasts_its_wait_and_a_dead_waiters_is_purged() {
+async fn a_flag_goes_with_its_row_and_the_earlier_registry_is_purged() {
     let on = Instances::start().await;
     let store = on.db.store_with(manual()).await;
     let mut notifications = Notifications::listen(&on.db).await;
     let (name, holder) = (key("dead"), Owner::random());
+    hold(&store, &name, &holder).await;
+    on.db
+        .execute(&format!(
+            "UPDATE idem_locks SET waited = true WHERE key = '{}'",
+            name.as_str()
+        ))
+        .await;
+    assert!(store.release_and_signal(&name, &holder).await.unwrap());
+    assert_eq!(
+        notifications.so_far().await,
+        [format!("l:{}", name.as_str())]
+    );
+    hold(&store, &name, &holder).await;
+    assert!(store.release_and_signal(&name, &holder).await.unwrap());
+    assert_eq!(notifications.so_far().await, Vec::<String>::new());
+
+    // A record: flagged while in progress, notified at its completion, and its later
+    // removal too.
+    let (record, fp) = (key("flagged-record"), Fingerprint::of(["order"]));
+    let begun = store.begin_record(&record, &holder, &fp, LONG).await;
+    assert_eq!(begun.unwrap(), Begin::Started);
+    let waiting = tokio::spawn({
+        let (waiter, record) = (on.waiter.clone(), record.clone());
+        async move { waiter.wait_for_record(&record, LONG).await }
+    });
+    eventually(WOKEN_WITHIN, "the waiter flags the record", || async {
+        flagged(&on.db, "idem_records", &record).await == Some(true)
+    })
+    .await;
+    let response = Bytes::from_static(b"done");
+    assert!(
+        store
+            .complete_record(&record, &holder, response, LONG)
+            .await
+            .unwrap()
+    );
+    assert!(waiting.await.unwrap().expect("the wait"), "woken");
+    let payload = format!("r:{}", record.as_str());
+    assert_eq!(notifications.so_far().await, std::slice::from_ref(&payload));
+    assert!(store.remove_record(&record).await.unwrap());
+    assert_eq!(notifications.so_far().await, [payload]);
+
     on.db
         .execute(
             "INSERT INTO idem_waiters (payload, waiter, expires_at)
-            VALUES ('l:dead', 'died', clock_timestamp() + interval '300 milliseconds')",
+            VALUES ('l:dead', 'died', clock_timestamp() - interval '1 millisecond')",
         )
         .await;
-    hold(&store, &name, &holder).await;
-    assert!(store.release_and_signal(&name, &holder).await.unwrap());
-    assert_eq!(notifications.so_far().await, ["l:dead"]);
-    eventually(WOKEN_WITHIN, "the registration expires", || async {
-        registered(&on.db, "l:dead").await == 0
-    })
-    .await;
-    hold(&store, &name, &holder).await;
-    assert!(store.release_and_signal(&name, &holder).await.unwrap());
-    assert_eq!(notifications.so_far().await, Vec::<String>::new());
     let purged = store.purge().await.expect("purge");
     assert_eq!(purged.waiters, 1);
     assert_eq!(on.db.count("idem_waiters").await, 0);
-
-    hold(&store, &name, &holder).await;
-    let waiting = tokio::spawn({
-        let (waiter, name) = (on.waiter.clone(), name.clone());
-        async move { waiter.wait_for_release(&name, LONG).await }
-    });
-    eventually(WOKEN_WITHIN, "the waiter registers", || async {
-        registered(&on.db, "l:dead").await == 1
-    })
-    .await;
-    waiting.abort();
-    assert!(waiting.await.unwrap_err().is_cancelled());
-    eventually(
-        WOKEN_WITHIN,
-        "the cancelled wait deletes its registration",
-        || async { on.db.count("idem_waiters").await == 0 },
-    )
-    .await;
-    assert!(store.release_and_signal(&name, &holder).await.unwrap());
-    assert_eq!(notifications.so_far().await, Vec::<String>::new());
 }
 
 /// The changes of a row its waiters lock (a lock's release, a record completed or

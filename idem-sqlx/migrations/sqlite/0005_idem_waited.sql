@@ -1,0 +1,6 @@
+-- Who waits, kept on the row waited on, in SQLite: nothing to change. SQLite sends no
+-- notifications; PostgreSQL's migration of the same number adds the flag a waiter sets on
+-- the row it waits for.
+--
+-- Safe to run more than once. An application may copy this file into its own migrations
+-- instead of calling `migrate()`.
