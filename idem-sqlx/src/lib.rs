@@ -123,11 +123,12 @@
 //!   when woken. On PostgreSQL the statements that release a lock
 //!   ([`release_and_signal`](idem_core::LockStore::release_and_signal), which a `Lock`'s
 //!   release runs), give up a place in a fair lock's queue, and complete or abandon a
-//!   record also `NOTIFY` the channel `idem_wake` with the key, **when a waiter is
-//!   registered for it**: a waiter puts a row in `idem_waiters` before it first asks, and
-//!   deletes it when it stops waiting. PostgreSQL commits the transactions that notify
-//!   one at a time, so a notification nobody waits for would slow every other commit;
-//!   without waiters these statements cost what a plain `DELETE` or `UPDATE` does. Each
+//!   record also `NOTIFY` the channel `idem_wake` with the key, **when a waiter flagged
+//!   the row**: a waiter sets the `waited` column of the lock or the record it waits on
+//!   before it asks, and the change reads the flag from its own `RETURNING`. PostgreSQL
+//!   commits the transactions that notify one at a time, so a notification nobody waits
+//!   for would slow every other commit; without waiters these statements cost what a
+//!   plain `DELETE` or `UPDATE` does. Each
 //!   store listens on the channel with one connection of its own (outside its pool), so a
 //!   release in one instance wakes the waiters of every instance within a round trip. A
 //!   waiter also asks every [fallback poll](SqlStoreBuilder::with_fallback_poll) (default
@@ -160,9 +161,10 @@
 //! `idem_migrations` (which migrations ran), and for fencing tokens PostgreSQL's sequence
 //! `idem_fence` (and `idem_token_issued`, which orders tokens, and `idem_queue_arrival`,
 //! which orders waiters) or SQLite's one-row table `idem_fence` with the two triggers that
-//! move it. PostgreSQL also has `idem_waiters` (who waits for what, while they wait) and
-//! the functions `idem_wake` and `idem_wake_changed`, which notify a change when somebody
-//! waits for it. [`SqlStore::migrate`] creates them; an application
+//! move it. On PostgreSQL, the locks' and records' column `waited` is set by a waiter, so
+//! that a change notifies only when somebody waits for it; the table `idem_waiters` and
+//! the functions `idem_wake` and `idem_wake_changed` are where earlier versions kept
+//! their waiters, which this one only purges. [`SqlStore::migrate`] creates them; an application
 //! may instead copy the files of the crate's `migrations/postgres` or
 //! `migrations/sqlite` folder into its own migrations. The store never creates or
 //! changes anything else.
@@ -174,35 +176,36 @@
 //! |---|---|---|
 //! | `acquire` | 1: `INSERT … ON CONFLICT DO UPDATE … WHERE <expired>` in a `WITH` that also reports the row it met (+1 `SELECT`) | 1 upsert when the key was free; 2 when held (the upsert, then a `SELECT` of the holder) |
 //! | `release`, `consume_token` | 1 `DELETE … RETURNING` | 1 |
-//! | `release_and_signal`, `abandon_record` | 1 `DELETE … RETURNING` in a `WITH` that also calls `idem_wake_changed` on the key, which `pg_notify`s only when a waiter is registered for it (see below) | 1 `DELETE … RETURNING` |
+//! | `release_and_signal`, `abandon_record` | 1 `DELETE … RETURNING` in a `WITH` that also `pg_notify`s the key when the row was flagged by a waiter (see below) | 1 `DELETE … RETURNING` |
 //! | `renew`, `renew_record` | 1 `UPDATE … RETURNING` | 1 |
-//! | `complete_record` | 1 `UPDATE … RETURNING` in a `WITH` that also calls `idem_wake_changed` | 1 `UPDATE … RETURNING` |
+//! | `complete_record` | 1 `UPDATE … RETURNING` in a `WITH` that also `pg_notify`s a flagged row | 1 `UPDATE … RETURNING` |
 //! | `remaining`, `has_token` | 1 `SELECT` | 1 |
 //! | [`consume_token_in`](SqlStore::consume_token_in), [`complete_record_in`](SqlStore::complete_record_in) | `consume_token`'s and `complete_record`'s, in the caller's transaction | the same |
 //! | `put_token` | 1: the upsert and the `DELETE` of the scope's lapsed tokens in one `WITH` | a `BEGIN IMMEDIATE` transaction of 2 (`REPLACE`, `DELETE`) |
 //! | `begin_record` | 1, like `acquire` (+1) | 1 when started; 2 otherwise |
 //! | `acquire_or_register_waiter` | the trait's default: `acquire` | the same |
-//! | `wait_for_release` | an `INSERT` of the waiter into `idem_waiters`, then one `remaining`, again on each notification of the key and at least every 500 ms; a `DELETE` of the waiter's row at the end, not waited for | one `remaining` every 10 ms |
+//! | `wait_for_release` | an `UPDATE` flagging the lock's row `waited` (a `SELECT` only, when a waiter flagged it already), then one `remaining`, both again on each notification of the key and at least every 500 ms | one `remaining` every 10 ms |
 //! | [`wait_for_record`](SqlStore::wait_for_record) | the same, with a `SELECT` of the record | one `SELECT` every 10 ms |
-//! | `acquire_in_turn` ([`FairStore`](idem_core::FairStore)) | a transaction: `pg_advisory_xact_lock` on the name, a `DELETE` of the lapsed places at the head, a `SELECT` of the holder and the head; then `acquire`'s upsert and a `DELETE` of the caller's place, or an upsert of its place (or nothing) | a `BEGIN IMMEDIATE` transaction of the same, without the advisory lock |
-//! | `wait_for_turn` | the same, with a `SELECT` of the turn; it writes only its row of `idem_waiters` | one `SELECT` every 10 ms; it never writes |
-//! | `leave_queue` | 1 `DELETE` in a `WITH` that also calls `idem_wake` | 1 `DELETE` |
-//! | [`purge`](SqlStore::purge) | 6 `DELETE`s of at most a batch each (the sixth: expired rows of `idem_waiters`) | 5 |
+//! | `acquire_in_turn` ([`FairStore`](idem_core::FairStore)) | a transaction: `pg_advisory_xact_lock` on the name, a `DELETE` of the lapsed places at the head, a `SELECT` of the holder and the head; then `acquire`'s upsert, a `DELETE` of the caller's place and an `UPDATE` flagging the lock's row when others hold places, or an upsert of its place (or nothing) | a `BEGIN IMMEDIATE` transaction of the same, without the advisory lock and the flag |
+//! | `wait_for_turn` | the same, with a `SELECT` of the turn; it writes only the flag of the lock's row | one `SELECT` every 10 ms; it never writes |
+//! | `leave_queue` | 1 `DELETE` in a `WITH` that also `pg_notify`s the key while other places remain | 1 `DELETE` |
+//! | [`purge`](SqlStore::purge) | 6 `DELETE`s of at most a batch each (the sixth: expired rows earlier versions left in `idem_waiters`) | 5 |
 //!
-//! A waiter's `INSERT` into `idem_waiters` commits asynchronously (`synchronous_commit`
-//! off for that transaction: the row is worth a fallback poll at most), and only while it
-//! holds, taken without waiting, a `FOR SHARE` lock on the lock's or the record's row (or
-//! there is none), which the statements that release, complete, abandon or remove take
-//! before `idem_wake_changed` looks; and an advisory lock on the key, which `idem_wake`
-//! takes shared for a place given up in a fair lock's queue. A waiter therefore registers
-//! either before a change looks for waiters (and is notified) or after the change
-//! committed (and its question sees it). When a lock is taken (a change is committing, say
-//! in an application's transaction around
-//! [`complete_record_in`](SqlStore::complete_record_in)) the waiter is not registered, and
-//! asks again every 10 ms until it is. The notifying statements themselves take no lock
-//! beyond their row's: an advisory lock in each cost a first idempotent request about a
-//! tenth of its rate. A waiter that dies leaves its row until its wait
-//! would have ended (its `within` and the store's timeout), then the purge deletes it.
+//! A waiter's flag commits asynchronously (`synchronous_commit` off for that transaction:
+//! it is worth a fallback poll at most), and its `UPDATE` takes the row's lock without
+//! waiting (`SKIP LOCKED`), which the statements that release, complete, abandon or remove
+//! the row take before they read the flag. A waiter therefore flags the row either before
+//! a change reads it (and is notified) or after the change committed (and its question
+//! sees it). When the row is locked (a change is committing, say in an application's
+//! transaction around [`complete_record_in`](SqlStore::complete_record_in)), or was taken
+//! again since the waiter's last look, the waiter asks again after 10 ms instead of
+//! sleeping. A fair lock's waiter behind a free lock has no row to flag: its place in the
+//! queue announces it, since a fair attempt that takes the lock while others hold places
+//! flags the row itself, and a place given up notifies while other places remain. The
+//! notifying statements look nowhere else and take no lock beyond their row's: an
+//! advisory lock in each cost a first idempotent request about a tenth of its rate, and a
+//! look at a table of waiters about as much again. The flag goes with its row (a lock's
+//! release deletes it); a record flagged once notifies its later changes too.
 //!
 //! Fencing tokens come from a sequence (PostgreSQL `idem_fence`; SQLite the `idem_fence`
 //! row, moved up by a trigger of the statement that draws a token), in the statement

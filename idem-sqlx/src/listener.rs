@@ -7,7 +7,7 @@
 //! `UNLISTEN` around every wait (a round trip before each waiter could ask), and a key
 //! (at most [`Key::MAX_LEN`](idem_core::Key::MAX_LEN) bytes, with its topic two more) is
 //! far within the 8,000 bytes a payload may have. Each store then receives the
-//! notifications of every key some waiter (of any store) is registered for, and drops
+//! notifications of every key some waiter (of any store) flagged, and drops
 //! those nobody in it waits for with one look in a map.
 
 use std::sync::Arc;

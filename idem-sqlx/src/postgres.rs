@@ -93,10 +93,11 @@ impl SqlStoreBuilder<Postgres> {
     ///
     /// Waiters are woken by `NOTIFY`: the statements that release a lock, give up a place
     /// in a fair lock's queue, and complete or abandon a record notify the channel
-    /// `idem_wake`, which the store listens on, when a waiter is registered for the key.
+    /// `idem_wake`, which the store listens on, when a waiter flagged the key's row.
     /// What no notification announces is found by this poll: a notification lost while the
-    /// listener's connection was down, a registration lost with a crash of the database, a
-    /// change made by an instance of a version that does not notify, or by a plain
+    /// listener's connection was down, a flag lost with a crash of the database, a change
+    /// made by an instance of another version (during a rolling upgrade from a version
+    /// that kept its waiters in `idem_waiters`), or by a plain
     /// [`release`](idem_core::LockStore::release). (A lease running out is seen without it:
     /// waiters wait no longer than the lease they saw.) A longer period costs such a miss
     /// more; a shorter one costs the database a read per waiter per period.

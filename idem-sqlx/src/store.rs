@@ -39,10 +39,10 @@ use crate::wake::{Asked, Subscription, Topic, Waiters};
 ///   [`leave_queue`](FairStore::leave_queue), [`complete_record`](idem_core::RecordStore::complete_record)
 ///   (and [`complete_record_in`](Self::complete_record_in), at the commit) and
 ///   [`abandon_record`](idem_core::RecordStore::abandon_record) notify the channel `idem_wake` with the
-///   key when a waiter is registered for it, and each store listens on it with one
+///   key when a waiter flagged the row, and each store listens on it with one
 ///   connection of its own, started by its first wait and stopped with its last clone. A
-///   waiter registers (a row of `idem_waiters`) before it first asks, and its row is
-///   deleted when it stops waiting: a change nobody waits for sends no notification, which
+///   waiter flags the lock or the record it waits on (its `waited` column) before it asks,
+///   and the flag goes with the row: a change nobody waits for sends no notification, which
 ///   PostgreSQL would otherwise commit one at a time with every other notifying
 ///   transaction. Every waiter of this store on that key is woken and asks once; a fair
 ///   lock's waiters then see that only the head's turn has come. A waiter also asks every
@@ -163,7 +163,7 @@ impl<DB: SqlBackend> SqlStore<DB> {
     }
 
     /// Deletes expired windows, locks, tokens and records, the lapsed places of fair
-    /// locks' queues and (PostgreSQL) the expired registrations of waiters, and evicts the oldest tokens past the
+    /// locks' queues and (PostgreSQL) the expired registrations of waiters that earlier versions left, and evicts the oldest tokens past the
     /// [token capacity](SqlStoreBuilder::with_token_capacity): at most
     /// [`purge_batch`](SqlStoreBuilder::with_purge_batch) rows of each, one statement
     /// each, so a run's cost is bounded however much has piled up.
@@ -880,7 +880,7 @@ impl<DB: SqlBackend> FairStore for SqlStore<DB> {
     /// a notification of the key wakes it (PostgreSQL), at the latest every fallback poll,
     /// or every [`RELEASE_POLL_INTERVAL`](idem_core::store::RELEASE_POLL_INTERVAL) (SQLite):
     /// see [Waiting](SqlStore#waiting). It writes nothing of the lock or its queue (on
-    /// PostgreSQL only its registration as a waiter). Every waiter of the key reads
+    /// PostgreSQL only the flag of the lock's row that announces a waiter). Every waiter of the key reads
     /// once on a release, and only the head sees its turn, so a release still sends one
     /// waiter to the lock.
     async fn wait_for_turn(

@@ -11,9 +11,9 @@
 //! was down, the change was made by a version that does not notify, a lease ran out) costs
 //! at most the fallback period.
 //!
-//! The database notifies only what a waiter is registered for (PostgreSQL's
-//! `idem_waiters`; see the store's `wait_for`): a question asked before the waiter is
-//! registered answers [`Asked::Unannounced`], and is asked again after
+//! The database notifies only the rows a waiter flagged (PostgreSQL's `waited`; see the
+//! store's `wait_for`): a question asked when the waiter could not flag its row answers
+//! [`Asked::Unannounced`], and is asked again after
 //! [`RELEASE_POLL_INTERVAL`] rather than the fallback period.
 
 use std::collections::HashMap;
@@ -56,7 +56,7 @@ pub(crate) enum Asked {
     Ready,
     /// Not yet; a change will be notified.
     NotYet,
-    /// Not yet, and a change may not be notified (the waiter is not registered yet): ask
+    /// Not yet, and a change may not be notified (the waiter could not announce itself): ask
     /// again soon.
     Unannounced,
 }
@@ -298,7 +298,7 @@ mod tests {
         assert!(started.elapsed() >= within);
     }
 
-    /// Until it is registered, a waiter asks every 10 ms, however long the fallback; then
+    /// Until it has announced itself, a waiter asks every 10 ms, however long the fallback; then
     /// it sleeps until woken.
     #[tokio::test(flavor = "current_thread")]
     async fn an_unannounced_waiter_asks_again_soon() {
