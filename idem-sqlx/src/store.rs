@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -397,9 +398,11 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// where it does not.
     ///
     /// Where the database notifies only the rows a waiter flagged (PostgreSQL), the wait
-    /// flags the row it waits on before each question ([`WaiterStatements::register`]),
-    /// and asks again after `RELEASE_POLL_INTERVAL` when it could not; why no change can
-    /// then slip between the flag and the question is told with PostgreSQL's statements.
+    /// flags the row it waits on before its first question ([`WaiterStatements::register`]),
+    /// and asks again after `RELEASE_POLL_INTERVAL` when it could not; once woken, it asks
+    /// first, and flags (then asks again) only when what it waits for has not come. Why no
+    /// change can slip between a flag and the question after it is told with PostgreSQL's
+    /// statements.
     /// `queued`: the waiter holds a place in the key's fair queue, which announces it when
     /// there is no row to flag.
     async fn wait_for<F, Fut>(
@@ -432,20 +435,29 @@ impl<DB: SqlBackend> SqlStore<DB> {
         };
         let fallback = self.inner.settings.fallback_poll;
         let payload = subscription.payload();
+        // Whether the last question came after a flag that announced the waiter: then the
+        // next one (woken, or at the fallback poll) asks first, and flags only when what it
+        // waits for has not come, which a hand-off then pays no round trip for.
+        let announced = &AtomicBool::new(false);
         let asked = subscription.wait(fallback, within, || {
-            // Made first, run after the flag.
-            let question = ready();
+            let woken = announced.swap(false, Ordering::Relaxed);
+            // Made first, run in order; the first only after a flag.
+            let (first, after_flag) = (ready(), ready());
             async move {
-                let announced = match DB::WAITERS {
+                if woken && first.await? {
+                    return Ok(Asked::Ready);
+                }
+                let flagged = match DB::WAITERS {
                     Some(waiters) => {
                         let args = [Arg::Text(payload), Arg::Bool(queued)];
                         self.flag(operation, waiters.register, &args).await? == Some(true)
                     }
                     None => true,
                 };
-                Ok(match question.await? {
+                announced.store(flagged, Ordering::Relaxed);
+                Ok(match after_flag.await? {
                     true => Asked::Ready,
-                    false if announced => Asked::NotYet,
+                    false if flagged => Asked::NotYet,
                     false => Asked::Unannounced,
                 })
             }

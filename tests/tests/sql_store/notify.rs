@@ -395,6 +395,49 @@ async fn only_the_key_a_waiter_waits_for_is_notified_while_it_waits() {
     assert_eq!(notifications.so_far().await, Vec::<String>::new());
 }
 
+/// A lock released and taken again in one transaction, before its waiter could ask: the
+/// waiter, woken by the release, finds the new hold, flags its row (the flag went with the
+/// released one), and the new holder's release wakes it in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_woken_to_a_lock_taken_again_flags_the_new_hold() {
+    let on = Instances::start().await;
+    let free = on.waiter.wait_for_release(&key("free"), LONG).await;
+    assert!(free.unwrap(), "a free key is free at once");
+    on.listening(None).await;
+    let (name, first, second) = (key("retaken"), Owner::random(), Owner::random());
+    hold(&on.holder, &name, &first).await;
+    let waiting = async {
+        let started = Instant::now();
+        let woken = on.waiter.wait_for_release(&name, LONG).await;
+        (woken.expect("the wait"), started.elapsed())
+    };
+    let letting_go = async {
+        let is_flagged = || async { flagged(&on.db, "idem_locks", &name).await == Some(true) };
+        eventually(WOKEN_WITHIN, "the waiter flags the first hold", is_flagged).await;
+        let pool = on.db.pool().await;
+        let mut tx = pool.begin().await.expect("a transaction");
+        let released = sqlx::query(
+            "WITH gone AS (DELETE FROM idem_locks WHERE key = $1 RETURNING key, waited)
+            SELECT pg_notify('idem_wake', 'l:' || key) FROM gone WHERE waited",
+        );
+        let notified = released.bind(name.as_str()).execute(&mut *tx).await;
+        assert_eq!(notified.expect("released").rows_affected(), 1, "notified");
+        let taken = sqlx::query(
+            "INSERT INTO idem_locks (key, owner, expires_at)
+            VALUES ($1, $2, clock_timestamp() + interval '60 seconds')",
+        );
+        let taken = taken.bind(name.as_str()).bind(second.as_str());
+        taken.execute(&mut *tx).await.expect("taken again");
+        tx.commit().await.expect("commit");
+        eventually(WOKEN_WITHIN, "the waiter flags the second hold", is_flagged).await;
+        let released = on.holder.release_and_signal(&name, &second).await;
+        assert!(released.unwrap(), "the second holder lets go");
+    };
+    let ((woken, waited), ()) = tokio::join!(waiting, letting_go);
+    assert!(woken, "woken");
+    assert!(waited < 2 * WOKEN_WITHIN, "woken after {waited:?}");
+}
+
 /// A record completed in a transaction of the application's looked for waiters before the
 /// waiter came, and commits only after the waiter has asked (and seen it in progress):
 /// the waiter cannot register until that transaction has ended, asks again meanwhile, and
