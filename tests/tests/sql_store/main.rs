@@ -6,8 +6,8 @@
 //! the places they leave), and waiting for a record in progress. Every case runs on a real
 //! PostgreSQL server and on a SQLite file; the cases of `notify` check, on PostgreSQL only,
 //! that waiters are woken by `NOTIFY` from another instance, also after the listener's
-//! connection was terminated, that the listener stops with the store, and that only what
-//! a registered waiter waits for is notified.
+//! connection was terminated, that the listener stops with the store, that only the rows
+//! a waiter flagged are notified, and that one notification wakes hundreds of waiters.
 
 use std::time::{Duration, Instant};
 

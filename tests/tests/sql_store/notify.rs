@@ -8,6 +8,9 @@
 //! change nobody waits for sends nothing, that a flag goes with its row, and that a waiter
 //! that comes while a change is committing is not left to sleep.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use sqlx::postgres::PgListener;
 
 use super::*;
@@ -30,15 +33,9 @@ const WAITER: &str = "idem-waiter";
 impl Instances {
     async fn start() -> Self {
         let db = PostgresBackend::start().await;
-        let url = format!("{}?application_name={WAITER}", db.url());
-        let waiter = PostgresStore::builder()
-            .with_fallback_poll(NEVER)
-            .connect(&url)
-            .await
-            .expect("the waiter's store");
         Self {
             holder: db.store(),
-            waiter,
+            waiter: waiter_store(&db).await,
             db,
         }
     }
@@ -184,6 +181,14 @@ impl Case {
         };
         assert!(done.expect("let go"), "{self:?}: let go");
     }
+}
+
+/// Another instance that waits: its fallback poll never comes, and its connections name
+/// themselves [`WAITER`].
+async fn waiter_store(db: &PostgresBackend) -> PostgresStore {
+    let url = format!("{}?application_name={WAITER}", db.url());
+    let store = PostgresStore::builder().with_fallback_poll(NEVER);
+    store.connect(&url).await.expect("the waiter's store")
 }
 
 /// The one value `sql` answers, as text.
@@ -393,6 +398,61 @@ async fn only_the_key_a_waiter_waits_for_is_notified_while_it_waits() {
             .unwrap()
     );
     assert_eq!(notifications.so_far().await, Vec::<String>::new());
+}
+
+/// Two hundred waiters in four instances come at once for one record in progress: they
+/// flag its row together (all but one find it locked by another's flag, or flagged, and
+/// ask again), and every one is woken by the completion's one notification, long before a
+/// fallback poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hundreds_of_waiters_on_one_record_are_woken_by_one_notification() {
+    let on = Instances::start().await;
+    let mut instances = vec![on.waiter.clone()];
+    for _ in 1..4 {
+        instances.push(waiter_store(&on.db).await);
+    }
+    let mut notifications = Notifications::listen(&on.db).await;
+    let (record, owner, fp) = (key("crowded"), Owner::random(), Fingerprint::of(["order"]));
+    let begun = on.holder.begin_record(&record, &owner, &fp, LONG).await;
+    assert_eq!(begun.unwrap(), Begin::Started);
+    let since = on.now().await;
+    let (waiters, in_progress) = (200, Arc::new(AtomicUsize::new(0)));
+    let waiting = all_at_once(waiters, |i| {
+        let (store, record) = (instances[i % instances.len()].clone(), record.clone());
+        let in_progress = Arc::clone(&in_progress);
+        async move {
+            in_progress.fetch_add(1, Ordering::SeqCst);
+            let started = Instant::now();
+            let woken = store.wait_for_record(&record, LONG).await;
+            (woken.expect("the wait"), started.elapsed())
+        }
+    });
+    let completing = async {
+        eventually(WOKEN_WITHIN, "every waiter waits", || async {
+            in_progress.load(Ordering::SeqCst) == waiters
+        })
+        .await;
+        eventually(WOKEN_WITHIN, "the record is flagged", || async {
+            flagged(&on.db, "idem_records", &record).await == Some(true)
+        })
+        .await;
+        // The waiters have asked, and none is asking: most sleep now. (One that has not
+        // flagged yet sees the completion in its question instead.)
+        on.asked("idem_records", &since).await;
+        let response = Bytes::from_static(b"done");
+        let completed = on.holder.complete_record(&record, &owner, response, LONG);
+        assert!(completed.await.unwrap(), "completed");
+    };
+    let (answers, ()) = tokio::join!(waiting, completing);
+    assert_eq!(answers.len(), waiters);
+    for (woken, waited) in answers {
+        assert!(woken, "woken");
+        assert!(waited < 2 * WOKEN_WITHIN, "woken after {waited:?}");
+    }
+    assert_eq!(
+        notifications.so_far().await,
+        [format!("r:{}", record.as_str())]
+    );
 }
 
 /// A lock released and taken again in one transaction, before its waiter could ask: the
