@@ -15,8 +15,9 @@ impl Background {
         Some(Self(runtime.spawn(task).abort_handle()))
     }
 
-    /// Whether the task has ended (it was aborted, or it ran to its end).
-    #[cfg(test)]
+    /// Whether the task has ended (it was aborted, or it ran to its end); for the store's
+    /// tests, which run on SQLite.
+    #[cfg(all(test, feature = "sqlite"))]
     pub(crate) fn is_finished(&self) -> bool {
         self.0.is_finished()
     }
