@@ -18,9 +18,10 @@ use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use crate::task::Background;
 use crate::wake::Waiters;
 
-/// The channel the statements notify and the listener listens on; also in the SQL of the
-/// functions `idem_wake` (migration 3) and `idem_wake_changed` (migration 4), as
-/// `pg_notify`'s first argument.
+/// The channel the statements notify and the listener listens on: `pg_notify`'s first
+/// argument in PostgreSQL's notifying statements (written out there, which a test checks),
+/// and in the functions `idem_wake` and `idem_wake_changed` of migrations 3 and 4, which
+/// instances of earlier versions call.
 pub(crate) const CHANNEL: &str = "idem_wake";
 
 /// The first pause before connecting again after the listener's connection failed; each
