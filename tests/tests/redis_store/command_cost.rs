@@ -78,6 +78,17 @@ async fn the_accept_path_costs_one_command() {
             ("zscore", 100)
         ])
     );
+    // Spent again (the second post of a double click): a look, no clock and no removal,
+    // in the token's bucket and then in its bucket of before the buckets were placed.
+    let respends = async {
+        for (k, _) in &owners {
+            assert!(!store.consume_token(k, k).await.unwrap());
+        }
+    };
+    assert_eq!(
+        commands_during(&server, respends).await,
+        calls([("evalsha", 200), ("zscore", 200)])
+    );
 
     let releases = async {
         for (k, owner) in &owners {
