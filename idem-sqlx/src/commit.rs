@@ -55,6 +55,8 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// [`complete_record_in`](Self::complete_record_in) and the commit, with the case where
     /// the record was lost turned into a rollback and [`CommitError::RecordLost`], so that
     /// no handler can commit its writes under a record another attempt now owns.
+    /// In PostgreSQL's `REPEATABLE READ` and `SERIALIZABLE`, a transaction may have to be
+    /// run again: see [Isolation](Self::complete_record_in).
     ///
     #[cfg_attr(feature = "sqlite", doc = "```")]
     #[cfg_attr(not(feature = "sqlite"), doc = "```ignore")]

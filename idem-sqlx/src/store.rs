@@ -236,6 +236,15 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// `statement_timeout`), not the store's timeout: cutting a statement off half-way
     /// through the caller's transaction would leave that transaction in an unknown state.
     ///
+    /// **Isolation.** In PostgreSQL's `REPEATABLE READ` or `SERIALIZABLE`, a transaction
+    /// cannot update a row that changed after its snapshot: the record's row changes when
+    /// its lease is renewed, and when a waiter (a retry of the same key that waits for it)
+    /// flags it. The statement then fails with a serialization failure (SQLSTATE `40001`,
+    /// the [`sqlx::Error`] of a [`StoreError::Backend`]); roll back and run the transaction
+    /// again, as those levels ask of any transaction: the record is still `owner`'s, and
+    /// the retry's completion commits. `READ COMMITTED`, PostgreSQL's default, waits for a
+    /// concurrent change instead, and never fails this way.
+    ///
     /// # Errors
     ///
     /// [`StoreError::Backend`] with the [`sqlx::Error`] when the statement fails; the

@@ -542,6 +542,56 @@ async fn a_waiter_that_comes_while_a_completion_commits_is_not_left_asleep() {
     assert_eq!(notifications.so_far().await, Vec::<String>::new());
 }
 
+/// In a REPEATABLE READ transaction, PostgreSQL refuses to update a row that changed after
+/// the transaction's snapshot: a waiter (a retry of the same key) that flags the record
+/// meanwhile makes the completion a serialization failure (40001), as a renewal of the
+/// record's lease would. The record is still the attempt's: the same completion in a new
+/// transaction commits, and wakes the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repeatable_read_completion_refused_for_a_waiters_flag_commits_when_retried() {
+    let on = Instances::start().await;
+    let (record, owner, fp) = (key("isolated"), Owner::random(), Fingerprint::of(["order"]));
+    let begun = on.holder.begin_record(&record, &owner, &fp, LONG).await;
+    assert_eq!(begun.unwrap(), Begin::Started);
+    let pool = on.db.pool().await;
+    let repeatable_read = || async {
+        let mut tx = pool.begin().await.expect("a transaction");
+        let level = sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+        level.execute(&mut *tx).await.expect("the isolation level");
+        // The transaction's snapshot, taken by its first query.
+        sqlx::query("SELECT 1")
+            .execute(&mut *tx)
+            .await
+            .expect("a query");
+        tx
+    };
+    let mut tx = repeatable_read().await;
+    let waiting = tokio::spawn({
+        let (waiter, record) = (on.waiter.clone(), record.clone());
+        async move { waiter.wait_for_record(&record, LONG).await }
+    });
+    eventually(WOKEN_WITHIN, "the waiter flags the record", || async {
+        flagged(&on.db, "idem_records", &record).await == Some(true)
+    })
+    .await;
+    let response = Bytes::from_static(b"done");
+    let refused =
+        PostgresStore::complete_record_in(&mut tx, &record, &owner, response.clone(), LONG);
+    let error = refused.await.expect_err("a serialization failure");
+    let code = error
+        .backend_error::<sqlx::Error>()
+        .and_then(|error| error.as_database_error())
+        .and_then(|error| error.code().map(|code| code.into_owned()));
+    assert_eq!(code.as_deref(), Some("40001"), "{error}");
+    tx.rollback().await.expect("rollback");
+
+    let mut tx = repeatable_read().await;
+    let completed = PostgresStore::complete_record_in(&mut tx, &record, &owner, response, LONG);
+    assert!(completed.await.unwrap(), "still the attempt's record");
+    tx.commit().await.expect("commit");
+    assert!(waiting.await.unwrap().expect("the wait"), "woken");
+}
+
 /// A flag whose waiter died (or whose wait ended) wakes the row's next change only: it goes
 /// with the row. The rows an earlier version registered in `idem_waiters` are purged once
 /// expired.
