@@ -184,10 +184,10 @@
 //! | `put_token` | 1: the upsert and the `DELETE` of the scope's lapsed tokens in one `WITH` | a `BEGIN IMMEDIATE` transaction of 2 (`REPLACE`, `DELETE`) |
 //! | `begin_record` | 1, like `acquire` (+1) | 1 when started; 2 otherwise |
 //! | `acquire_or_register_waiter` | the trait's default: `acquire` | the same |
-//! | `wait_for_release` | an `UPDATE` flagging the lock's row `waited` (a `SELECT` only, when a waiter flagged it already), then one `remaining`, both again on each notification of the key and at least every 500 ms | one `remaining` every 10 ms |
+//! | `wait_for_release` | an `UPDATE` flagging the lock's row `waited` (a read only, when a waiter flagged it already), which also answers whether the lock is held (one `remaining` after it when it is not); on each notification of the key and at least every 500 ms, one `remaining`, and the flag again while the lock is held | one `remaining` every 10 ms |
 //! | [`wait_for_record`](SqlStore::wait_for_record) | the same, with a `SELECT` of the record | one `SELECT` every 10 ms |
 //! | `acquire_in_turn` ([`FairStore`](idem_core::FairStore)) | a transaction: `pg_advisory_xact_lock` on the name, a `DELETE` of the lapsed places at the head, a `SELECT` of the holder and the head; then `acquire`'s upsert, a `DELETE` of the caller's place and an `UPDATE` flagging the lock's row when others hold places, or an upsert of its place (or nothing) | a `BEGIN IMMEDIATE` transaction of the same, without the advisory lock and the flag |
-//! | `wait_for_turn` | the same, with a `SELECT` of the turn; it writes only the flag of the lock's row | one `SELECT` every 10 ms; it never writes |
+//! | `wait_for_turn` | the same, with a `SELECT` of the turn after each flag; it writes only the flag of the lock's row | one `SELECT` every 10 ms; it never writes |
 //! | `leave_queue` | 1 `DELETE` in a `WITH` that also `pg_notify`s the key while other places remain | 1 `DELETE` |
 //! | [`purge`](SqlStore::purge) | 6 `DELETE`s of at most a batch each (the sixth: expired rows earlier versions left in `idem_waiters`) | 5 |
 //!

@@ -165,8 +165,8 @@ macro_rules! notify_flagged {
     };
 }
 
-/// Whether the row a waiter of `$1` (`l:<key>`, `r:<key>`) waits on in `$table` is live
-/// (where `$live` also holds), as the statement's snapshot has it.
+/// The row a waiter of `$1` (`l:<key>`, `r:<key>`) waits on in `$table`, with its flag,
+/// if it is live (and `$live` holds), as the statement's snapshot has it.
 macro_rules! waited_row {
     ($table:literal, $prefix:literal, $live:literal) => {
         concat!(
@@ -199,9 +199,10 @@ macro_rules! flag_row {
 ///
 /// Why no waiter sleeps past the change it waits for, although the statement that makes
 /// the change decides whether to notify before its transaction commits: a waiter
-/// [subscribes](crate::wake::Waiters::subscribe) to the payload in its store, then, before
-/// each question, flags the live row it waits on (a lock, or a record in progress), then
-/// asks the database, and asks again when a notification wakes it. The flag and the change
+/// [subscribes](crate::wake::Waiters::subscribe) to the payload in its store, then flags
+/// the live row it waits on (a lock, or a record in progress: the row its question looks
+/// for, so a flagged row also answers "not yet"), and asks again when a notification wakes
+/// it, flagging again only when what it waits for has not come. The flag and the change
 /// are ordered by the row's own lock: the flag's `UPDATE` takes it without waiting (`SKIP
 /// LOCKED`), and the statements that change the row (a release, a record completed,
 /// abandoned or removed) take it before they read the flag they return. So either the flag

@@ -409,9 +409,10 @@ impl<DB: SqlBackend> SqlStore<DB> {
     /// Where the database notifies only the rows a waiter flagged (PostgreSQL), the wait
     /// flags the row it waits on before its first question ([`WaiterStatements::register`]),
     /// and asks again after `RELEASE_POLL_INTERVAL` when it could not; once woken, it asks
-    /// first, and flags (then asks again) only when what it waits for has not come. Why no
-    /// change can slip between a flag and the question after it is told with PostgreSQL's
-    /// statements.
+    /// first, and flags only when what it waits for has not come. A lock's or a record's
+    /// flag answers for the question too (it flags only a live row, what the question
+    /// looks for); a fair lock's turn is asked after the flag. Why no change can slip
+    /// between a flag and what comes after it is told with PostgreSQL's statements.
     /// `queued`: the waiter holds a place in the key's fair queue, which announces it when
     /// there is no row to flag.
     async fn wait_for<F, Fut>(
@@ -464,6 +465,12 @@ impl<DB: SqlBackend> SqlStore<DB> {
                     None => true,
                 };
                 announced.store(flagged, Ordering::Relaxed);
+                // The flag of a lock's or a record's live row is itself the answer: the row
+                // the question would find is there, and its change will be notified. Only a
+                // fair lock's turn (the head of its queue) needs its own question.
+                if flagged && !queued {
+                    return Ok(Asked::NotYet);
+                }
                 Ok(match after_flag.await? {
                     true => Asked::Ready,
                     false if flagged => Asked::NotYet,
