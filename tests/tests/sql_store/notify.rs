@@ -79,6 +79,23 @@ impl Instances {
         .await;
     }
 
+    /// The waiter's wait for `record` in progress, in a task of its own, once it has
+    /// flagged the record's row.
+    async fn record_waiter(
+        &self,
+        record: &Key,
+    ) -> tokio::task::JoinHandle<Result<bool, StoreError>> {
+        let waiting = tokio::spawn({
+            let (waiter, record) = (self.waiter.clone(), record.clone());
+            async move { waiter.wait_for_record(&record, LONG).await }
+        });
+        eventually(WOKEN_WITHIN, "the waiter flags the record", || async {
+            flagged(&self.db, "idem_records", record).await == Some(true)
+        })
+        .await;
+        waiting
+    }
+
     async fn now(&self) -> String {
         self.ask("SELECT clock_timestamp()::text")
             .await
@@ -566,14 +583,7 @@ async fn a_repeatable_read_completion_refused_for_a_waiters_flag_commits_when_re
         tx
     };
     let mut tx = repeatable_read().await;
-    let waiting = tokio::spawn({
-        let (waiter, record) = (on.waiter.clone(), record.clone());
-        async move { waiter.wait_for_record(&record, LONG).await }
-    });
-    eventually(WOKEN_WITHIN, "the waiter flags the record", || async {
-        flagged(&on.db, "idem_records", &record).await == Some(true)
-    })
-    .await;
+    let waiting = on.record_waiter(&record).await;
     let response = Bytes::from_static(b"done");
     let refused =
         PostgresStore::complete_record_in(&mut tx, &record, &owner, response.clone(), LONG);
@@ -622,14 +632,7 @@ async fn a_flag_goes_with_its_row_and_the_earlier_registry_is_purged() {
     let (record, fp) = (key("flagged-record"), Fingerprint::of(["order"]));
     let begun = store.begin_record(&record, &holder, &fp, LONG).await;
     assert_eq!(begun.unwrap(), Begin::Started);
-    let waiting = tokio::spawn({
-        let (waiter, record) = (on.waiter.clone(), record.clone());
-        async move { waiter.wait_for_record(&record, LONG).await }
-    });
-    eventually(WOKEN_WITHIN, "the waiter flags the record", || async {
-        flagged(&on.db, "idem_records", &record).await == Some(true)
-    })
-    .await;
+    let waiting = on.record_waiter(&record).await;
     let response = Bytes::from_static(b"done");
     assert!(
         store
